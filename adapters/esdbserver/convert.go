@@ -1,0 +1,189 @@
+package esdbserver
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"regexp"
+
+	"github.com/EventStore/EventStore-Client-Go/v4/protos/shared"
+	"github.com/EventStore/EventStore-Client-Go/v4/protos/streams"
+	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/sagaengine/saga/adapters/esdbserver/eslog"
+)
+
+// Metadata keys the protocol reserves on every event.
+const (
+	metaType        = "type"
+	metaContentType = "content-type"
+	metaCreated     = "created"
+)
+
+func invalid(format string, args ...any) error {
+	return status.Errorf(codes.InvalidArgument, format, args...)
+}
+
+func parseUUID(id *shared.UUID) ([16]byte, error) {
+	var out [16]byte
+	switch v := id.GetValue().(type) {
+	case *shared.UUID_Structured_:
+		binary.BigEndian.PutUint64(out[:8], uint64(v.Structured.GetMostSignificantBits()))
+		binary.BigEndian.PutUint64(out[8:], uint64(v.Structured.GetLeastSignificantBits()))
+		return out, nil
+	case *shared.UUID_String_:
+		u, err := uuid.Parse(v.String_)
+		if err != nil {
+			return out, invalid("event id %q is not a UUID", v.String_)
+		}
+		return u, nil
+	default:
+		return out, invalid("event id is missing")
+	}
+}
+
+func toProtoUUID(id [16]byte, asString bool) *shared.UUID {
+	if asString {
+		return &shared.UUID{Value: &shared.UUID_String_{String_: uuid.UUID(id).String()}}
+	}
+	return &shared.UUID{Value: &shared.UUID_Structured_{Structured: &shared.UUID_Structured{
+		MostSignificantBits:  int64(binary.BigEndian.Uint64(id[:8])),
+		LeastSignificantBits: int64(binary.BigEndian.Uint64(id[8:])),
+	}}}
+}
+
+func streamName(id *shared.StreamIdentifier) (string, error) {
+	name := string(id.GetStreamName())
+	if name == "" {
+		return "", invalid("stream name is empty")
+	}
+	return name, nil
+}
+
+// expectedFrom converts any of the protocol's expected-revision oneofs.
+func expectedFrom(v any) eslog.Expected {
+	switch r := v.(type) {
+	case *streams.AppendReq_Options_Revision:
+		return eslog.Revision(r.Revision)
+	case *streams.AppendReq_Options_NoStream:
+		return eslog.NoStreamExpected
+	case *streams.AppendReq_Options_StreamExists:
+		return eslog.StreamExists
+	case *streams.DeleteReq_Options_Revision:
+		return eslog.Revision(r.Revision)
+	case *streams.DeleteReq_Options_NoStream:
+		return eslog.NoStreamExpected
+	case *streams.DeleteReq_Options_StreamExists:
+		return eslog.StreamExists
+	case *streams.TombstoneReq_Options_Revision:
+		return eslog.Revision(r.Revision)
+	case *streams.TombstoneReq_Options_NoStream:
+		return eslog.NoStreamExpected
+	case *streams.TombstoneReq_Options_StreamExists:
+		return eslog.StreamExists
+	default:
+		return eslog.Any
+	}
+}
+
+func toProposed(m *streams.AppendReq_ProposedMessage) (eslog.ProposedEvent, error) {
+	id, err := parseUUID(m.GetId())
+	if err != nil {
+		return eslog.ProposedEvent{}, err
+	}
+	typ := m.GetMetadata()[metaType]
+	if typ == "" {
+		return eslog.ProposedEvent{}, invalid("event %s has no %q metadata", uuid.UUID(id), metaType)
+	}
+	contentType := m.GetMetadata()[metaContentType]
+	if contentType == "" {
+		contentType = "application/octet-stream"
+	}
+	return eslog.ProposedEvent{ID: id, Type: typ, ContentType: contentType, Metadata: m.GetCustomMetadata(), Data: m.GetData()}, nil
+}
+
+func toReadEvent(e *eslog.RecordedEvent, uuidAsString bool) *streams.ReadResp {
+	return &streams.ReadResp{Content: &streams.ReadResp_Event{Event: &streams.ReadResp_ReadEvent{
+		Event: &streams.ReadResp_ReadEvent_RecordedEvent{
+			Id:               toProtoUUID(e.ID, uuidAsString),
+			StreamIdentifier: &shared.StreamIdentifier{StreamName: []byte(e.Stream)},
+			StreamRevision:   e.Revision,
+			PreparePosition:  e.Position,
+			CommitPosition:   e.Position,
+			Metadata: map[string]string{
+				metaType:        e.Type,
+				metaContentType: e.ContentType,
+				// .NET ticks (100 ns) since the Unix epoch, as the clients expect.
+				metaCreated: fmt.Sprint(e.Created / 100),
+			},
+			CustomMetadata: e.Metadata,
+			Data:           e.Data,
+		},
+		Position: &streams.ReadResp_ReadEvent_CommitPosition{CommitPosition: e.Position},
+	}}}
+}
+
+func toFilter(f *streams.ReadReq_Options_FilterOptions) (*eslog.Filter, error) {
+	if f == nil {
+		return nil, nil
+	}
+	var expr *streams.ReadReq_Options_FilterOptions_Expression
+	out := &eslog.Filter{}
+	switch v := f.GetFilter().(type) {
+	case *streams.ReadReq_Options_FilterOptions_StreamIdentifier:
+		expr = v.StreamIdentifier
+	case *streams.ReadReq_Options_FilterOptions_EventType:
+		expr = v.EventType
+		out.OnEventType = true
+	default:
+		return nil, invalid("filter names neither stream identifier nor event type")
+	}
+	out.Prefixes = expr.GetPrefix()
+	if expr.GetRegex() != "" {
+		re, err := regexp.Compile(expr.GetRegex())
+		if err != nil {
+			return nil, invalid("filter regex %q: %v", expr.GetRegex(), err)
+		}
+		out.Regex = re
+	}
+	if len(out.Prefixes) == 0 && out.Regex == nil {
+		return nil, invalid("filter has neither prefixes nor a regex")
+	}
+	return out, nil
+}
+
+// toStatus maps store errors to the statuses and trailers the clients expect.
+func toStatus(ctx context.Context, err error) error {
+	var deleted *eslog.StreamDeletedError
+	var wrong *eslog.WrongExpectedVersionError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &deleted):
+		_ = grpc.SetTrailer(ctx, metadata.Pairs("exception", "stream-deleted", "stream-name", deleted.Stream))
+		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.As(err, &wrong):
+		current := fmt.Sprint(wrong.Current)
+		_ = grpc.SetTrailer(ctx, metadata.Pairs("exception", "wrong-expected-version",
+			"expected-version", wrong.Expected.String(), "actual-version", current))
+		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.Is(err, eslog.ErrInvalidRequest):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, eslog.ErrClosed):
+		return status.Error(codes.Unavailable, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	default:
+		if _, ok := status.FromError(err); ok {
+			return err
+		}
+		return status.Error(codes.Internal, err.Error())
+	}
+}

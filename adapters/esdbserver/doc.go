@@ -1,0 +1,11 @@
+// Package esdbserver is an embedded server that speaks EventStoreDB's gRPC
+// protocol (the Streams and ServerFeatures services) on top of the durable
+// eslog store, so that the official EventStoreDB clients, and saga's own
+// event-store adapter, can use it as they use EventStoreDB.
+//
+// It implements appends with every kind of expected revision, reads of
+// streams and of $all in both directions, catch-up subscriptions with
+// server-side filters and checkpoints, soft delete, tombstone and stream
+// metadata ($maxCount, $maxAge, $tb). Persistent subscriptions, projections,
+// users and gossip answer Unimplemented.
+package esdbserver

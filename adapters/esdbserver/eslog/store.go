@@ -1,0 +1,516 @@
+package eslog
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/errors"
+)
+
+// Options configure a Store.
+type Options struct {
+	// Dir holds the segment files.
+	Dir string
+	// SegmentSize is the size at which a new segment file is started.
+	// Default 256 MiB.
+	SegmentSize uint64
+	// MaxEventSize bounds one event's data plus metadata. Default 16 MiB.
+	MaxEventSize int
+	// MaxBatchBytes bounds how much one group commit writes. Default 8 MiB.
+	MaxBatchBytes int
+	// Now is the clock used for created times and $maxAge. Default time.Now.
+	Now func() time.Time
+}
+
+func (o *Options) setDefaults() {
+	if o.SegmentSize == 0 {
+		o.SegmentSize = 256 << 20
+	}
+	if o.MaxEventSize == 0 {
+		o.MaxEventSize = 16 << 20
+	}
+	if o.MaxBatchBytes == 0 {
+		o.MaxBatchBytes = 8 << 20
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+}
+
+// Store is the durable event store. It is safe for concurrent use.
+type Store struct {
+	opts Options
+	log  *segmentLog
+
+	// mu guards the index below. The writer goroutine is its only mutator,
+	// so the writer reads the index without taking mu.
+	mu      sync.RWMutex
+	entries entryLog
+	streams map[string]*streamState
+	types   map[string]string
+	changed chan struct{}
+
+	requests chan *request
+	closing  chan struct{}
+	done     chan struct{}
+	once     sync.Once
+
+	failed error // set by the writer only
+}
+
+type opKind int
+
+const (
+	opAppend opKind = iota
+	opDelete
+	opTombstone
+)
+
+type request struct {
+	op       opKind
+	stream   string
+	expected Expected
+	events   []ProposedEvent
+	result   chan response
+}
+
+type response struct {
+	res WriteResult
+	err error
+}
+
+// Open opens the store in opts.Dir, creating it if needed, and rebuilds the
+// index from the log.
+func Open(opts Options) (*Store, error) {
+	opts.setDefaults()
+	s := &Store{
+		opts:     opts,
+		streams:  map[string]*streamState{},
+		types:    map[string]string{},
+		changed:  make(chan struct{}),
+		requests: make(chan *request, 1024),
+		closing:  make(chan struct{}),
+		done:     make(chan struct{}),
+	}
+	log, err := openSegmentLog(opts.Dir, opts.SegmentSize, s.applyFrame)
+	if err != nil {
+		return nil, err
+	}
+	s.log = log
+	go s.writer()
+	return s, nil
+}
+
+// Close stops the writer after the writes already queued and closes the files.
+func (s *Store) Close() error {
+	s.once.Do(func() { close(s.closing) })
+	<-s.done
+	return s.log.close()
+}
+
+// Append writes events to stream if expected matches. An append whose event
+// ids equal the events already at the expected place succeeds again without
+// writing (idempotent retry).
+func (s *Store) Append(ctx context.Context, stream string, expected Expected, events []ProposedEvent) (WriteResult, error) {
+	if err := s.validateAppend(stream, events); err != nil {
+		return WriteResult{}, err
+	}
+	return s.submit(ctx, &request{op: opAppend, stream: stream, expected: expected, events: events})
+}
+
+// Delete soft-deletes stream: it reads as not found until appended to again,
+// and its revisions continue where they were.
+func (s *Store) Delete(ctx context.Context, stream string, expected Expected) (WriteResult, error) {
+	if err := validateStreamName(stream); err != nil {
+		return WriteResult{}, err
+	}
+	return s.submit(ctx, &request{op: opDelete, stream: stream, expected: expected})
+}
+
+// Tombstone deletes stream for good: every later read or write of it fails
+// with ErrStreamDeleted.
+func (s *Store) Tombstone(ctx context.Context, stream string, expected Expected) (WriteResult, error) {
+	if err := validateStreamName(stream); err != nil {
+		return WriteResult{}, err
+	}
+	return s.submit(ctx, &request{op: opTombstone, stream: stream, expected: expected})
+}
+
+func validateStreamName(stream string) error {
+	if stream == "" {
+		return errors.Wrap(ErrInvalidRequest, "stream name is empty")
+	}
+	if stream == "$all" {
+		return errors.Wrap(ErrInvalidRequest, "$all cannot be written to")
+	}
+	return nil
+}
+
+func (s *Store) validateAppend(stream string, events []ProposedEvent) error {
+	if err := validateStreamName(stream); err != nil {
+		return err
+	}
+	for i := range events {
+		e := &events[i]
+		if e.Type == "" {
+			return errors.Wrapf(ErrInvalidRequest, "event %d has no type", i)
+		}
+		if size := len(e.Data) + len(e.Metadata); size > s.opts.MaxEventSize {
+			return errors.Wrapf(ErrInvalidRequest, "event %d is %d bytes, over the limit of %d", i, size, s.opts.MaxEventSize)
+		}
+	}
+	return nil
+}
+
+func (s *Store) submit(ctx context.Context, r *request) (WriteResult, error) {
+	r.result = make(chan response, 1)
+	select {
+	case s.requests <- r:
+	case <-s.closing:
+		return WriteResult{}, ErrClosed
+	case <-ctx.Done():
+		return WriteResult{}, errors.Wrap(ctx.Err(), "queue write")
+	}
+	select {
+	case resp := <-r.result:
+		return resp.res, resp.err
+	case <-ctx.Done():
+		// The write may still be committed; the caller can retry it
+		// idempotently with the same event ids.
+		return WriteResult{}, errors.Wrap(ctx.Err(), "await write")
+	}
+}
+
+// pendingStream is a stream's state as seen by the writer inside one batch,
+// including the batch's earlier writes that are not yet on disk.
+type pendingStream struct {
+	last       int64
+	tombstoned bool
+	meta       streamMeta
+	// touched is set once the batch writes to the stream, after which the
+	// committed index no longer describes it.
+	touched bool
+}
+
+func (p *pendingStream) current() int64 {
+	if p.meta.truncateBefore > 0 && int64(p.meta.truncateBefore) > p.last {
+		return NoStream
+	}
+	return p.last
+}
+
+// batch is one group commit: the frames to write and the answers to give
+// once they are durable.
+type batch struct {
+	head    uint64
+	buf     []byte
+	frames  []int
+	pending map[string]*pendingStream
+	reqs    []*request
+	results []response
+}
+
+func (s *Store) writer() {
+	defer close(s.done)
+	b := &batch{pending: map[string]*pendingStream{}}
+	for {
+		select {
+		case r := <-s.requests:
+			s.startBatch(b)
+			s.prepare(b, r)
+		case <-s.closing:
+			s.drainClosed()
+			return
+		}
+	fill:
+		for len(b.buf) < s.opts.MaxBatchBytes {
+			select {
+			case r := <-s.requests:
+				s.prepare(b, r)
+			default:
+				break fill
+			}
+		}
+		s.commit(b)
+	}
+}
+
+func (s *Store) startBatch(b *batch) {
+	b.buf, b.frames, b.reqs, b.results = b.buf[:0], b.frames[:0], b.reqs[:0], b.results[:0]
+	clear(b.pending)
+	if s.failed == nil {
+		if err := s.log.rollIfFull(); err != nil {
+			s.failed = err
+		}
+	}
+	b.head = s.log.head()
+}
+
+// drainClosed fails the requests still queued at close.
+func (s *Store) drainClosed() {
+	for {
+		select {
+		case r := <-s.requests:
+			r.result <- response{err: ErrClosed}
+		default:
+			return
+		}
+	}
+}
+
+// view returns the batch's picture of a stream.
+func (s *Store) view(b *batch, name string) *pendingStream {
+	if p, ok := b.pending[name]; ok {
+		return p
+	}
+	p := &pendingStream{last: NoStream}
+	if st := s.streams[name]; st != nil {
+		p.last, p.tombstoned, p.meta = st.lastRevision(), st.tombstoned, st.meta
+	}
+	b.pending[name] = p
+	return p
+}
+
+func expectationMet(exp Expected, current int64) bool {
+	switch exp.Kind {
+	case ExpectNoStream:
+		return current == NoStream
+	case ExpectStreamExists:
+		return current != NoStream
+	case ExpectRevision:
+		return current == int64(exp.Revision)
+	default:
+		return true
+	}
+}
+
+// prepare decides one request against the batch's view and, if it writes,
+// encodes its frame into the batch.
+func (s *Store) prepare(b *batch, r *request) {
+	b.reqs = append(b.reqs, r)
+	res, err := s.decide(b, r)
+	b.results = append(b.results, response{res: res, err: err})
+}
+
+func (s *Store) decide(b *batch, r *request) (WriteResult, error) {
+	if s.failed != nil {
+		return WriteResult{}, errors.Mark(errors.Wrap(s.failed, "earlier disk write failed"), ErrWriteFailed)
+	}
+	p := s.view(b, r.stream)
+	if p.tombstoned {
+		return WriteResult{}, &StreamDeletedError{Stream: r.stream}
+	}
+	if r.op == opAppend && !p.touched && r.expected.Kind != ExpectRevision && r.expected.Kind != ExpectNoStream {
+		if res, ok := s.alreadyWritten(r.stream, r.expected, r.events); ok {
+			return res, nil
+		}
+	}
+	if !expectationMet(r.expected, p.current()) {
+		if r.op == opAppend && !p.touched {
+			if res, ok := s.alreadyWritten(r.stream, r.expected, r.events); ok {
+				return res, nil
+			}
+		}
+		return WriteResult{}, &WrongExpectedVersionError{Stream: r.stream, Expected: r.expected, Current: p.current()}
+	}
+	switch r.op {
+	case opTombstone:
+		pos := b.head + uint64(len(b.buf))
+		b.frames = append(b.frames, len(b.buf))
+		b.buf = encodeTombstone(b.buf, r.stream)
+		p.tombstoned, p.touched = true, true
+		return WriteResult{Revision: p.current(), Position: pos}, nil
+	case opDelete:
+		if p.last == NoStream {
+			return WriteResult{Revision: NoStream}, nil
+		}
+		raw := make(map[string]any, len(p.meta.raw)+1)
+		for k, v := range p.meta.raw {
+			raw[k] = v
+		}
+		raw["$tb"] = p.last + 1
+		data, err := json.Marshal(raw)
+		if err != nil {
+			return WriteResult{}, errors.Wrap(err, "encode stream metadata")
+		}
+		var id [16]byte
+		_, _ = rand.Read(id[:])
+		id[6], id[8] = id[6]&0x0f|0x40, id[8]&0x3f|0x80
+		meta := ProposedEvent{ID: id, Type: MetadataEventType, ContentType: "application/json", Data: data}
+		pos := s.encodeAppend(b, MetadataStreamOf(r.stream), []ProposedEvent{meta})
+		return WriteResult{Revision: p.last, Position: pos}, nil
+	default:
+		if len(r.events) == 0 {
+			return WriteResult{Revision: p.current()}, nil
+		}
+		pos := s.encodeAppend(b, r.stream, r.events)
+		return WriteResult{Revision: p.last, Position: pos}, nil
+	}
+}
+
+// MetadataEventType is the type of the events that carry stream metadata.
+const MetadataEventType = "$metadata"
+
+// MetadataStreamOf names the stream holding stream's metadata.
+func MetadataStreamOf(stream string) string { return "$$" + stream }
+
+// encodeAppend adds an append frame to the batch, advances the stream's view
+// and returns the position of the last event.
+func (s *Store) encodeAppend(b *batch, stream string, events []ProposedEvent) uint64 {
+	p := s.view(b, stream)
+	start := len(b.buf)
+	var offsets []int
+	b.frames = append(b.frames, start)
+	b.buf, offsets = encodeAppend(b.buf, stream, uint64(p.last+1), s.opts.Now().UnixNano(), events)
+	p.last += int64(len(events))
+	p.touched = true
+	if isMetadataStream(stream) {
+		for i := len(events) - 1; i >= 0; i-- {
+			if events[i].Type == MetadataEventType {
+				target := s.view(b, stream[2:])
+				target.meta = parseMeta(events[i].Data)
+				target.touched = true
+				break
+			}
+		}
+	}
+	return b.head + uint64(start+offsets[len(offsets)-1])
+}
+
+// alreadyWritten reports whether events are exactly the committed events at
+// the place the expectation names, which makes a retried append a no-op.
+func (s *Store) alreadyWritten(stream string, exp Expected, events []ProposedEvent) (WriteResult, bool) {
+	st := s.streams[stream]
+	if st == nil || len(events) == 0 {
+		return WriteResult{}, false
+	}
+	var start int
+	switch exp.Kind {
+	case ExpectRevision:
+		start = int(exp.Revision) + 1
+	case ExpectNoStream:
+		start = 0
+	default:
+		start = len(st.revs) - len(events)
+	}
+	if start < 0 || start+len(events) > len(st.revs) {
+		return WriteResult{}, false
+	}
+	for i := range events {
+		if s.entries.at(st.revs[start+i]).id != events[i].ID {
+			return WriteResult{}, false
+		}
+	}
+	last := start + len(events) - 1
+	return WriteResult{Revision: int64(last), Position: s.entries.at(st.revs[last]).pos}, true
+}
+
+// commit makes the batch durable with one write and one fsync, publishes it
+// to readers and answers every request.
+func (s *Store) commit(b *batch) {
+	if len(b.buf) > 0 {
+		if err := s.log.write(b.buf); err != nil {
+			s.failed = err
+			for i := range b.results {
+				if b.results[i].err == nil {
+					b.results[i] = response{err: errors.Mark(err, ErrWriteFailed)}
+				}
+			}
+		} else {
+			s.publish(b)
+		}
+	}
+	for i, r := range b.reqs {
+		r.result <- b.results[i]
+	}
+}
+
+func (s *Store) publish(b *batch) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, start := range b.frames {
+		end := len(b.buf)
+		if i+1 < len(b.frames) {
+			end = b.frames[i+1]
+		}
+		if err := s.applyFrame(b.head+uint64(start), b.buf[start+frameHeaderSize:end]); err != nil {
+			// The frame was encoded by this process a moment ago; failing to
+			// decode it is a bug, and the index can no longer be trusted.
+			s.failed = errors.Wrap(err, "apply committed frame")
+		}
+	}
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+func (s *Store) stream(name string) *streamState {
+	st := s.streams[name]
+	if st == nil {
+		st = &streamState{name: name}
+		s.streams[name] = st
+	}
+	return st
+}
+
+func (s *Store) intern(b []byte) string {
+	if v, ok := s.types[string(b)]; ok {
+		return v
+	}
+	v := string(b)
+	s.types[v] = v
+	return v
+}
+
+// applyFrame adds one durable frame at log offset pos to the index. Open
+// (replay) and commit (live) both use it, so a rebuilt index equals the live
+// one.
+func (s *Store) applyFrame(pos uint64, body []byte) error {
+	d := decoder{b: body}
+	switch d.byte() {
+	case kindAppend:
+		f, err := decodeAppend(&d)
+		if err != nil {
+			return errors.Wrapf(ErrCorrupt, "append frame at %d: %v", pos, err)
+		}
+		st := s.stream(f.stream)
+		if f.firstRevision != uint64(len(st.revs)) {
+			return errors.Wrapf(ErrCorrupt, "frame at %d writes %s@%d, expected @%d", pos, f.stream, f.firstRevision, len(st.revs))
+		}
+		for i, span := range f.events {
+			raw := body[span.offset : span.offset+span.length]
+			ed := decoder{b: raw}
+			var e entry
+			copy(e.id[:], ed.fixed(16))
+			e.typ = s.intern(ed.bytes())
+			if ed.err != nil {
+				return errors.Wrapf(ErrCorrupt, "event %d of frame at %d", i, pos)
+			}
+			e.pos = pos + frameHeaderSize + uint64(span.offset)
+			e.length = uint32(span.length)
+			e.rev = f.firstRevision + uint64(i)
+			e.created = f.created
+			e.stream = st
+			st.revs = append(st.revs, s.entries.add(e))
+			if e.typ == MetadataEventType && isMetadataStream(f.stream) {
+				ev, err := decodeEvent(raw)
+				if err != nil {
+					return errors.Wrapf(ErrCorrupt, "metadata event of frame at %d", pos)
+				}
+				s.stream(f.stream[2:]).meta = parseMeta(ev.Data)
+			}
+		}
+		return nil
+	case kindTombstone:
+		name := d.bytes()
+		if d.err != nil {
+			return errors.Wrapf(ErrCorrupt, "tombstone frame at %d", pos)
+		}
+		s.stream(string(name)).tombstoned = true
+		return nil
+	default:
+		return errors.Wrapf(ErrCorrupt, "unknown frame kind at %d", pos)
+	}
+}

@@ -1,0 +1,144 @@
+package eslog
+
+import (
+	"fmt"
+
+	"github.com/cockroachdb/errors"
+)
+
+// ErrWrongExpectedVersion is returned (wrapped in a *WrongExpectedVersionError)
+// when a write's expected revision does not match the stream.
+var ErrWrongExpectedVersion = errors.New("wrong expected version")
+
+// ErrStreamDeleted is returned (wrapped in a *StreamDeletedError) for any
+// operation on a tombstoned stream.
+var ErrStreamDeleted = errors.New("stream deleted")
+
+// ErrStreamNotFound is returned when reading a stream that has no readable
+// events because it never existed or was soft-deleted.
+var ErrStreamNotFound = errors.New("stream not found")
+
+// ErrInvalidRequest is returned for requests that can never succeed: an empty
+// stream name, an event over the size limit, a missing event type.
+var ErrInvalidRequest = errors.New("invalid request")
+
+// ErrClosed is returned once the store is closed.
+var ErrClosed = errors.New("store closed")
+
+// ErrCorrupt is returned when the log on disk is damaged somewhere other than
+// a torn tail, which open cuts silently.
+var ErrCorrupt = errors.New("log corrupt")
+
+// ErrWriteFailed is returned for every write after a write or fsync to disk
+// failed: the state of the file is then unknown and the store refuses
+// further writes until it is reopened.
+var ErrWriteFailed = errors.New("store failed a disk write")
+
+// NoStream is the revision reported for a stream that does not exist.
+const NoStream int64 = -1
+
+// ExpectedKind says how a write's expected revision is checked.
+type ExpectedKind int
+
+// The kinds of expected revision.
+const (
+	ExpectAny ExpectedKind = iota
+	ExpectNoStream
+	ExpectStreamExists
+	ExpectRevision
+)
+
+// Expected is the optimistic-concurrency condition of a write.
+type Expected struct {
+	Kind     ExpectedKind
+	Revision uint64
+}
+
+// Any, NoStreamExpected, StreamExists and Revision build Expected values.
+var (
+	Any              = Expected{Kind: ExpectAny}
+	NoStreamExpected = Expected{Kind: ExpectNoStream}
+	StreamExists     = Expected{Kind: ExpectStreamExists}
+)
+
+// Revision expects the stream's last event to have revision r.
+func Revision(r uint64) Expected { return Expected{Kind: ExpectRevision, Revision: r} }
+
+func (e Expected) String() string {
+	switch e.Kind {
+	case ExpectNoStream:
+		return "no_stream"
+	case ExpectStreamExists:
+		return "stream_exists"
+	case ExpectRevision:
+		return fmt.Sprint(e.Revision)
+	default:
+		return "any"
+	}
+}
+
+// WrongExpectedVersionError carries what was expected and what the stream is.
+type WrongExpectedVersionError struct {
+	Stream   string
+	Expected Expected
+	// Current is the stream's last revision, or NoStream.
+	Current int64
+}
+
+func (e *WrongExpectedVersionError) Error() string {
+	current := fmt.Sprint(e.Current)
+	if e.Current == NoStream {
+		current = "no_stream"
+	}
+	return fmt.Sprintf("wrong expected version for stream %q: expected %s, current %s", e.Stream, e.Expected, current)
+}
+
+// Unwrap makes errors.Is(err, ErrWrongExpectedVersion) true.
+func (e *WrongExpectedVersionError) Unwrap() error { return ErrWrongExpectedVersion }
+
+// StreamDeletedError names the tombstoned stream.
+type StreamDeletedError struct{ Stream string }
+
+func (e *StreamDeletedError) Error() string { return fmt.Sprintf("stream %q is deleted", e.Stream) }
+
+// Unwrap makes errors.Is(err, ErrStreamDeleted) true.
+func (e *StreamDeletedError) Unwrap() error { return ErrStreamDeleted }
+
+// ProposedEvent is an event as a client proposes it.
+type ProposedEvent struct {
+	ID          [16]byte
+	Type        string
+	ContentType string
+	// Metadata is the client's custom metadata.
+	Metadata []byte
+	Data     []byte
+}
+
+// RecordedEvent is an event as stored.
+type RecordedEvent struct {
+	ProposedEvent
+	Stream   string
+	Revision uint64
+	// Position is the event's place in $all: its byte offset in the log.
+	Position uint64
+	// Created is the append time in Unix nanoseconds.
+	Created int64
+}
+
+// WriteResult describes a successful write.
+type WriteResult struct {
+	// Revision is the stream's last revision after the write, or NoStream.
+	Revision int64
+	// Position is the $all position of the write's last event or marker, zero
+	// for a write that wrote nothing.
+	Position uint64
+}
+
+// Direction orders a read.
+type Direction int
+
+// The read directions.
+const (
+	Forwards Direction = iota
+	Backwards
+)

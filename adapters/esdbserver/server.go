@@ -1,0 +1,145 @@
+package esdbserver
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/EventStore/EventStore-Client-Go/v4/protos/serverfeatures"
+	"github.com/EventStore/EventStore-Client-Go/v4/protos/shared"
+	"github.com/EventStore/EventStore-Client-Go/v4/protos/streams"
+	"github.com/cockroachdb/errors"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/sagaengine/saga/adapters/esdbserver/eslog"
+)
+
+// DefaultListen is EventStoreDB's default address, on loopback.
+const DefaultListen = "127.0.0.1:2113"
+
+// ProtocolVersion is the EventStoreDB server version whose client protocol
+// this server implements; clients read it through ServerFeatures.
+const ProtocolVersion = "24.10.0"
+
+// Config configures a Server.
+type Config struct {
+	// Listen is the TCP address to serve on. Default DefaultListen.
+	Listen string
+	// DataDir holds the log. Required.
+	DataDir string
+	// MaxEventSize bounds one event's data plus metadata. Default 16 MiB.
+	MaxEventSize int
+	// MaxAppendSize bounds all events of one append. Default 64 MiB.
+	MaxAppendSize int
+	// SegmentSize is the size of a log segment file. Default 256 MiB.
+	SegmentSize uint64
+	// Logger receives the server's logs. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Validate reports every problem with the configuration.
+func (c *Config) Validate() error {
+	var errs error
+	if c.DataDir == "" {
+		errs = errors.CombineErrors(errs, errors.New("event store: a data directory is required"))
+	}
+	if c.MaxEventSize < 0 || c.MaxAppendSize < 0 {
+		errs = errors.CombineErrors(errs, errors.New("event store: size limits must not be negative"))
+	}
+	return errs
+}
+
+func (c *Config) setDefaults() {
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if c.MaxEventSize == 0 {
+		c.MaxEventSize = 16 << 20
+	}
+	if c.MaxAppendSize == 0 {
+		c.MaxAppendSize = 64 << 20
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Server is a running embedded event-store server.
+type Server struct {
+	cfg   Config
+	store *eslog.Store
+	grpc  *grpc.Server
+	lis   net.Listener
+	done  chan error
+}
+
+// Start opens the store and starts serving. The listener is bound before
+// Start returns, so a client may connect at once.
+func Start(cfg Config) (*Server, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	store, err := eslog.Open(eslog.Options{Dir: cfg.DataDir, SegmentSize: cfg.SegmentSize, MaxEventSize: cfg.MaxEventSize})
+	if err != nil {
+		return nil, errors.Wrapf(err, "open event store in %s", cfg.DataDir)
+	}
+	lis, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		_ = store.Close()
+		return nil, errors.Wrapf(err, "listen on %s", cfg.Listen)
+	}
+	s := &Server{cfg: cfg, store: store, lis: lis, done: make(chan error, 1)}
+	s.grpc = grpc.NewServer(
+		grpc.MaxRecvMsgSize(cfg.MaxEventSize+1<<20),
+		// The official client pings every 10 s, with or without calls in
+		// flight; the default enforcement would answer too_many_pings and
+		// drop idle subscriptions.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+	)
+	streams.RegisterStreamsServer(s.grpc, &streamsService{store: store, cfg: &s.cfg})
+	serverfeatures.RegisterServerFeaturesServer(s.grpc, featuresService{})
+	go func() { s.done <- s.grpc.Serve(lis) }()
+	cfg.Logger.Info("event store listening", "addr", lis.Addr().String(), "data", cfg.DataDir)
+	return s, nil
+}
+
+// Addr is the address the server listens on.
+func (s *Server) Addr() string { return s.lis.Addr().String() }
+
+// Store gives in-process access to the storage engine.
+func (s *Server) Store() *eslog.Store { return s.store }
+
+// Close stops accepting calls, ends open subscriptions after a grace period,
+// waits for writes in flight and closes the store.
+func (s *Server) Close() error {
+	stopped := make(chan struct{})
+	go func() { s.grpc.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(2 * time.Second):
+		// Subscriptions never end by themselves.
+		s.grpc.Stop()
+		<-stopped
+	}
+	<-s.done
+	return s.store.Close()
+}
+
+type featuresService struct {
+	serverfeatures.UnimplementedServerFeaturesServer
+}
+
+func (featuresService) GetSupportedMethods(context.Context, *shared.Empty) (*serverfeatures.SupportedMethods, error) {
+	const streamsService = "event_store.client.streams.streams"
+	methods := []*serverfeatures.SupportedMethod{
+		{ServiceName: streamsService, MethodName: "read"},
+		{ServiceName: streamsService, MethodName: "append"},
+		{ServiceName: streamsService, MethodName: "delete"},
+		{ServiceName: streamsService, MethodName: "tombstone"},
+		{ServiceName: "event_store.client.server_features.serverfeatures", MethodName: "getsupportedmethods"},
+	}
+	return &serverfeatures.SupportedMethods{Methods: methods, EventStoreServerVersion: ProtocolVersion}, nil
+}

@@ -1,0 +1,404 @@
+package esdbserver
+
+import (
+	"context"
+	"io"
+
+	"github.com/EventStore/EventStore-Client-Go/v4/protos/shared"
+	"github.com/EventStore/EventStore-Client-Go/v4/protos/streams"
+	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
+
+	"github.com/sagaengine/saga/adapters/esdbserver/eslog"
+)
+
+// pageSize is how many events one read of the store fetches.
+const pageSize = 512
+
+// defaultCheckpointWindow is the filter window EventStoreDB uses when the
+// client names none.
+const defaultCheckpointWindow = 32
+
+type streamsService struct {
+	streams.UnimplementedStreamsServer
+	store *eslog.Store
+	cfg   *Config
+}
+
+// Append reads the options and every proposed event before writing, so a
+// malformed or oversized request writes nothing.
+func (s *streamsService) Append(srv streams.Streams_AppendServer) error {
+	ctx := srv.Context()
+	first, err := srv.Recv()
+	if err == io.EOF {
+		return invalid("append carried no messages")
+	}
+	if err != nil {
+		return err
+	}
+	opts := first.GetOptions()
+	if opts == nil {
+		return invalid("the first append message must carry options")
+	}
+	name, err := streamName(opts.GetStreamIdentifier())
+	if err != nil {
+		return err
+	}
+	expected := expectedFrom(opts.GetExpectedStreamRevision())
+	var events []eslog.ProposedEvent
+	total := 0
+	for {
+		msg, err := srv.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		proposed := msg.GetProposedMessage()
+		if proposed == nil {
+			return invalid("append message %d is not a proposed event", len(events)+1)
+		}
+		e, err := toProposed(proposed)
+		if err != nil {
+			return err
+		}
+		size := len(e.Data) + len(e.Metadata)
+		if size > s.cfg.MaxEventSize {
+			return invalid("event %s is %d bytes, over the limit of %d", uuid.UUID(e.ID), size, s.cfg.MaxEventSize)
+		}
+		if total += size; total > s.cfg.MaxAppendSize {
+			return invalid("append is over the limit of %d bytes", s.cfg.MaxAppendSize)
+		}
+		events = append(events, e)
+	}
+	res, err := s.store.Append(ctx, name, expected, events)
+	var wrong *eslog.WrongExpectedVersionError
+	if errors.As(err, &wrong) {
+		return srv.SendAndClose(&streams.AppendResp{Result: wrongExpected(wrong)})
+	}
+	if err != nil {
+		return toStatus(ctx, err)
+	}
+	success := &streams.AppendResp_Success{
+		PositionOption: &streams.AppendResp_Success_Position{Position: &streams.AppendResp_Position{
+			CommitPosition: res.Position, PreparePosition: res.Position,
+		}},
+	}
+	if res.Revision == eslog.NoStream {
+		success.CurrentRevisionOption = &streams.AppendResp_Success_NoStream{NoStream: &shared.Empty{}}
+	} else {
+		success.CurrentRevisionOption = &streams.AppendResp_Success_CurrentRevision{CurrentRevision: uint64(res.Revision)}
+	}
+	return srv.SendAndClose(&streams.AppendResp{Result: &streams.AppendResp_Success_{Success: success}})
+}
+
+func wrongExpected(w *eslog.WrongExpectedVersionError) *streams.AppendResp_WrongExpectedVersion_ {
+	out := &streams.AppendResp_WrongExpectedVersion{}
+	if w.Current == eslog.NoStream {
+		out.CurrentRevisionOption = &streams.AppendResp_WrongExpectedVersion_CurrentNoStream{CurrentNoStream: &shared.Empty{}}
+		out.CurrentRevisionOption_20_6_0 = &streams.AppendResp_WrongExpectedVersion_NoStream_20_6_0{NoStream_20_6_0: &shared.Empty{}}
+	} else {
+		out.CurrentRevisionOption = &streams.AppendResp_WrongExpectedVersion_CurrentRevision{CurrentRevision: uint64(w.Current)}
+		out.CurrentRevisionOption_20_6_0 = &streams.AppendResp_WrongExpectedVersion_CurrentRevision_20_6_0{CurrentRevision_20_6_0: uint64(w.Current)}
+	}
+	switch w.Expected.Kind {
+	case eslog.ExpectNoStream:
+		out.ExpectedRevisionOption = &streams.AppendResp_WrongExpectedVersion_ExpectedNoStream{ExpectedNoStream: &shared.Empty{}}
+	case eslog.ExpectStreamExists:
+		out.ExpectedRevisionOption = &streams.AppendResp_WrongExpectedVersion_ExpectedStreamExists{ExpectedStreamExists: &shared.Empty{}}
+	case eslog.ExpectRevision:
+		out.ExpectedRevisionOption = &streams.AppendResp_WrongExpectedVersion_ExpectedRevision{ExpectedRevision: w.Expected.Revision}
+	default:
+		out.ExpectedRevisionOption = &streams.AppendResp_WrongExpectedVersion_ExpectedAny{ExpectedAny: &shared.Empty{}}
+	}
+	return &streams.AppendResp_WrongExpectedVersion_{WrongExpectedVersion: out}
+}
+
+// Delete soft-deletes a stream.
+func (s *streamsService) Delete(ctx context.Context, req *streams.DeleteReq) (*streams.DeleteResp, error) {
+	opts := req.GetOptions()
+	if opts == nil {
+		return nil, invalid("delete carries no options")
+	}
+	name, err := streamName(opts.GetStreamIdentifier())
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.store.Delete(ctx, name, expectedFrom(opts.GetExpectedStreamRevision()))
+	if err != nil {
+		return nil, toStatus(ctx, err)
+	}
+	// The client reads the position without a nil check: always send one.
+	return &streams.DeleteResp{PositionOption: &streams.DeleteResp_Position_{Position: &streams.DeleteResp_Position{
+		CommitPosition: res.Position, PreparePosition: res.Position,
+	}}}, nil
+}
+
+// Tombstone deletes a stream for good.
+func (s *streamsService) Tombstone(ctx context.Context, req *streams.TombstoneReq) (*streams.TombstoneResp, error) {
+	opts := req.GetOptions()
+	if opts == nil {
+		return nil, invalid("tombstone carries no options")
+	}
+	name, err := streamName(opts.GetStreamIdentifier())
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.store.Tombstone(ctx, name, expectedFrom(opts.GetExpectedStreamRevision()))
+	if err != nil {
+		return nil, toStatus(ctx, err)
+	}
+	return &streams.TombstoneResp{PositionOption: &streams.TombstoneResp_Position_{Position: &streams.TombstoneResp_Position{
+		CommitPosition: res.Position, PreparePosition: res.Position,
+	}}}, nil
+}
+
+// Read serves plain reads and catch-up subscriptions, of one stream or $all.
+func (s *streamsService) Read(req *streams.ReadReq, srv streams.Streams_ReadServer) error {
+	opts := req.GetOptions()
+	if opts == nil {
+		return invalid("read carries no options")
+	}
+	r := &reader{store: s.store, srv: srv, uuidAsString: opts.GetUuidOption().GetString_() != nil}
+	backwards := opts.GetReadDirection() == streams.ReadReq_Options_Backwards
+	filter, err := toFilter(opts.GetFilter())
+	if err != nil {
+		return err
+	}
+	var subscribe bool
+	var count uint64
+	switch c := opts.GetCountOption().(type) {
+	case *streams.ReadReq_Options_Subscription:
+		subscribe = true
+	case *streams.ReadReq_Options_Count:
+		count = c.Count
+	default:
+		return invalid("read names neither a count nor a subscription")
+	}
+	switch so := opts.GetStreamOption().(type) {
+	case *streams.ReadReq_Options_Stream:
+		name, err := streamName(so.Stream.GetStreamIdentifier())
+		if err != nil {
+			return err
+		}
+		if subscribe {
+			return toStatus(srv.Context(), r.subscribeStream(name, so.Stream))
+		}
+		return toStatus(srv.Context(), r.readStream(name, so.Stream, backwards, count))
+	case *streams.ReadReq_Options_All:
+		if subscribe {
+			window := uint64(defaultCheckpointWindow)
+			if m := opts.GetFilter().GetMax(); m > 0 {
+				window = uint64(m)
+			}
+			window *= uint64(max(1, opts.GetFilter().GetCheckpointIntervalMultiplier()))
+			return toStatus(srv.Context(), r.subscribeAll(so.All, filter, window))
+		}
+		return toStatus(srv.Context(), r.readAll(so.All, backwards, count, filter))
+	default:
+		return invalid("read names neither a stream nor $all")
+	}
+}
+
+type reader struct {
+	store        *eslog.Store
+	srv          streams.Streams_ReadServer
+	uuidAsString bool
+}
+
+func (r *reader) send(events []eslog.RecordedEvent) error {
+	for i := range events {
+		if err := r.srv.Send(toReadEvent(&events[i], r.uuidAsString)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *reader) readStream(name string, o *streams.ReadReq_Options_StreamOptions, backwards bool, count uint64) error {
+	dir := eslog.Forwards
+	if backwards {
+		dir = eslog.Backwards
+	}
+	from, fromEnd := o.GetRevision(), o.GetEnd() != nil
+	for count > 0 {
+		page, err := r.store.ReadStream(name, dir, from, fromEnd, int(min(count, pageSize)))
+		if errors.Is(err, eslog.ErrStreamNotFound) {
+			return r.srv.Send(&streams.ReadResp{Content: &streams.ReadResp_StreamNotFound_{StreamNotFound: &streams.ReadResp_StreamNotFound{
+				StreamIdentifier: &shared.StreamIdentifier{StreamName: []byte(name)},
+			}}})
+		}
+		if err != nil {
+			return err
+		}
+		if err := r.send(page.Events); err != nil {
+			return err
+		}
+		count -= uint64(len(page.Events))
+		if page.End || page.Examined == 0 || (backwards && page.Last == 0) {
+			return nil
+		}
+		fromEnd = false
+		if backwards {
+			from = page.Last - 1
+		} else {
+			from = page.Last + 1
+		}
+	}
+	return nil
+}
+
+func allFrom(o *streams.ReadReq_Options_AllOptions) eslog.AllFrom {
+	switch {
+	case o.GetEnd() != nil:
+		return eslog.AllFrom{FromEnd: true}
+	case o.GetPosition() != nil:
+		return eslog.AllFrom{Position: o.GetPosition().GetCommitPosition()}
+	default:
+		return eslog.AllFrom{}
+	}
+}
+
+func (r *reader) readAll(o *streams.ReadReq_Options_AllOptions, backwards bool, count uint64, filter *eslog.Filter) error {
+	dir := eslog.Forwards
+	if backwards {
+		dir = eslog.Backwards
+	}
+	from := allFrom(o)
+	for count > 0 {
+		page, err := r.store.ReadAll(dir, from, int(min(count, pageSize)), 0, filter)
+		if err != nil {
+			return err
+		}
+		if err := r.send(page.Events); err != nil {
+			return err
+		}
+		count -= uint64(len(page.Events))
+		if page.End || page.Examined == 0 {
+			return nil
+		}
+		if backwards {
+			from = eslog.AllFrom{Position: page.Last}
+		} else {
+			from = eslog.AllFrom{Position: page.Last + 1}
+		}
+	}
+	return nil
+}
+
+func (r *reader) confirm() error {
+	return r.srv.Send(&streams.ReadResp{Content: &streams.ReadResp_Confirmation{
+		Confirmation: &streams.ReadResp_SubscriptionConfirmation{SubscriptionId: uuid.NewString()},
+	}})
+}
+
+var caughtUp = &streams.ReadResp{Content: &streams.ReadResp_CaughtUp_{CaughtUp: &streams.ReadResp_CaughtUp{}}}
+
+// wait blocks until the store commits again or the client goes away.
+func (r *reader) wait(changed <-chan struct{}) error {
+	select {
+	case <-changed:
+		return nil
+	case <-r.srv.Context().Done():
+		return r.srv.Context().Err()
+	}
+}
+
+// subscribeStream follows one stream: it reads the committed log from its
+// cursor until it finds nothing new, then waits for the next commit. The
+// cursor only moves past events that were sent, so the hand-over from
+// catch-up to live has no gap and no duplicate. Events after the given
+// revision are sent (the revision itself is not).
+func (r *reader) subscribeStream(name string, o *streams.ReadReq_Options_StreamOptions) error {
+	if err := r.confirm(); err != nil {
+		return err
+	}
+	var next uint64
+	switch {
+	case o.GetEnd() != nil:
+		next = uint64(r.store.StreamRevision(name) + 1)
+	case o.GetStart() != nil:
+		next = 0
+	default:
+		next = o.GetRevision() + 1
+	}
+	live := false
+	for {
+		page, err := r.store.ReadStream(name, eslog.Forwards, next, false, pageSize)
+		if err != nil && !errors.Is(err, eslog.ErrStreamNotFound) {
+			return err
+		}
+		if err := r.send(page.Events); err != nil {
+			return err
+		}
+		if page.Examined > 0 {
+			next = page.Last + 1
+		}
+		if !page.End {
+			continue
+		}
+		if !live {
+			live = true
+			if err := r.srv.Send(caughtUp); err != nil {
+				return err
+			}
+		}
+		if err := r.wait(page.Changed); err != nil {
+			return err
+		}
+	}
+}
+
+// subscribeAll follows $all from a position (exclusive), filtered, with a
+// checkpoint every window examined events when a filter is set and whenever
+// it catches up.
+func (r *reader) subscribeAll(o *streams.ReadReq_Options_AllOptions, filter *eslog.Filter, window uint64) error {
+	if err := r.confirm(); err != nil {
+		return err
+	}
+	from := eslog.AllFrom{}
+	switch {
+	case o.GetEnd() != nil:
+		from.Position = r.store.HeadPosition() + 1
+	case o.GetPosition() != nil:
+		from.Position = o.GetPosition().GetCommitPosition() + 1
+	}
+	live := false
+	var examined uint64
+	var last uint64
+	for {
+		page, err := r.store.ReadAll(eslog.Forwards, from, pageSize, 4*pageSize, filter)
+		if err != nil {
+			return err
+		}
+		if err := r.send(page.Events); err != nil {
+			return err
+		}
+		if page.Examined > 0 {
+			from.Position = page.Last + 1
+			last = page.Last
+			examined += uint64(page.Examined)
+		}
+		if filter != nil && (examined >= window || (page.End && examined > 0)) {
+			examined = 0
+			if err := r.srv.Send(&streams.ReadResp{Content: &streams.ReadResp_Checkpoint_{Checkpoint: &streams.ReadResp_Checkpoint{
+				CommitPosition: last, PreparePosition: last,
+			}}}); err != nil {
+				return err
+			}
+		}
+		if !page.End {
+			continue
+		}
+		if !live {
+			live = true
+			if err := r.srv.Send(caughtUp); err != nil {
+				return err
+			}
+		}
+		if err := r.wait(page.Changed); err != nil {
+			return err
+		}
+	}
+}
