@@ -40,7 +40,9 @@ func proposed(id *shared.UUID, typ string, data []byte) *streams.AppendReq {
 	}}}
 }
 
-func goodID() *shared.UUID { return &shared.UUID{Value: &shared.UUID_String_{String_: uuid.NewString()}} }
+func goodID() *shared.UUID {
+	return &shared.UUID{Value: &shared.UUID_String_{String_: uuid.NewString()}}
+}
 
 func rawAppend(t *testing.T, c streams.StreamsClient, msgs ...*streams.AppendReq) error {
 	a, err := c.Append(ctx(t))

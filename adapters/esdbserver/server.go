@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net"
+	"runtime"
 	"time"
 
 	"github.com/EventStore/EventStore-Client-Go/v4/protos/serverfeatures"
@@ -94,6 +95,11 @@ func Start(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, store: store, lis: lis, done: make(chan error, 1)}
 	s.grpc = grpc.NewServer(
 		grpc.MaxRecvMsgSize(cfg.MaxEventSize+1<<20),
+		// Appends are short streams: reuse handler goroutines and receive
+		// buffers instead of making new ones for each call.
+		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
+		grpc.RecvBufferPool(grpc.NewSharedBufferPool()),
+		grpc.SharedWriteBuffer(true),
 		// The official client pings every 10 s, with or without calls in
 		// flight; the default enforcement would answer too_many_pings and
 		// drop idle subscriptions.

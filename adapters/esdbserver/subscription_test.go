@@ -108,7 +108,9 @@ func TestSubscribeToAllFilters(t *testing.T) {
 		{"stream prefix", &esdb.SubscriptionFilter{Type: esdb.StreamFilterType, Prefixes: []string{orders}},
 			func(e *esdb.RecordedEvent) bool { return strings.HasPrefix(e.StreamID, orders) }},
 		{"stream regex", &esdb.SubscriptionFilter{Type: esdb.StreamFilterType, Regex: "^payment" + run + "-[0-9]*7$"},
-			func(e *esdb.RecordedEvent) bool { return strings.HasPrefix(e.StreamID, payments) && strings.HasSuffix(e.StreamID, "7") }},
+			func(e *esdb.RecordedEvent) bool {
+				return strings.HasPrefix(e.StreamID, payments) && strings.HasSuffix(e.StreamID, "7")
+			}},
 		{"event type prefix", &esdb.SubscriptionFilter{Type: esdb.EventFilterType, Prefixes: []string{"PaymentTaken" + run}},
 			func(e *esdb.RecordedEvent) bool { return e.EventType == "PaymentTaken"+run }},
 		{"event type regex", &esdb.SubscriptionFilter{Type: esdb.EventFilterType, Regex: "^OrderPlaced" + run + "$"},

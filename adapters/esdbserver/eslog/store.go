@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -59,7 +60,21 @@ type Store struct {
 	once     sync.Once
 
 	failed error // set by the writer only
+
+	syncs  atomic.Uint64
+	writes atomic.Uint64
 }
+
+// Stats are counters of the store's work since it was opened.
+type Stats struct {
+	// Syncs counts group commits, each one write and one fsync.
+	Syncs uint64
+	// Writes counts the appends, deletes and tombstones they made durable.
+	Writes uint64
+}
+
+// Stats returns the store's counters.
+func (s *Store) Stats() Stats { return Stats{Syncs: s.syncs.Load(), Writes: s.writes.Load()} }
 
 type opKind int
 
@@ -421,6 +436,8 @@ func (s *Store) commit(b *batch) {
 			}
 		} else {
 			s.publish(b)
+			s.syncs.Add(1)
+			s.writes.Add(uint64(len(b.frames)))
 		}
 	}
 	for i, r := range b.reqs {

@@ -1,0 +1,51 @@
+// Command sagad runs the saga engine. With no subcommand it runs everything
+// in one process on embedded defaults; subcommands run one part on its own.
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `usage: sagad [command] [flags]
+
+commands:
+  (none)       run the whole system in one process on embedded defaults
+  eventstore   run only the embedded EventStoreDB-protocol server
+
+Run 'sagad COMMAND -h' for the flags of a command.
+`
+
+func main() {
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	slog.SetDefault(logger)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	args := os.Args[1:]
+	cmd := ""
+	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
+		cmd, args = args[0], args[1:]
+	}
+	var err error
+	switch cmd {
+	case "eventstore":
+		err = runEventStore(ctx, args, logger)
+	case "", "all":
+		err = runAll(ctx, args, logger)
+	case "help":
+		fmt.Print(usage)
+		return
+	default:
+		fmt.Fprintf(os.Stderr, "sagad: unknown command %q\n\n%s", cmd, usage)
+		os.Exit(2)
+	}
+	if err != nil {
+		logger.Error("sagad stopped", "err", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,135 @@
+package domain
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/cockroachdb/errors"
+)
+
+// ErrUnknownEventType is returned when decoding an event type this version
+// of saga does not know.
+var ErrUnknownEventType = errors.New("unknown event type")
+
+// Wire names of the task events. They are stored in the event store and must
+// never change; a Go type may be renamed, its wire name may not.
+const (
+	// TaskSubmittedType records an accepted order and the steps it will run.
+	TaskSubmittedType = "TaskSubmitted"
+	// StepDispatchedType records that an attempt of a step was sent to its agent.
+	StepDispatchedType = "StepDispatched"
+	// StepSucceededType records an agent's success reply for an attempt.
+	StepSucceededType = "StepSucceeded"
+	// StepFailedType records an agent's failure reply for an attempt.
+	StepFailedType = "StepFailed"
+	// TaskProcessedType records that every step succeeded.
+	TaskProcessedType = "TaskProcessed"
+	// TaskFailedType records that the task stopped in Error.
+	TaskFailedType = "TaskFailed"
+)
+
+// Event is a task event.
+type Event interface {
+	// EventType returns the event's wire name.
+	EventType() string
+}
+
+// TaskSubmitted records an accepted order. It snapshots the workflow's step
+// names, so a task folds the same even if the workflow changes later.
+type TaskSubmitted struct {
+	TaskID      string          `json:"taskId"`
+	Workflow    string          `json:"workflow"`
+	Steps       []string        `json:"steps"`
+	ReplyTo     string          `json:"replyTo,omitempty"`
+	Order       json.RawMessage `json:"order"`
+	SubmittedAt time.Time       `json:"submittedAt"`
+}
+
+// StepDispatched records that an attempt was sent to an agent, which must
+// answer before CompleteBy.
+type StepDispatched struct {
+	TaskID         string    `json:"taskId"`
+	Step           string    `json:"step"`
+	Agent          string    `json:"agent"`
+	Attempt        int       `json:"attempt"`
+	CompleteBy     time.Time `json:"completeBy"`
+	LockedBy       string    `json:"lockedBy"`
+	IdempotencyKey string    `json:"idempotencyKey"`
+	DispatchedAt   time.Time `json:"dispatchedAt"`
+}
+
+// StepSucceeded records an agent's success for an attempt.
+type StepSucceeded struct {
+	TaskID  string          `json:"taskId"`
+	Step    string          `json:"step"`
+	Attempt int             `json:"attempt"`
+	Result  json.RawMessage `json:"result,omitempty"`
+	At      time.Time       `json:"at"`
+}
+
+// StepFailed records an agent's failure for an attempt.
+type StepFailed struct {
+	TaskID  string      `json:"taskId"`
+	Step    string      `json:"step"`
+	Attempt int         `json:"attempt"`
+	Failure FailureKind `json:"failure"`
+	Reason  string      `json:"reason"`
+	At      time.Time   `json:"at"`
+}
+
+// TaskProcessed records that every step succeeded.
+type TaskProcessed struct {
+	TaskID string    `json:"taskId"`
+	At     time.Time `json:"at"`
+}
+
+// TaskFailed records that the task stopped in Error.
+type TaskFailed struct {
+	TaskID string    `json:"taskId"`
+	Step   string    `json:"step,omitempty"`
+	Reason string    `json:"reason"`
+	At     time.Time `json:"at"`
+}
+
+// EventType implementations.
+func (TaskSubmitted) EventType() string  { return TaskSubmittedType }
+func (StepDispatched) EventType() string { return StepDispatchedType }
+func (StepSucceeded) EventType() string  { return StepSucceededType }
+func (StepFailed) EventType() string     { return StepFailedType }
+func (TaskProcessed) EventType() string  { return TaskProcessedType }
+func (TaskFailed) EventType() string     { return TaskFailedType }
+
+// DecodeEvent decodes a stored event by its wire name.
+func DecodeEvent(eventType string, data []byte) (Event, error) {
+	var e Event
+	var err error
+	switch eventType {
+	case TaskSubmittedType:
+		e, err = decodeAs[TaskSubmitted](data)
+	case StepDispatchedType:
+		e, err = decodeAs[StepDispatched](data)
+	case StepSucceededType:
+		e, err = decodeAs[StepSucceeded](data)
+	case StepFailedType:
+		e, err = decodeAs[StepFailed](data)
+	case TaskProcessedType:
+		e, err = decodeAs[TaskProcessed](data)
+	case TaskFailedType:
+		e, err = decodeAs[TaskFailed](data)
+	default:
+		return nil, errors.Wrapf(ErrUnknownEventType, "%q", eventType)
+	}
+	return e, errors.Wrapf(err, "decode %s", eventType)
+}
+
+func decodeAs[T Event](data []byte) (Event, error) {
+	var v T
+	err := json.Unmarshal(data, &v)
+	return v, err
+}
+
+// EncodeEvent encodes an event for the store.
+func EncodeEvent(e Event) ([]byte, error) {
+	b, err := json.Marshal(e)
+	return b, errors.Wrapf(err, "encode %s", e.EventType())
+}

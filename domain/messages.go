@@ -1,0 +1,205 @@
+package domain
+
+import (
+	"bytes"
+	"encoding/json"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/cockroachdb/errors"
+)
+
+// ErrInvalidMessage is returned for a message from outside (an order, a
+// reply, a command) that cannot be accepted; the wrapped text says why.
+var ErrInvalidMessage = errors.New("invalid message")
+
+// Topic and agent naming.
+const (
+	// CommandTopicPrefix starts the command topic of every agent.
+	CommandTopicPrefix = "saga.cmd."
+	// RepliesTopic carries every agent's replies to the scheduler.
+	RepliesTopic = "saga.replies"
+	// StatusTopic carries status messages of every task.
+	StatusTopic = "saga.status"
+	// DeadLetterTopic keeps input that could not be processed, with the reason.
+	DeadLetterTopic = "saga.deadletter"
+	// AlertsTopic carries alerts for operators.
+	AlertsTopic = "saga.alerts"
+	// OrdersTopic is the default input topic of orders.
+	OrdersTopic = "orders"
+)
+
+// CommandTopic names the topic an agent consumes.
+func CommandTopic(agent string) string { return CommandTopicPrefix + agent }
+
+// maxIDLength bounds order ids, which become stream names and Kafka keys.
+const maxIDLength = 200
+
+var (
+	idPattern    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:@-]*$`)
+	topicPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,249}$`)
+)
+
+// OrderPlaced is the message that starts a task. Its JSON body must carry
+// orderId; workflow defaults to DefaultWorkflow; replyTo names a topic that
+// receives the task's status messages. The whole body is kept as the order.
+type OrderPlaced struct {
+	OrderID  string `json:"orderId"`
+	Workflow string `json:"workflow,omitempty"`
+	ReplyTo  string `json:"replyTo,omitempty"`
+	// Raw is the whole message body.
+	Raw json.RawMessage `json:"-"`
+}
+
+func invalidf(format string, args ...any) error {
+	return errors.Wrapf(ErrInvalidMessage, format, args...)
+}
+
+// ParseOrder decodes and validates an order message body.
+func ParseOrder(body []byte, maxSize int) (OrderPlaced, error) {
+	var o OrderPlaced
+	if maxSize > 0 && len(body) > maxSize {
+		return o, invalidf("order is %d bytes, over the limit of %d", len(body), maxSize)
+	}
+	trimmed := bytes.TrimSpace(body)
+	if len(trimmed) == 0 || trimmed[0] != '{' {
+		return o, invalidf("order is not a JSON object")
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(trimmed, &fields); err != nil {
+		return o, invalidf("order is not valid JSON: %v", err)
+	}
+	if err := stringField(fields, "orderId", &o.OrderID); err != nil {
+		return o, err
+	}
+	if err := stringField(fields, "workflow", &o.Workflow); err != nil {
+		return o, err
+	}
+	if err := stringField(fields, "replyTo", &o.ReplyTo); err != nil {
+		return o, err
+	}
+	switch {
+	case o.OrderID == "":
+		return o, invalidf("order has no orderId")
+	case len(o.OrderID) > maxIDLength || !idPattern.MatchString(o.OrderID):
+		return o, invalidf("orderId %q must be 1 to %d letters, digits or ._:@- and start with a letter or digit", truncate(o.OrderID), maxIDLength)
+	case o.ReplyTo != "" && !topicPattern.MatchString(o.ReplyTo):
+		return o, invalidf("replyTo %q is not a valid topic name", truncate(o.ReplyTo))
+	}
+	if o.Workflow == "" {
+		o.Workflow = DefaultWorkflow
+	}
+	o.Raw = json.RawMessage(trimmed)
+	return o, nil
+}
+
+func stringField(fields map[string]json.RawMessage, name string, into *string) error {
+	raw, ok := fields[name]
+	if !ok || string(raw) == "null" {
+		return nil
+	}
+	if err := json.Unmarshal(raw, into); err != nil {
+		return invalidf("%s must be a string", name)
+	}
+	return nil
+}
+
+func truncate(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
+}
+
+// Actions an agent is asked to carry out.
+const (
+	ActionExecute    = "execute"
+	ActionCompensate = "compensate"
+)
+
+// ExecuteStep is the command an agent receives on its command topic. The
+// agent must finish before CompleteBy and send IdempotencyKey to the remote
+// service; after CompleteBy it must not reply.
+type ExecuteStep struct {
+	TaskID         string          `json:"taskId"`
+	Workflow       string          `json:"workflow"`
+	Step           string          `json:"step"`
+	Agent          string          `json:"agent"`
+	Action         string          `json:"action"`
+	Attempt        int             `json:"attempt"`
+	CompleteBy     time.Time       `json:"completeBy"`
+	IdempotencyKey string          `json:"idempotencyKey"`
+	Order          json.RawMessage `json:"order,omitempty"`
+}
+
+// ParseExecuteStep decodes and validates a command.
+func ParseExecuteStep(body []byte) (ExecuteStep, error) {
+	var c ExecuteStep
+	if err := strictDecode(body, &c); err != nil {
+		return c, invalidf("command: %v", err)
+	}
+	switch {
+	case c.TaskID == "" || c.Step == "" || c.IdempotencyKey == "":
+		return c, invalidf("command lacks taskId, step or idempotencyKey")
+	case c.Attempt < 1:
+		return c, invalidf("command attempt %d is not positive", c.Attempt)
+	case c.CompleteBy.IsZero():
+		return c, invalidf("command has no completeBy")
+	case c.Action != ActionExecute && c.Action != ActionCompensate:
+		return c, invalidf("command action %q is neither %s nor %s", c.Action, ActionExecute, ActionCompensate)
+	}
+	return c, nil
+}
+
+// Reply outcomes.
+const (
+	OutcomeSucceeded = "succeeded"
+	OutcomeFailed    = "failed"
+)
+
+// StepReply is an agent's answer to a command, sent to RepliesTopic.
+type StepReply struct {
+	TaskID  string          `json:"taskId"`
+	Step    string          `json:"step"`
+	Action  string          `json:"action"`
+	Attempt int             `json:"attempt"`
+	Outcome string          `json:"outcome"`
+	Failure FailureKind     `json:"failure,omitempty"`
+	Reason  string          `json:"reason,omitempty"`
+	Agent   string          `json:"agent,omitempty"`
+	Result  json.RawMessage `json:"result,omitempty"`
+}
+
+// ParseStepReply decodes and validates a reply.
+func ParseStepReply(body []byte) (StepReply, error) {
+	var r StepReply
+	if err := strictDecode(body, &r); err != nil {
+		return r, invalidf("reply: %v", err)
+	}
+	switch {
+	case r.TaskID == "" || r.Step == "":
+		return r, invalidf("reply lacks taskId or step")
+	case r.Attempt < 1:
+		return r, invalidf("reply attempt %d is not positive", r.Attempt)
+	case r.Outcome != OutcomeSucceeded && r.Outcome != OutcomeFailed:
+		return r, invalidf("reply outcome %q is neither %s nor %s", r.Outcome, OutcomeSucceeded, OutcomeFailed)
+	case r.Outcome == OutcomeFailed && r.Failure != FailureTransient && r.Failure != FailurePermanent:
+		return r, invalidf("failed reply must say failure %s or %s", FailureTransient, FailurePermanent)
+	}
+	if r.Action == "" {
+		r.Action = ActionExecute
+	}
+	return r, nil
+}
+
+func strictDecode(body []byte, into any) error {
+	trimmed := bytes.TrimSpace(body)
+	if len(trimmed) == 0 || trimmed[0] != '{' {
+		return errors.New("not a JSON object")
+	}
+	if err := json.Unmarshal(trimmed, into); err != nil {
+		return errors.Newf("not valid JSON: %s", strings.TrimPrefix(err.Error(), "json: "))
+	}
+	return nil
+}
