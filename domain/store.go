@@ -103,3 +103,26 @@ func (e ExpectedRevision) IsNoStream() bool { return e.kind == expectNoStream }
 
 // Revision returns the exact revision expected, if there is one.
 func (e ExpectedRevision) Revision() (uint64, bool) { return e.revision, e.kind == expectRevision }
+
+// SubscriptionItem is one delivery of a subscription: an event, or the news
+// that the subscription has caught up with the live end of the store. A
+// subscription that reconnects may report caught-up again.
+type SubscriptionItem struct {
+	Event    *RecordedEvent
+	CaughtUp bool
+}
+
+// SubscribeFrom says where a subscription to all events starts.
+type SubscribeFrom struct {
+	position uint64
+	after    bool
+}
+
+// FromStart subscribes from the first event.
+func FromStart() SubscribeFrom { return SubscribeFrom{} }
+
+// AfterPosition subscribes to the events after position p (a checkpoint).
+func AfterPosition(p uint64) SubscribeFrom { return SubscribeFrom{position: p, after: true} }
+
+// After returns the checkpoint position, if there is one.
+func (f SubscribeFrom) After() (uint64, bool) { return f.position, f.after }

@@ -74,6 +74,9 @@ type Server struct {
 	grpc  *grpc.Server
 	lis   net.Listener
 	done  chan error
+	// closing ends subscriptions, which never end by themselves, so that a
+	// graceful stop does not wait for them.
+	closing chan struct{}
 }
 
 // Start opens the store and starts serving. The listener is bound before
@@ -92,7 +95,7 @@ func Start(cfg Config) (*Server, error) {
 		_ = store.Close()
 		return nil, errors.Wrapf(err, "listen on %s", cfg.Listen)
 	}
-	s := &Server{cfg: cfg, store: store, lis: lis, done: make(chan error, 1)}
+	s := &Server{cfg: cfg, store: store, lis: lis, done: make(chan error, 1), closing: make(chan struct{})}
 	s.grpc = grpc.NewServer(
 		grpc.MaxRecvMsgSize(cfg.MaxEventSize+1<<20),
 		// Appends are short streams: reuse handler goroutines and receive
@@ -105,7 +108,7 @@ func Start(cfg Config) (*Server, error) {
 		// drop idle subscriptions.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	)
-	streams.RegisterStreamsServer(s.grpc, &streamsService{store: store, cfg: &s.cfg})
+	streams.RegisterStreamsServer(s.grpc, &streamsService{store: store, cfg: &s.cfg, closing: s.closing})
 	serverfeatures.RegisterServerFeaturesServer(s.grpc, featuresService{})
 	go func() { s.done <- s.grpc.Serve(lis) }()
 	cfg.Logger.Info("event store listening", "addr", lis.Addr().String(), "data", cfg.DataDir)
@@ -118,15 +121,16 @@ func (s *Server) Addr() string { return s.lis.Addr().String() }
 // Store gives in-process access to the storage engine.
 func (s *Server) Store() *eslog.Store { return s.store }
 
-// Close stops accepting calls, ends open subscriptions after a grace period,
-// waits for writes in flight and closes the store.
+// Close stops accepting calls, ends open subscriptions (clients see
+// Unavailable and resubscribe), waits for calls in flight and closes the
+// store.
 func (s *Server) Close() error {
+	close(s.closing)
 	stopped := make(chan struct{})
 	go func() { s.grpc.GracefulStop(); close(stopped) }()
 	select {
 	case <-stopped:
 	case <-time.After(2 * time.Second):
-		// Subscriptions never end by themselves.
 		s.grpc.Stop()
 		<-stopped
 	}

@@ -8,6 +8,8 @@ import (
 	"github.com/EventStore/EventStore-Client-Go/v4/protos/streams"
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/sagaengine/saga/adapters/esdbserver/eslog"
 )
@@ -21,8 +23,9 @@ const defaultCheckpointWindow = 32
 
 type streamsService struct {
 	streams.UnimplementedStreamsServer
-	store *eslog.Store
-	cfg   *Config
+	store   *eslog.Store
+	cfg     *Config
+	closing <-chan struct{}
 }
 
 // Append reads the options and every proposed event before writing, so a
@@ -160,7 +163,7 @@ func (s *streamsService) Read(req *streams.ReadReq, srv streams.Streams_ReadServ
 	if opts == nil {
 		return invalid("read carries no options")
 	}
-	r := &reader{store: s.store, srv: srv, uuidAsString: opts.GetUuidOption().GetString_() != nil}
+	r := &reader{store: s.store, srv: srv, closing: s.closing, uuidAsString: opts.GetUuidOption().GetString_() != nil}
 	backwards := opts.GetReadDirection() == streams.ReadReq_Options_Backwards
 	filter, err := toFilter(opts.GetFilter())
 	if err != nil {
@@ -203,6 +206,7 @@ func (s *streamsService) Read(req *streams.ReadReq, srv streams.Streams_ReadServ
 
 type reader struct {
 	store        *eslog.Store
+	closing      <-chan struct{}
 	srv          streams.Streams_ReadServer
 	uuidAsString bool
 }
@@ -302,6 +306,8 @@ func (r *reader) wait(changed <-chan struct{}) error {
 		return nil
 	case <-r.srv.Context().Done():
 		return r.srv.Context().Err()
+	case <-r.closing:
+		return status.Error(codes.Unavailable, "server shutting down")
 	}
 }
 

@@ -312,7 +312,7 @@ func (s *Store) prepare(b *batch, r *request) {
 
 func (s *Store) decide(b *batch, r *request) (WriteResult, error) {
 	if s.failed != nil {
-		return WriteResult{}, errors.Mark(errors.Wrap(s.failed, "earlier disk write failed"), ErrWriteFailed)
+		return WriteResult{}, errors.Wrapf(ErrWriteFailed, "earlier: %v", s.failed)
 	}
 	p := s.view(b, r.stream)
 	if p.tombstoned {
@@ -431,7 +431,7 @@ func (s *Store) commit(b *batch) {
 			s.failed = err
 			for i := range b.results {
 				if b.results[i].err == nil {
-					b.results[i] = response{err: errors.Mark(err, ErrWriteFailed)}
+					b.results[i] = response{err: errors.Wrapf(ErrWriteFailed, "%v", err)}
 				}
 			}
 		} else {

@@ -1,0 +1,265 @@
+// Package eventstore is saga's event-store adapter: it stores and reads task
+// events in EventStoreDB, KurrentDB or saga's embedded server through the
+// official EventStoreDB client, mapping the client's types and errors to the
+// domain's.
+//
+// Event data is JSON; every event's custom metadata is the JSON of
+// domain.EventMetadata (correlation id, causation id, actor, trace context).
+package eventstore
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"github.com/EventStore/EventStore-Client-Go/v4/esdb"
+	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
+
+	"github.com/sagaengine/saga/domain"
+)
+
+// Store is the event-store adapter. It is safe for concurrent use.
+type Store struct {
+	client *esdb.Client
+	logger *slog.Logger
+}
+
+// Dial connects to the event store at url, e.g. esdb://127.0.0.1:2113?tls=false.
+// The client connects lazily, on the first call.
+func Dial(url string, logger *slog.Logger) (*Store, error) {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	conf, err := esdb.ParseConnectionString(url)
+	if err != nil {
+		return nil, errors.Wrapf(err, "event store address %q", url)
+	}
+	conf.Logger = func(level esdb.LogLevel, format string, args ...any) {
+		// The client logs every dropped subscription and transient error at
+		// error level; the adapter reports what matters itself.
+		logger.Debug("eventstore client: "+format, append([]any{"level", level}, args...)...)
+	}
+	client, err := esdb.NewClient(conf)
+	if err != nil {
+		return nil, errors.Wrap(err, "create event store client")
+	}
+	return &Store{client: client, logger: logger}, nil
+}
+
+// Close closes the connection.
+func (s *Store) Close() error { return s.client.Close() }
+
+// Append appends events to stream if expected holds and returns the
+// revision of the last event. A conflict is domain.ErrConcurrencyConflict.
+// Transient failures are retried with the same event ids, which the store
+// recognises, so a retry never writes twice.
+func (s *Store) Append(ctx context.Context, stream string, expected domain.ExpectedRevision, events ...domain.NewEvent) (uint64, error) {
+	data := make([]esdb.EventData, len(events))
+	for i, e := range events {
+		meta, err := json.Marshal(e.Metadata)
+		if err != nil {
+			return 0, errors.Wrap(err, "encode event metadata")
+		}
+		id, err := eventID(stream, expected, i, e)
+		if err != nil {
+			return 0, err
+		}
+		data[i] = esdb.EventData{EventID: id, EventType: e.Type, ContentType: esdb.ContentTypeJson, Data: e.Data, Metadata: meta}
+	}
+	opts := esdb.AppendToStreamOptions{ExpectedRevision: toExpected(expected)}
+	var res *esdb.WriteResult
+	err := retry(ctx, func() error {
+		var err error
+		res, err = s.client.AppendToStream(ctx, stream, opts, data...)
+		return err
+	})
+	if err != nil {
+		if codeOf(err) == esdb.ErrorCodeWrongExpectedVersion {
+			return 0, errors.Wrapf(domain.ErrConcurrencyConflict, "append to %s: %v", stream, err)
+		}
+		return 0, errors.Wrapf(err, "append to %s", stream)
+	}
+	return res.NextExpectedVersion, nil
+}
+
+// eventID returns the event's id, deriving one when the caller gave none:
+// for an exact expected revision the id is a hash of stream, revision and
+// content, so an identical decision retried (by this or another instance) is
+// idempotent, while a different decision at the same revision conflicts.
+func eventID(stream string, expected domain.ExpectedRevision, i int, e domain.NewEvent) (uuid.UUID, error) {
+	if e.ID != "" {
+		id, err := uuid.Parse(e.ID)
+		return id, errors.Wrapf(err, "event id %q", e.ID)
+	}
+	var slot uint64
+	switch rev, ok := expected.Revision(); {
+	case ok:
+		slot = rev + 1 + uint64(i)
+	case expected.IsNoStream():
+		slot = uint64(i)
+	default:
+		return uuid.New(), nil
+	}
+	h := sha256.New()
+	h.Write([]byte(stream))
+	h.Write(binary.BigEndian.AppendUint64(nil, slot))
+	h.Write([]byte(e.Type))
+	h.Write(e.Data)
+	var id uuid.UUID
+	copy(id[:], h.Sum(nil))
+	id[6], id[8] = id[6]&0x0f|0x50, id[8]&0x3f|0x80 // version 5 layout, RFC 4122 variant
+	return id, nil
+}
+
+func toExpected(e domain.ExpectedRevision) esdb.ExpectedRevision {
+	if rev, ok := e.Revision(); ok {
+		return esdb.Revision(rev)
+	}
+	if e.IsNoStream() {
+		return esdb.NoStream{}
+	}
+	return esdb.Any{}
+}
+
+// ReadStream reads every event of stream in order; a stream that does not
+// exist reads as no events.
+func (s *Store) ReadStream(ctx context.Context, stream string) ([]domain.RecordedEvent, error) {
+	var out []domain.RecordedEvent
+	err := retry(ctx, func() error {
+		out = out[:0]
+		rs, err := s.client.ReadStream(ctx, stream, esdb.ReadStreamOptions{From: esdb.Start{}}, math.MaxUint64)
+		if err != nil {
+			return err
+		}
+		defer rs.Close()
+		for {
+			ev, err := rs.Recv()
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			out = append(out, fromRecorded(ev.Event))
+		}
+	})
+	if codeOf(err) == esdb.ErrorCodeResourceNotFound {
+		return nil, nil
+	}
+	return out, errors.Wrapf(err, "read %s", stream)
+}
+
+// SubscribeAll delivers, in order, every event whose stream name starts with
+// streamPrefix, from the given place, then live, until ctx ends or handle
+// returns an error. If the connection drops it resubscribes after the last
+// event delivered, so handle sees no gap and no repeat.
+func (s *Store) SubscribeAll(ctx context.Context, from domain.SubscribeFrom, streamPrefix string, handle func(domain.SubscriptionItem) error) error {
+	after, hasAfter := from.After()
+	backoff := 50 * time.Millisecond
+	for {
+		opts := esdb.SubscribeToAllOptions{From: esdb.Start{}}
+		if hasAfter {
+			opts.From = esdb.Position{Commit: after, Prepare: after}
+		}
+		if streamPrefix != "" {
+			opts.Filter = &esdb.SubscriptionFilter{Type: esdb.StreamFilterType, Prefixes: []string{streamPrefix}}
+		}
+		sub, err := s.client.SubscribeToAll(ctx, opts)
+		if err == nil {
+			backoff = 50 * time.Millisecond
+			err = s.follow(sub, handle, &after, &hasAfter)
+			_ = sub.Close()
+			var handlerErr handlerError
+			if errors.As(err, &handlerErr) {
+				return handlerErr.err
+			}
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		s.logger.Warn("event store subscription dropped; resubscribing", "err", err, "in", backoff)
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+type handlerError struct{ err error }
+
+func (h handlerError) Error() string { return h.err.Error() }
+
+func (s *Store) follow(sub *esdb.Subscription, handle func(domain.SubscriptionItem) error, after *uint64, hasAfter *bool) error {
+	for {
+		ev := sub.Recv()
+		switch {
+		case ev.SubscriptionDropped != nil:
+			return errors.Wrap(ev.SubscriptionDropped.Error, "subscription dropped")
+		case ev.EventAppeared != nil:
+			rec := fromRecorded(ev.EventAppeared.Event)
+			if err := handle(domain.SubscriptionItem{Event: &rec}); err != nil {
+				return handlerError{err}
+			}
+			*after, *hasAfter = rec.Position, true
+		case ev.CaughtUp != nil:
+			if err := handle(domain.SubscriptionItem{CaughtUp: true}); err != nil {
+				return handlerError{err}
+			}
+		}
+	}
+}
+
+func fromRecorded(e *esdb.RecordedEvent) domain.RecordedEvent {
+	var meta domain.EventMetadata
+	_ = json.Unmarshal(e.UserMetadata, &meta) // foreign events may carry none
+	return domain.RecordedEvent{
+		ID: e.EventID.String(), Stream: e.StreamID, Type: e.EventType, Data: e.Data, Metadata: meta,
+		Revision: e.EventNumber, Position: e.Position.Commit, Recorded: e.CreatedDate,
+	}
+}
+
+func codeOf(err error) esdb.ErrorCode {
+	var e *esdb.Error
+	if errors.As(err, &e) {
+		return e.Code()
+	}
+	return -1
+}
+
+// retryable decides, in one place, which event-store errors are worth
+// retrying: the connection is down or the server is restarting.
+func retryable(err error) bool {
+	switch codeOf(err) {
+	case esdb.ErrorUnavailable, esdb.ErrorCodeDeadlineExceeded, esdb.ErrorCodeNotLeader:
+		return true
+	}
+	return false
+}
+
+// retry runs op until it succeeds, fails permanently or ctx ends, backing
+// off with jitter between tries.
+func retry(ctx context.Context, op func() error) error {
+	backoff := 20 * time.Millisecond
+	for {
+		err := op()
+		if err == nil || !retryable(err) || ctx.Err() != nil {
+			return err
+		}
+		wait := backoff/2 + rand.N(backoff/2+1)
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return errors.Wrap(err, "gave up: "+ctx.Err().Error())
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
