@@ -203,3 +203,16 @@ func strictDecode(body []byte, into any) error {
 	}
 	return nil
 }
+
+// CloudEvents types of the messages saga puts on Kafka (the ce_type header).
+// Like event wire names they are stable.
+const (
+	// OrderPlacedMessageType is the type a CloudEvents order may carry.
+	OrderPlacedMessageType = "saga.order.placed"
+	// ExecuteStepMessageType is the type of agent commands.
+	ExecuteStepMessageType = "saga.step.execute"
+	// StepReplyMessageType is the type of agent replies.
+	StepReplyMessageType = "saga.step.reply"
+	// DeadLetteredMessageType is the type of dead-letter records.
+	DeadLetteredMessageType = "saga.deadlettered"
+)

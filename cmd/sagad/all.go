@@ -2,11 +2,69 @@ package main
 
 import (
 	"context"
+	"flag"
 	"log/slog"
+	"os"
+	"strings"
 
-	"github.com/cockroachdb/errors"
+	"github.com/sagaengine/saga/adapters/demo"
+	"github.com/sagaengine/saga/adapters/kafka"
+	"github.com/sagaengine/saga/cmd/sagad/app"
 )
 
+// faultFlags collects repeated --fault AGENT=MODE[:RATE] flags.
+type faultFlags map[string]demo.Fault
+
+func (f faultFlags) String() string { return "" }
+
+func (f faultFlags) Set(spec string) error {
+	agent, fault, err := demo.ParseFault(spec)
+	if err != nil {
+		return err
+	}
+	f[agent] = fault
+	return nil
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
 func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
-	return errors.New("the all-in-one mode is not built yet; run 'sagad eventstore'")
+	fs := flag.NewFlagSet("sagad", flag.ContinueOnError)
+	data := fs.String("data", defaultDataDir(""), "directory of the embedded servers' data")
+	kafkaListen := fs.String("kafka-listen", kafka.DefaultListen, "address of the embedded Kafka broker")
+	esListen := fs.String("eventstore-listen", "127.0.0.1:2113", "address of the embedded event store")
+	httpListen := fs.String("http-listen", "127.0.0.1:8080", "address of the HTTP API")
+	brokers := fs.String("kafka-brokers", envOr("SAGA_KAFKA_BROKERS", ""), "use these Kafka brokers (comma-separated) and start no embedded broker [$SAGA_KAFKA_BROKERS]")
+	esURL := fs.String("eventstore", envOr("SAGA_EVENTSTORE", ""), "use this EventStoreDB (esdb://...) and start no embedded event store [$SAGA_EVENTSTORE]")
+	instance := fs.String("instance", envOr("SAGA_INSTANCE", ""), "name of this instance in events (default sagad@HOSTNAME) [$SAGA_INSTANCE]")
+	partitions := fs.Int("partitions", 4, "partitions of the topics saga creates")
+	demoAgents := fs.Bool("demo-agents", true, "run the demo remote services and their agents")
+	faults := faultFlags{}
+	fs.Var(faults, "fault", "inject a fault into a demo service: AGENT=MODE[:RATE], MODE transient, permanent or hang (repeatable)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	logger.Info("starting saga", "data", *data)
+	a, err := app.Start(app.Config{
+		DataDir: *data, KafkaBrokers: kafka.SplitBrokers(*brokers), KafkaListen: *kafkaListen,
+		EventStoreURL: strings.TrimSpace(*esURL), EventStoreListen: *esListen, HTTPListen: *httpListen,
+		Partitions: int32(*partitions), Instance: *instance, DemoAgents: *demoAgents, Faults: faults, Logger: logger,
+	})
+	if err != nil {
+		return err
+	}
+	logger.Info("saga is running", "kafka", strings.Join(a.KafkaBrokers, ","), "eventstore", a.EventStoreURL,
+		"api", "http://"+a.HTTPAddr+"/api/tasks")
+	select {
+	case <-ctx.Done():
+		logger.Info("shutting down")
+	case err = <-a.Failed():
+	}
+	a.Close()
+	return err
 }

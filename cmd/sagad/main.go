@@ -21,7 +21,7 @@ Run 'sagad COMMAND -h' for the flags of a command.
 `
 
 func main() {
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel(), ReplaceAttr: plainErrors}))
 	slog.SetDefault(logger)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -48,4 +48,22 @@ func main() {
 		logger.Error("sagad stopped", "err", err)
 		os.Exit(1)
 	}
+}
+
+// logLevel reads SAGA_LOG_LEVEL (debug, info, warn, error); default info.
+func logLevel() slog.Level {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(os.Getenv("SAGA_LOG_LEVEL"))); err != nil {
+		return slog.LevelInfo
+	}
+	return l
+}
+
+// plainErrors logs errors by their message: slog would otherwise print
+// cockroachdb errors with their stack traces.
+func plainErrors(_ []string, a slog.Attr) slog.Attr {
+	if err, ok := a.Value.Any().(error); ok {
+		return slog.String(a.Key, err.Error())
+	}
+	return a
 }

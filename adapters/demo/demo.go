@@ -1,0 +1,229 @@
+// Package demo provides the demo remote services of the order workflow
+// (inventory, payment, shipping) as small HTTP servers on loopback, and the
+// step handler with which demo agents call them.
+//
+// A service honours the Idempotency-Key header: a repeated key returns the
+// first answer and has no second effect. Faults can be injected per service:
+// transient (503), permanent (422) or hang (no answer until the caller gives
+// up), each at a rate.
+package demo
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/errors"
+
+	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/processes"
+)
+
+// FaultMode is the kind of failure a service injects.
+type FaultMode string
+
+// The fault modes.
+const (
+	FaultNone      FaultMode = ""
+	FaultTransient FaultMode = "transient"
+	FaultPermanent FaultMode = "permanent"
+	FaultHang      FaultMode = "hang"
+)
+
+// Fault is a failure injected into a share (Rate, 0 to 1) of calls.
+type Fault struct {
+	Mode FaultMode
+	Rate float64
+}
+
+// ParseFault parses AGENT=MODE[:RATE], e.g. payment=hang or
+// inventory=transient:0.2. The rate defaults to 1.
+func ParseFault(spec string) (agent string, f Fault, err error) {
+	agent, rest, ok := strings.Cut(spec, "=")
+	if !ok || agent == "" {
+		return "", f, errors.Newf("fault %q: want AGENT=MODE[:RATE]", spec)
+	}
+	mode, rateText, hasRate := strings.Cut(rest, ":")
+	f = Fault{Mode: FaultMode(mode), Rate: 1}
+	switch f.Mode {
+	case FaultTransient, FaultPermanent, FaultHang:
+	default:
+		return "", f, errors.Newf("fault %q: mode must be transient, permanent or hang", spec)
+	}
+	if hasRate {
+		if f.Rate, err = strconv.ParseFloat(rateText, 64); err != nil || f.Rate < 0 || f.Rate > 1 {
+			return "", f, errors.Newf("fault %q: rate must be a number from 0 to 1", spec)
+		}
+	}
+	return agent, f, nil
+}
+
+// Service is one demo remote service.
+type Service struct {
+	Name   string
+	Logger *slog.Logger
+	// Latency is added to every call that is not hung.
+	Latency time.Duration
+
+	mu      sync.Mutex
+	fault   Fault
+	answers map[string][]byte
+	effects map[string]int
+
+	calls atomic.Int64
+	srv   *http.Server
+	lis   net.Listener
+}
+
+// NewService returns a service with no faults.
+func NewService(name string, logger *slog.Logger) *Service {
+	return &Service{Name: name, Logger: logger, answers: map[string][]byte{}, effects: map[string]int{}}
+}
+
+// SetFault changes the injected fault; FaultNone removes it.
+func (s *Service) SetFault(f Fault) {
+	s.mu.Lock()
+	s.fault = f
+	s.mu.Unlock()
+}
+
+// Start serves on addr (port 0 picks one).
+func (s *Service) Start(addr string) error {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return errors.Wrapf(err, "demo service %s listen", s.Name)
+	}
+	s.lis = lis
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /{action}", s.serveAction)
+	mux.HandleFunc("GET /effects", s.serveEffects)
+	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = s.srv.Serve(lis) }()
+	return nil
+}
+
+// URL is the service's base URL.
+func (s *Service) URL() string { return "http://" + s.lis.Addr().String() }
+
+// Close stops the service, ending hung calls.
+func (s *Service) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := s.srv.Shutdown(ctx); err != nil {
+		return s.srv.Close()
+	}
+	return nil
+}
+
+// Effects returns how often each action/key took effect; a correct engine
+// never makes one take effect twice.
+func (s *Service) Effects() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]int, len(s.effects))
+	for k, v := range s.effects {
+		out[k] = v
+	}
+	return out
+}
+
+// Calls counts the requests the service received.
+func (s *Service) Calls() int64 { return s.calls.Load() }
+
+func (s *Service) serveEffects(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(s.Effects())
+}
+
+func (s *Service) serveAction(w http.ResponseWriter, r *http.Request) {
+	s.calls.Add(1)
+	action := r.PathValue("action")
+	key := r.Header.Get("Idempotency-Key")
+	if key == "" {
+		http.Error(w, "Idempotency-Key header is required", http.StatusBadRequest)
+		return
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, 1<<20))
+	s.mu.Lock()
+	fault := s.fault
+	s.mu.Unlock()
+	if fault.Mode != FaultNone && rand.Float64() < fault.Rate {
+		switch fault.Mode {
+		case FaultHang:
+			<-r.Context().Done()
+			return
+		case FaultPermanent:
+			http.Error(w, s.Name+" refuses "+action+" for good", http.StatusUnprocessableEntity)
+			return
+		default:
+			http.Error(w, s.Name+" is briefly unavailable", http.StatusServiceUnavailable)
+			return
+		}
+	}
+	if s.Latency > 0 {
+		select {
+		case <-time.After(s.Latency):
+		case <-r.Context().Done():
+			return
+		}
+	}
+	effectKey := action + "/" + key
+	s.mu.Lock()
+	answer, replayed := s.answers[effectKey]
+	if !replayed {
+		s.effects[effectKey]++
+		answer, _ = json.Marshal(map[string]any{"service": s.Name, "action": action, "key": key, "at": time.Now().UTC()})
+		s.answers[effectKey] = answer
+	}
+	s.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	if replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
+	_, _ = w.Write(answer)
+}
+
+// HTTPStep returns the step handler of a demo agent: it POSTs the order to
+// baseURL/<step> with the command's idempotency key. 4xx answers are
+// permanent failures; 5xx, timeouts and connection errors are transient.
+func HTTPStep(baseURL string, client *http.Client) processes.StepHandler {
+	return func(ctx context.Context, cmd domain.ExecuteStep) (json.RawMessage, error) {
+		action := cmd.Step
+		if cmd.Action == domain.ActionCompensate {
+			action = "compensate-" + cmd.Step
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, baseURL+"/"+action, strings.NewReader(string(cmd.Order)))
+		if err != nil {
+			return nil, processes.Permanent(err)
+		}
+		req.Header.Set("Idempotency-Key", cmd.IdempotencyKey)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		if err != nil {
+			return nil, errors.Wrapf(err, "call %s", action)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		switch {
+		case resp.StatusCode >= 200 && resp.StatusCode < 300:
+			if !json.Valid(body) {
+				return nil, nil
+			}
+			return body, nil
+		case resp.StatusCode >= 400 && resp.StatusCode < 500:
+			return nil, processes.Permanent(fmt.Errorf("%s answered %d: %s", action, resp.StatusCode, strings.TrimSpace(string(body))))
+		default:
+			return nil, fmt.Errorf("%s answered %d: %s", action, resp.StatusCode, strings.TrimSpace(string(body)))
+		}
+	}
+}

@@ -1,0 +1,98 @@
+package kafka
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+
+	"github.com/cockroachdb/errors"
+	"github.com/twmb/franz-go/pkg/kfake"
+)
+
+// DefaultListen is Kafka's default address, on loopback.
+const DefaultListen = "127.0.0.1:9092"
+
+// BrokerConfig configures the embedded broker.
+type BrokerConfig struct {
+	// Listen is host:port to serve the Kafka protocol on; port 0 picks one.
+	Listen string
+	// DataDir keeps topics, records and group offsets across restarts.
+	DataDir string
+	// Partitions of each topic created, including auto-created ones.
+	Partitions int32
+	// Topics are created at start if missing.
+	Topics []string
+	Logger *slog.Logger
+}
+
+// Broker is a running embedded Kafka-protocol broker.
+type Broker struct {
+	cluster *kfake.Cluster
+}
+
+// StartBroker starts the embedded broker. Every produced batch is fsynced
+// before it is acknowledged, so an acknowledged order survives kill -9.
+func StartBroker(cfg BrokerConfig) (*Broker, error) {
+	if cfg.Listen == "" {
+		cfg.Listen = DefaultListen
+	}
+	if cfg.Partitions <= 0 {
+		cfg.Partitions = 4
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	host, portText, err := net.SplitHostPort(cfg.Listen)
+	if err != nil {
+		return nil, errors.Wrapf(err, "kafka listen address %q", cfg.Listen)
+	}
+	port, err := strconv.Atoi(portText)
+	if err != nil {
+		return nil, errors.Wrapf(err, "kafka listen port %q", portText)
+	}
+	opts := []kfake.Opt{
+		kfake.Ports(port),
+		// kfake binds 127.0.0.1; bind the configured host instead.
+		kfake.ListenFn(func(network, address string) (net.Listener, error) {
+			_, p, _ := net.SplitHostPort(address)
+			return net.Listen(network, net.JoinHostPort(host, p))
+		}),
+		kfake.AllowAutoTopicCreation(),
+		kfake.DefaultNumPartitions(int(cfg.Partitions)),
+		kfake.WithLogger(slogLogger{cfg.Logger}),
+	}
+	if cfg.DataDir != "" {
+		opts = append(opts, kfake.DataDir(cfg.DataDir), kfake.SyncWrites())
+	}
+	if len(cfg.Topics) > 0 {
+		opts = append(opts, kfake.SeedTopics(cfg.Partitions, cfg.Topics...))
+	}
+	cluster, err := kfake.NewCluster(opts...)
+	if err != nil {
+		return nil, errors.Wrapf(err, "start embedded kafka on %s", cfg.Listen)
+	}
+	b := &Broker{cluster: cluster}
+	cfg.Logger.Info("kafka listening", "addr", b.Addrs()[0], "data", cfg.DataDir)
+	return b, nil
+}
+
+// Addrs are the broker's addresses, to use as seed brokers.
+func (b *Broker) Addrs() []string { return b.cluster.ListenAddrs() }
+
+// Close stops the broker and saves its state.
+func (b *Broker) Close() { b.cluster.Close() }
+
+type slogLogger struct{ l *slog.Logger }
+
+func (s slogLogger) Logf(level kfake.LogLevel, msg string, args ...any) {
+	text := fmt.Sprintf(msg, args...)
+	switch level {
+	case kfake.LogLevelError:
+		s.l.Error("kafka broker: " + text)
+	case kfake.LogLevelWarn:
+		s.l.Warn("kafka broker: " + text)
+	default:
+		s.l.Debug("kafka broker: " + text)
+	}
+}

@@ -1,0 +1,111 @@
+package kafka
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"time"
+
+	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/processes"
+)
+
+// CloudEvents Kafka binding (binary mode) header names, and saga's own.
+const (
+	HeaderSpecVersion = "ce_specversion"
+	HeaderID          = "ce_id"
+	HeaderSource      = "ce_source"
+	HeaderType        = "ce_type"
+	HeaderTime        = "ce_time"
+	HeaderSubject     = "ce_subject"
+	HeaderContentType = "content-type"
+	HeaderTraceParent = "traceparent"
+	// HeaderDeadLetterReason says why a record was dead-lettered.
+	HeaderDeadLetterReason = "saga_deadletter_reason"
+	// HeaderDeadLetterSource is topic/partition/offset of the original record.
+	HeaderDeadLetterSource = "saga_deadletter_source"
+)
+
+// Producer sends saga's messages. It implements the processes'
+// CommandSender, ReplySender and DeadLetters ports.
+type Producer struct {
+	client *kgo.Client
+	// source is the CloudEvents source of the messages, e.g. saga/scheduler-1.
+	source string
+	logger *slog.Logger
+}
+
+// NewProducer returns a producer writing as source.
+func NewProducer(client *kgo.Client, source string, logger *slog.Logger) *Producer {
+	return &Producer{client: client, source: source, logger: logger}
+}
+
+var (
+	_ processes.CommandSender = (*Producer)(nil)
+	_ processes.ReplySender   = (*Producer)(nil)
+	_ processes.DeadLetters   = (*Producer)(nil)
+)
+
+// Record builds a CloudEvents binary-mode record with a JSON body.
+func (p *Producer) Record(topic, key, ceType string, body []byte) *kgo.Record {
+	return &kgo.Record{Topic: topic, Key: []byte(key), Value: body, Headers: []kgo.RecordHeader{
+		{Key: HeaderSpecVersion, Value: []byte("1.0")},
+		{Key: HeaderID, Value: []byte(uuid.NewString())},
+		{Key: HeaderSource, Value: []byte(p.source)},
+		{Key: HeaderType, Value: []byte(ceType)},
+		{Key: HeaderTime, Value: []byte(time.Now().UTC().Format(time.RFC3339Nano))},
+		{Key: HeaderSubject, Value: []byte(key)},
+		{Key: HeaderContentType, Value: []byte("application/json")},
+	}}
+}
+
+// SendCommand produces cmd to its agent's topic without waiting: the
+// dispatch is already recorded, and a lost command is re-sent on restart or
+// retried once its CompleteBy passes.
+func (p *Producer) SendCommand(_ context.Context, cmd domain.ExecuteStep) error {
+	body, err := json.Marshal(cmd)
+	if err != nil {
+		return errors.Wrap(err, "encode command")
+	}
+	rec := p.Record(domain.CommandTopic(cmd.Agent), cmd.TaskID, domain.ExecuteStepMessageType, body)
+	p.client.Produce(context.Background(), rec, func(r *kgo.Record, err error) {
+		if err != nil {
+			p.logger.Error("produce command", "topic", r.Topic, "task", cmd.TaskID, "step", cmd.Step, "err", err.Error())
+		}
+	})
+	return nil
+}
+
+// SendReply produces a reply and waits until the broker has it.
+func (p *Producer) SendReply(ctx context.Context, reply domain.StepReply) error {
+	body, err := json.Marshal(reply)
+	if err != nil {
+		return errors.Wrap(err, "encode reply")
+	}
+	return p.produceSync(ctx, p.Record(domain.RepliesTopic, reply.TaskID, domain.StepReplyMessageType, body))
+}
+
+// DeadLetter copies msg, byte for byte with its headers, to the dead-letter
+// topic with the reason and its origin, and waits until the broker has it.
+func (p *Producer) DeadLetter(ctx context.Context, msg processes.Inbound, reason string) error {
+	rec := &kgo.Record{Topic: domain.DeadLetterTopic, Key: []byte(msg.Key), Value: msg.Value}
+	for k, v := range msg.Headers {
+		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: k, Value: []byte(v)})
+	}
+	rec.Headers = append(rec.Headers,
+		kgo.RecordHeader{Key: HeaderDeadLetterReason, Value: []byte(reason)},
+		kgo.RecordHeader{Key: HeaderDeadLetterSource, Value: []byte(msg.Source())},
+	)
+	return p.produceSync(ctx, rec)
+}
+
+// Publish produces a ready-made record and waits until the broker has it.
+func (p *Producer) Publish(ctx context.Context, rec *kgo.Record) error { return p.produceSync(ctx, rec) }
+
+func (p *Producer) produceSync(ctx context.Context, rec *kgo.Record) error {
+	return errors.Wrapf(p.client.ProduceSync(ctx, rec).FirstErr(), "produce to %s", rec.Topic)
+}

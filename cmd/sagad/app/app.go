@@ -1,0 +1,289 @@
+// Package app wires saga's adapters and processes into one running system.
+// sagad uses it for its all-in-one mode and the integration tests use it to
+// run the whole system in-process; nothing else wires adapters together.
+package app
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/errors"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sagaengine/saga/adapters/demo"
+	"github.com/sagaengine/saga/adapters/esdbserver"
+	"github.com/sagaengine/saga/adapters/eventstore"
+	"github.com/sagaengine/saga/adapters/httpapi"
+	"github.com/sagaengine/saga/adapters/kafka"
+	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/processes"
+	"github.com/sagaengine/saga/projections"
+)
+
+// Config says what to run and where. The zero value of a listen address
+// means the default port on loopback; port 0 picks a free one.
+type Config struct {
+	// DataDir holds the embedded servers' data (eventstore/, kafka/).
+	DataDir string
+	// KafkaBrokers, when set, uses that Kafka and starts no embedded broker.
+	KafkaBrokers []string
+	KafkaListen  string
+	// EventStoreURL, when set, uses that EventStoreDB and starts no
+	// embedded server.
+	EventStoreURL    string
+	EventStoreListen string
+	HTTPListen       string
+	// Partitions of the topics saga creates.
+	Partitions int32
+	// Instance names this process in events (actor, LockedBy).
+	Instance string
+	// DemoAgents runs the demo remote services and their agents.
+	DemoAgents bool
+	// Faults injects failures into demo services, by agent name.
+	Faults map[string]demo.Fault
+	// MaxOrderSize bounds an order message; default 1 MiB.
+	MaxOrderSize int
+	Logger       *slog.Logger
+	Clock        processes.Clock
+}
+
+// App is a running system.
+type App struct {
+	cfg    Config
+	logger *slog.Logger
+
+	KafkaBrokers  []string
+	EventStoreURL string
+	HTTPAddr      string
+
+	Catalog    domain.Catalog
+	Store      *eventstore.Store
+	Producer   *kafka.Producer
+	Tasks      *projections.Tasks
+	Scheduler  *processes.Scheduler
+	Submitter  *processes.Submitter
+	Services   map[string]*demo.Service
+	AgentProcs map[string]*processes.Agent
+
+	esServer *esdbserver.Server
+	broker   *kafka.Broker
+	client   *kgo.Client
+	http     *http.Server
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	errs   chan error
+	closed sync.Once
+}
+
+// Start starts every part and returns once all of them are serving.
+func Start(cfg Config) (*App, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	if cfg.Instance == "" {
+		host, _ := os.Hostname()
+		cfg.Instance = "sagad@" + host
+	}
+	if cfg.Partitions <= 0 {
+		cfg.Partitions = 4
+	}
+	catalog, err := domain.NewCatalog(domain.OrderWorkflow())
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	a := &App{cfg: cfg, logger: cfg.Logger, Catalog: catalog, cancel: cancel, errs: make(chan error, 16),
+		Services: map[string]*demo.Service{}, AgentProcs: map[string]*processes.Agent{}}
+	for _, start := range []func() error{a.startEventStore, func() error { return a.startKafka(ctx) }, func() error { return a.startProcesses(ctx) }} {
+		if err := start(); err != nil {
+			a.Close()
+			return nil, err
+		}
+	}
+	return a, nil
+}
+
+func listenOr(addr, def string) string {
+	if addr == "" {
+		return def
+	}
+	return addr
+}
+
+func (a *App) startEventStore() error {
+	a.EventStoreURL = a.cfg.EventStoreURL
+	if a.EventStoreURL == "" {
+		if a.cfg.DataDir == "" {
+			return errors.New("a data directory is required for the embedded event store")
+		}
+		srv, err := esdbserver.Start(esdbserver.Config{
+			Listen: listenOr(a.cfg.EventStoreListen, esdbserver.DefaultListen), DataDir: filepath.Join(a.cfg.DataDir, "eventstore"), Logger: a.logger,
+		})
+		if err != nil {
+			return err
+		}
+		a.esServer = srv
+		a.EventStoreURL = fmt.Sprintf("esdb://%s?tls=false", srv.Addr())
+	}
+	store, err := eventstore.Dial(a.EventStoreURL, a.logger)
+	if err != nil {
+		return err
+	}
+	a.Store = store
+	return nil
+}
+
+// Topics lists the topics saga creates at start.
+func (a *App) Topics() []string {
+	topics := []string{domain.OrdersTopic, domain.RepliesTopic, domain.StatusTopic, domain.DeadLetterTopic, domain.AlertsTopic}
+	for _, agent := range a.Catalog.Agents() {
+		topics = append(topics, domain.CommandTopic(agent))
+	}
+	return topics
+}
+
+func (a *App) startKafka(ctx context.Context) error {
+	a.KafkaBrokers = a.cfg.KafkaBrokers
+	if len(a.KafkaBrokers) == 0 {
+		if a.cfg.DataDir == "" {
+			return errors.New("a data directory is required for the embedded kafka")
+		}
+		broker, err := kafka.StartBroker(kafka.BrokerConfig{
+			Listen: listenOr(a.cfg.KafkaListen, kafka.DefaultListen), DataDir: filepath.Join(a.cfg.DataDir, "kafka"),
+			Partitions: a.cfg.Partitions, Topics: a.Topics(), Logger: a.logger,
+		})
+		if err != nil {
+			return err
+		}
+		a.broker = broker
+		a.KafkaBrokers = broker.Addrs()
+	}
+	client, err := kafka.NewClient(a.KafkaBrokers)
+	if err != nil {
+		return err
+	}
+	a.client = client
+	topicCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := kafka.EnsureTopics(topicCtx, client, a.cfg.Partitions, a.Topics()...); err != nil {
+		return err
+	}
+	a.Producer = kafka.NewProducer(client, "saga/"+a.cfg.Instance, a.logger)
+	return nil
+}
+
+func (a *App) startProcesses(ctx context.Context) error {
+	a.Tasks = projections.NewTasks(a.logger)
+	a.Scheduler = &processes.Scheduler{Store: a.Store, Commands: a.Producer, DeadLetters: a.Producer, Catalog: a.Catalog,
+		Actor: "scheduler/" + a.cfg.Instance, Clock: a.cfg.Clock, Logger: a.logger}
+	a.Submitter = &processes.Submitter{Store: a.Store, DeadLetters: a.Producer, Catalog: a.Catalog,
+		Actor: "submitter/" + a.cfg.Instance, Clock: a.cfg.Clock, Logger: a.logger, MaxOrderSize: a.cfg.MaxOrderSize}
+
+	a.run("task projection", func() error { return a.Tasks.Run(ctx, a.Store) })
+	a.run("scheduler", func() error { return a.Scheduler.Run(ctx) })
+	a.consume(ctx, "saga-scheduler", []string{domain.RepliesTopic}, a.Scheduler.HandleReply)
+	a.consume(ctx, "saga-submitter", []string{domain.OrdersTopic}, a.Submitter.HandleOrder)
+
+	if a.cfg.DemoAgents {
+		if err := a.startDemoAgents(ctx); err != nil {
+			return err
+		}
+	}
+	lis, err := net.Listen("tcp", listenOr(a.cfg.HTTPListen, httpapi.DefaultListen))
+	if err != nil {
+		return errors.Wrap(err, "http api listen")
+	}
+	a.HTTPAddr = lis.Addr().String()
+	a.http = &http.Server{Handler: httpapi.Handler(a.Tasks), ReadHeaderTimeout: 5 * time.Second}
+	a.run("http api", func() error {
+		if err := a.http.Serve(lis); !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	})
+	a.logger.Info("http api listening", "addr", a.HTTPAddr)
+	return nil
+}
+
+func (a *App) startDemoAgents(ctx context.Context) error {
+	httpClient := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
+	for _, agentName := range a.Catalog.Agents() {
+		svc := demo.NewService(agentName, a.logger)
+		if f, ok := a.cfg.Faults[agentName]; ok {
+			svc.SetFault(f)
+			a.logger.Warn("fault injected", "agent", agentName, "mode", f.Mode, "rate", f.Rate)
+		}
+		if err := svc.Start("127.0.0.1:0"); err != nil {
+			return err
+		}
+		a.Services[agentName] = svc
+		agent := &processes.Agent{Name: agentName, Handler: demo.HTTPStep(svc.URL(), httpClient), Replies: a.Producer,
+			DeadLetters: a.Producer, Clock: a.cfg.Clock, Logger: a.logger}
+		a.AgentProcs[agentName] = agent
+		a.consume(ctx, "saga-agent-"+agentName, []string{domain.CommandTopic(agentName)}, agent.HandleCommand)
+	}
+	return nil
+}
+
+func (a *App) consume(ctx context.Context, group string, topics []string, h kafka.Handler) {
+	cfg := kafka.ConsumerConfig{Brokers: a.KafkaBrokers, Group: group, Topics: topics, Logger: a.logger}
+	a.run(group, func() error { return kafka.Consume(ctx, cfg, h) })
+}
+
+func (a *App) run(name string, f func() error) {
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		if err := f(); err != nil {
+			a.logger.Error("component stopped", "component", name, "err", err.Error())
+			select {
+			case a.errs <- errors.Wrap(err, name):
+			default:
+			}
+		}
+	}()
+}
+
+// Failed delivers the first error of a component that stopped by itself.
+func (a *App) Failed() <-chan error { return a.errs }
+
+// Close stops every part, newest first, and waits for them.
+func (a *App) Close() {
+	a.closed.Do(func() {
+		a.cancel()
+		if a.http != nil {
+			shutdownCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_ = a.http.Shutdown(shutdownCtx)
+			cancel()
+		}
+		for _, svc := range a.Services {
+			_ = svc.Close()
+		}
+		a.wg.Wait()
+		if a.client != nil {
+			a.client.Close()
+		}
+		if a.Store != nil {
+			_ = a.Store.Close()
+		}
+		if a.broker != nil {
+			a.broker.Close()
+		}
+		if a.esServer != nil {
+			if err := a.esServer.Close(); err != nil {
+				a.logger.Error("close event store", "err", err.Error())
+			}
+		}
+	})
+}

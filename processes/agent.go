@@ -1,0 +1,125 @@
+package processes
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/errors"
+
+	"github.com/sagaengine/saga/domain"
+)
+
+// ErrPermanent marks a failure that retrying cannot fix: the remote service
+// refused the request for good. Wrap it with Permanent.
+var ErrPermanent = errors.New("permanent failure")
+
+// Permanent marks err as a failure retrying cannot fix.
+func Permanent(err error) error { return permanentError{err} }
+
+type permanentError struct{ err error }
+
+func (p permanentError) Error() string        { return p.err.Error() }
+func (p permanentError) Unwrap() error        { return p.err }
+func (p permanentError) Is(target error) bool { return target == ErrPermanent }
+
+// StepHandler carries out one command against a remote service. It must
+// send cmd.IdempotencyKey with the call, so that a repeated command has no
+// second effect, and stop when ctx ends (at the command's CompleteBy). It
+// returns Permanent(err) when retrying cannot help; any other error is
+// retried.
+type StepHandler func(ctx context.Context, cmd domain.ExecuteStep) (json.RawMessage, error)
+
+// Agent runs commands of one agent topic: each within its CompleteBy,
+// retrying transient failures with backoff and jitter, and replying to the
+// scheduler. An agent never replies once CompleteBy has passed; when retries
+// would run past it, it replies a transient failure while it still can, so
+// the scheduler may try again.
+type Agent struct {
+	Name        string
+	Handler     StepHandler
+	Replies     ReplySender
+	DeadLetters DeadLetters
+	Clock       Clock
+	Logger      *slog.Logger
+	// Backoff spaces retries; default DefaultBackoff.
+	Backoff Backoff
+
+	succeeded, failed, expired, retries atomic.Int64
+}
+
+// AgentStats counts what an agent did.
+type AgentStats struct {
+	Succeeded, Failed, Expired, Retries int64
+}
+
+// Stats returns the agent's counters.
+func (a *Agent) Stats() AgentStats {
+	return AgentStats{a.succeeded.Load(), a.failed.Load(), a.expired.Load(), a.retries.Load()}
+}
+
+// HandleCommand runs one command message. It returns an error only when the
+// message should be redelivered (the process is stopping, or a reply or
+// dead letter could not be written).
+func (a *Agent) HandleCommand(ctx context.Context, msg Inbound) error {
+	cmd, err := domain.ParseExecuteStep(msg.Value)
+	if err != nil {
+		a.Logger.Warn("command rejected to dead letters", "agent", a.Name, "source", msg.Source(), "reason", err.Error())
+		return errors.Wrap(a.DeadLetters.DeadLetter(ctx, msg, err.Error()), "dead-letter command")
+	}
+	if !a.Clock().Before(cmd.CompleteBy) {
+		a.expired.Add(1)
+		a.Logger.Info("command past its complete-by dropped", "agent", a.Name, "task", cmd.TaskID, "step", cmd.Step, "attempt", cmd.Attempt)
+		return nil
+	}
+	callCtx, cancel := context.WithDeadline(ctx, cmd.CompleteBy)
+	defer cancel()
+	backoff := a.Backoff
+	if backoff.Initial == 0 {
+		backoff = DefaultBackoff
+	}
+	// Keep back part of the budget to report a failure before CompleteBy.
+	reserve := min(max(cmd.CompleteBy.Sub(a.Clock())/10, 20*time.Millisecond), 500*time.Millisecond)
+	for try := 1; ; try++ {
+		result, err := a.Handler(callCtx, cmd)
+		switch {
+		case err == nil:
+			return a.reply(ctx, cmd, domain.StepReply{Outcome: domain.OutcomeSucceeded, Result: result})
+		case ctx.Err() != nil:
+			return ctx.Err() // stopping: the command is redelivered after restart
+		case errors.Is(err, ErrPermanent):
+			return a.reply(ctx, cmd, domain.StepReply{Outcome: domain.OutcomeFailed, Failure: domain.FailurePermanent, Reason: err.Error()})
+		}
+		wait := backoff.Wait(try)
+		if a.Clock().Add(wait).After(cmd.CompleteBy.Add(-reserve)) {
+			return a.reply(ctx, cmd, domain.StepReply{Outcome: domain.OutcomeFailed, Failure: domain.FailureTransient,
+				Reason: "gave up after " + itoa(int64(try)) + " tries: " + err.Error()})
+		}
+		a.retries.Add(1)
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (a *Agent) reply(ctx context.Context, cmd domain.ExecuteStep, r domain.StepReply) error {
+	if !a.Clock().Before(cmd.CompleteBy) {
+		a.expired.Add(1)
+		a.Logger.Info("complete-by passed; staying silent", "agent", a.Name, "task", cmd.TaskID, "step", cmd.Step, "attempt", cmd.Attempt)
+		return nil
+	}
+	r.TaskID, r.Step, r.Action, r.Attempt, r.Agent = cmd.TaskID, cmd.Step, cmd.Action, cmd.Attempt, a.Name
+	if err := a.Replies.SendReply(ctx, r); err != nil {
+		return errors.Wrapf(err, "reply for %s/%s attempt %d", cmd.TaskID, cmd.Step, cmd.Attempt)
+	}
+	if r.Outcome == domain.OutcomeSucceeded {
+		a.succeeded.Add(1)
+	} else {
+		a.failed.Add(1)
+	}
+	return nil
+}

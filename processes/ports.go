@@ -1,0 +1,54 @@
+package processes
+
+import (
+	"context"
+	"time"
+
+	"github.com/sagaengine/saga/domain"
+)
+
+// EventStore is what the processes need of the event store.
+type EventStore interface {
+	// Append appends events if expected holds, returning the revision of
+	// the last one; a conflict is domain.ErrConcurrencyConflict.
+	Append(ctx context.Context, stream string, expected domain.ExpectedRevision, events ...domain.NewEvent) (uint64, error)
+	// ReadStream reads every event of a stream; a missing stream is empty.
+	ReadStream(ctx context.Context, stream string) ([]domain.RecordedEvent, error)
+	// SubscribeAll delivers events of streams starting with streamPrefix in
+	// order, then live, until ctx ends or handle fails.
+	SubscribeAll(ctx context.Context, from domain.SubscribeFrom, streamPrefix string, handle func(domain.SubscriptionItem) error) error
+}
+
+// Inbound is a message from a topic, as a handler sees it.
+type Inbound struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+	Key       string
+	Value     []byte
+	Headers   map[string]string
+}
+
+// Source names where a message came from, for causation ids and logs.
+func (m Inbound) Source() string {
+	return m.Topic + "/" + itoa(int64(m.Partition)) + "/" + itoa(m.Offset)
+}
+
+// CommandSender delivers commands to agents.
+type CommandSender interface {
+	SendCommand(ctx context.Context, cmd domain.ExecuteStep) error
+}
+
+// ReplySender delivers agents' replies to the scheduler.
+type ReplySender interface {
+	SendReply(ctx context.Context, reply domain.StepReply) error
+}
+
+// DeadLetters keeps messages that cannot be processed, with the reason, so
+// nothing is lost.
+type DeadLetters interface {
+	DeadLetter(ctx context.Context, msg Inbound, reason string) error
+}
+
+// Clock tells the time; tests control it.
+type Clock func() time.Time

@@ -1,0 +1,402 @@
+package processes
+
+import (
+	"context"
+	"hash/fnv"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cockroachdb/errors"
+
+	"github.com/sagaengine/saga/domain"
+)
+
+// Scheduler is the process manager that drives tasks through their steps.
+//
+// It follows every task stream from the start of the store. While it catches
+// up it only folds events; once caught up it decides for every unfinished
+// task and re-sends the commands of attempts still in flight (agents are
+// idempotent), so a restart finishes what was started. Live, it decides after
+// every event and every agent reply.
+//
+// Each task belongs to one of a fixed set of shards, a goroutine that alone
+// owns the task's state, so decisions for one task never race while
+// different tasks progress concurrently. Every append carries the revision
+// the decision was made on: if another writer got there first, the shard
+// re-reads the stream and decides again. A command is produced only after
+// the StepDispatched that records it is stored.
+type Scheduler struct {
+	Store       EventStore
+	Commands    CommandSender
+	DeadLetters DeadLetters
+	Catalog     domain.Catalog
+	// Actor names this instance; it is the LockedBy of its dispatches.
+	Actor  string
+	Clock  Clock
+	Logger *slog.Logger
+	// Shards is how many tasks may be decided at once. Default 64.
+	Shards int
+
+	init   sync.Once
+	shards []*shard
+	ready  chan struct{}
+	// liveShards counts the shards that have caught up.
+	liveShards atomic.Int64
+
+	dispatched, staleReplies, rejectedReplies, conflicts atomic.Int64
+}
+
+// SchedulerStats counts what the scheduler did.
+type SchedulerStats struct {
+	Dispatched      int64
+	StaleReplies    int64
+	RejectedReplies int64
+	Conflicts       int64
+}
+
+// Stats returns the scheduler's counters.
+func (s *Scheduler) Stats() SchedulerStats {
+	return SchedulerStats{s.dispatched.Load(), s.staleReplies.Load(), s.rejectedReplies.Load(), s.conflicts.Load()}
+}
+
+// maxDone bounds how many finished tasks a shard remembers to skip their
+// last events cheaply; past it, it forgets them and would re-read instead.
+const maxDone = 50_000
+
+type shard struct {
+	s     *Scheduler
+	inbox chan job
+	tasks map[string]*domain.Task
+	// done remembers the final revision of tasks that reached a terminal
+	// state, which are no longer kept in tasks.
+	done map[string]int64
+	live bool
+}
+
+type job struct {
+	event    *domain.RecordedEvent
+	caughtUp bool
+	reply    *domain.StepReply
+	source   string
+	done     chan error
+}
+
+func (s *Scheduler) setup() {
+	s.init.Do(func() {
+		n := s.Shards
+		if n <= 0 {
+			n = 64
+		}
+		s.ready = make(chan struct{})
+		for i := 0; i < n; i++ {
+			s.shards = append(s.shards, &shard{s: s, inbox: make(chan job, 256), tasks: map[string]*domain.Task{}, done: map[string]int64{}})
+		}
+	})
+}
+
+// Ready is closed once the scheduler has caught up with the store.
+func (s *Scheduler) Ready() <-chan struct{} {
+	s.setup()
+	return s.ready
+}
+
+// Run follows the store and decides until ctx ends.
+func (s *Scheduler) Run(ctx context.Context) error {
+	s.setup()
+	var wg sync.WaitGroup
+	for _, sh := range s.shards {
+		wg.Add(1)
+		go func(sh *shard) {
+			defer wg.Done()
+			sh.run(ctx)
+		}(sh)
+	}
+	defer wg.Wait()
+	err := s.Store.SubscribeAll(ctx, domain.FromStart(), domain.TaskStreamPrefix, func(it domain.SubscriptionItem) error {
+		if it.CaughtUp {
+			for _, sh := range s.shards {
+				if err := s.enqueue(ctx, sh, job{caughtUp: true}); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		id, ok := domain.TaskIDFromStream(it.Event.Stream)
+		if !ok {
+			return nil
+		}
+		return s.enqueue(ctx, s.shardOf(id), job{event: it.Event})
+	})
+	if ctx.Err() != nil {
+		return nil
+	}
+	return errors.Wrap(err, "scheduler subscription")
+}
+
+func (s *Scheduler) enqueue(ctx context.Context, sh *shard, j job) error {
+	select {
+	case sh.inbox <- j:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *Scheduler) shardOf(taskID string) *shard {
+	h := fnv.New32a()
+	h.Write([]byte(taskID))
+	return s.shards[h.Sum32()%uint32(len(s.shards))]
+}
+
+// HandleReply records an agent's reply. Replies for attempts no longer in
+// flight are counted and ignored; replies that name no task or step of the
+// task are dead-lettered. It returns an error only when the reply could not
+// be processed and should be retried.
+func (s *Scheduler) HandleReply(ctx context.Context, msg Inbound) error {
+	s.setup()
+	reply, err := domain.ParseStepReply(msg.Value)
+	if err != nil {
+		s.rejectedReplies.Add(1)
+		s.Logger.Warn("reply rejected to dead letters", "source", msg.Source(), "reason", err.Error())
+		return errors.Wrap(s.DeadLetters.DeadLetter(ctx, msg, err.Error()), "dead-letter reply")
+	}
+	done := make(chan error, 1)
+	if err := s.enqueue(ctx, s.shardOf(reply.TaskID), job{reply: &reply, source: msg.Source(), done: done}); err != nil {
+		return err
+	}
+	select {
+	case err := <-done:
+		if errors.Is(err, domain.ErrTaskNotFound) || errors.Is(err, domain.ErrUnknownStep) {
+			s.rejectedReplies.Add(1)
+			s.Logger.Warn("reply rejected to dead letters", "source", msg.Source(), "reason", err.Error())
+			return errors.Wrap(s.DeadLetters.DeadLetter(ctx, msg, err.Error()), "dead-letter reply")
+		}
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (sh *shard) run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case j := <-sh.inbox:
+			switch {
+			case j.caughtUp:
+				sh.goLive(ctx)
+			case j.event != nil:
+				sh.onEvent(ctx, j.event)
+			case j.reply != nil:
+				j.done <- sh.onReply(ctx, *j.reply, j.source)
+			}
+		}
+	}
+}
+
+func (sh *shard) decision() domain.Decision {
+	return domain.Decision{Now: sh.s.Clock(), Actor: sh.s.Actor}
+}
+
+// goLive happens once the shard has seen every stored event: it decides
+// for every unfinished task and re-sends the commands still in flight.
+func (sh *shard) goLive(ctx context.Context) {
+	if sh.live {
+		return
+	}
+	sh.live = true
+	for _, t := range sh.tasks {
+		sh.resend(ctx, t)
+		sh.advance(ctx, t, "resume")
+	}
+	if sh.s.liveShards.Add(1) == int64(len(sh.s.shards)) {
+		close(sh.s.ready)
+	}
+}
+
+// resend produces again the command of every attempt in flight.
+func (sh *shard) resend(ctx context.Context, t *domain.Task) {
+	now := sh.s.Clock()
+	for _, st := range t.Steps {
+		if st.State == domain.StepProcessing && st.CompleteBy != nil && st.CompleteBy.After(now) {
+			sh.send(ctx, t, st)
+		}
+	}
+}
+
+func (sh *shard) onEvent(ctx context.Context, e *domain.RecordedEvent) {
+	id, _ := domain.TaskIDFromStream(e.Stream)
+	if rev, ok := sh.done[id]; ok && int64(e.Revision) <= rev {
+		return
+	}
+	t := sh.tasks[id]
+	if t == nil {
+		t = domain.NewTask(id)
+	}
+	switch rev := int64(e.Revision); {
+	case rev <= t.Revision:
+		return // this shard appended it and applied it already
+	case rev == t.Revision+1:
+		ev, err := domain.DecodeEvent(e.Type, e.Data)
+		if err != nil {
+			sh.s.Logger.Error("task event cannot be folded; reloading the task", "task", id, "revision", e.Revision, "err", err.Error())
+			if t, err = sh.load(ctx, id); err != nil {
+				return
+			}
+		} else {
+			t.Apply(ev)
+		}
+	default:
+		var err error
+		if t, err = sh.load(ctx, id); err != nil {
+			return
+		}
+	}
+	if !sh.keep(t) || !sh.live {
+		return
+	}
+	sh.advance(ctx, t, e.ID)
+}
+
+// keep stores t in the shard, or forgets it once it is terminal; it reports
+// whether the task still needs decisions.
+func (sh *shard) keep(t *domain.Task) bool {
+	if t.State.Terminal() {
+		delete(sh.tasks, t.ID)
+		if len(sh.done) >= maxDone {
+			clear(sh.done)
+		}
+		sh.done[t.ID] = t.Revision
+		return false
+	}
+	sh.tasks[t.ID] = t
+	return true
+}
+
+// load reads a task's whole stream and folds it.
+func (sh *shard) load(ctx context.Context, id string) (*domain.Task, error) {
+	recorded, err := sh.s.Store.ReadStream(ctx, domain.TaskStream(id))
+	if err != nil {
+		sh.s.Logger.Error("read task stream", "task", id, "err", err.Error())
+		return nil, err
+	}
+	t := domain.NewTask(id)
+	for _, r := range recorded {
+		ev, err := domain.DecodeEvent(r.Type, r.Data)
+		if err != nil {
+			// An event this version cannot read: keep the revision in step
+			// so appends still carry the right expectation.
+			sh.s.Logger.Error("task event cannot be folded", "task", id, "revision", r.Revision, "err", err.Error())
+			t.Revision++
+			continue
+		}
+		t.Apply(ev)
+	}
+	delete(sh.done, id)
+	sh.keep(t)
+	return t, nil
+}
+
+// maxConflicts bounds how often one trigger is re-decided after conflicts.
+const maxConflicts = 10
+
+// advance decides what the task needs next and records it.
+func (sh *shard) advance(ctx context.Context, t *domain.Task, causation string) {
+	for i := 0; i < maxConflicts; i++ {
+		var events []domain.Event
+		if wf, err := sh.s.Catalog.Lookup(t.Workflow); err != nil {
+			events = []domain.Event{domain.TaskFailed{TaskID: t.ID, Reason: err.Error(), At: sh.s.Clock()}}
+		} else {
+			events = t.Next(wf, sh.decision())
+		}
+		if len(events) == 0 {
+			return
+		}
+		err := sh.commit(ctx, t, events, causation)
+		if !errors.Is(err, domain.ErrConcurrencyConflict) {
+			return
+		}
+		if t, err = sh.load(ctx, t.ID); err != nil || t.State.Terminal() {
+			return
+		}
+	}
+}
+
+func (sh *shard) onReply(ctx context.Context, r domain.StepReply, source string) error {
+	for i := 0; i < maxConflicts; i++ {
+		t := sh.tasks[r.TaskID]
+		if t == nil {
+			var err error
+			if t, err = sh.load(ctx, r.TaskID); err != nil {
+				return err
+			}
+		}
+		wf, err := sh.s.Catalog.Lookup(t.Workflow)
+		if err != nil && t.Exists() {
+			return errors.Wrapf(err, "task %s", t.ID)
+		}
+		events, err := t.RecordReply(wf, r, sh.decision())
+		if errors.Is(err, domain.ErrStaleReply) {
+			sh.s.staleReplies.Add(1)
+			sh.s.Logger.Debug("stale reply ignored", "source", source, "reason", err.Error())
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		err = sh.commit(ctx, t, events, source)
+		if !errors.Is(err, domain.ErrConcurrencyConflict) {
+			return err
+		}
+		delete(sh.tasks, r.TaskID) // re-read on the next round
+	}
+	return errors.Newf("task %s: gave up after %d conflicting decisions", r.TaskID, maxConflicts)
+}
+
+// commit appends the decided events on the revision they were decided on,
+// folds them into the task and then carries out their effects.
+func (sh *shard) commit(ctx context.Context, t *domain.Task, events []domain.Event, causation string) error {
+	batch := make([]domain.NewEvent, len(events))
+	for i, e := range events {
+		data, err := domain.EncodeEvent(e)
+		if err != nil {
+			return err
+		}
+		batch[i] = domain.NewEvent{Type: e.EventType(), Data: data,
+			Metadata: domain.EventMetadata{CorrelationID: t.ID, CausationID: causation, Actor: sh.s.Actor}}
+	}
+	if _, err := sh.s.Store.Append(ctx, domain.TaskStream(t.ID), domain.ExpectAfter(t.Revision), batch...); err != nil {
+		if errors.Is(err, domain.ErrConcurrencyConflict) {
+			sh.s.conflicts.Add(1)
+		} else {
+			sh.s.Logger.Error("append task events", "task", t.ID, "err", err.Error())
+		}
+		return err
+	}
+	for _, e := range events {
+		t.Apply(e)
+	}
+	for _, e := range events {
+		if d, ok := e.(domain.StepDispatched); ok {
+			sh.send(ctx, t, t.Step(d.Step))
+		}
+	}
+	sh.keep(t)
+	return nil
+}
+
+func (sh *shard) send(ctx context.Context, t *domain.Task, st *domain.Step) {
+	cmd := domain.ExecuteStep{
+		TaskID: t.ID, Workflow: t.Workflow, Step: st.Name, Agent: st.Agent, Action: domain.ActionExecute,
+		Attempt: st.Attempt, CompleteBy: *st.CompleteBy, IdempotencyKey: st.IdempotencyKey, Order: t.Order,
+	}
+	if err := sh.s.Commands.SendCommand(ctx, cmd); err != nil {
+		// The dispatch is recorded; a restart re-sends it and the
+		// supervisor retries it once CompleteBy passes.
+		sh.s.Logger.Error("send command", "task", t.ID, "step", st.Name, "attempt", st.Attempt, "err", err.Error())
+		return
+	}
+	sh.s.dispatched.Add(1)
+}
