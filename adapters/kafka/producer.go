@@ -104,7 +104,9 @@ func (p *Producer) DeadLetter(ctx context.Context, msg processes.Inbound, reason
 }
 
 // Publish produces a ready-made record and waits until the broker has it.
-func (p *Producer) Publish(ctx context.Context, rec *kgo.Record) error { return p.produceSync(ctx, rec) }
+func (p *Producer) Publish(ctx context.Context, rec *kgo.Record) error {
+	return p.produceSync(ctx, rec)
+}
 
 func (p *Producer) produceSync(ctx context.Context, rec *kgo.Record) error {
 	return errors.Wrapf(p.client.ProduceSync(ctx, rec).FirstErr(), "produce to %s", rec.Topic)
