@@ -41,6 +41,9 @@ type Producer struct {
 
 // NewProducer returns a producer writing as source.
 func NewProducer(client *kgo.Client, source string, logger *slog.Logger) *Producer {
+	if logger == nil {
+		logger = slog.Default()
+	}
 	return &Producer{client: client, source: source, logger: logger}
 }
 

@@ -48,6 +48,8 @@ type Config struct {
 	DemoAgents bool
 	// Faults injects failures into demo services, by agent name.
 	Faults map[string]demo.Fault
+	// Workflows to run; default the demo order workflow.
+	Workflows []*domain.Workflow
 	// MaxOrderSize bounds an order message; default 1 MiB.
 	MaxOrderSize int
 	Logger       *slog.Logger
@@ -98,7 +100,10 @@ func Start(cfg Config) (*App, error) {
 	if cfg.Partitions <= 0 {
 		cfg.Partitions = 4
 	}
-	catalog, err := domain.NewCatalog(domain.OrderWorkflow())
+	if len(cfg.Workflows) == 0 {
+		cfg.Workflows = []*domain.Workflow{domain.OrderWorkflow()}
+	}
+	catalog, err := domain.NewCatalog(cfg.Workflows...)
 	if err != nil {
 		return nil, err
 	}
