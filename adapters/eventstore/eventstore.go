@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/EventStore/EventStore-Client-Go/v4/esdb"
@@ -27,8 +28,12 @@ import (
 
 // Store is the event-store adapter. It is safe for concurrent use.
 type Store struct {
-	client *esdb.Client
+	conf   *esdb.Configuration
 	logger *slog.Logger
+
+	mu     sync.Mutex
+	client *esdb.Client
+	closed bool
 }
 
 // Dial connects to the event store at url, e.g. esdb://127.0.0.1:2113?tls=false.
@@ -50,11 +55,42 @@ func Dial(url string, logger *slog.Logger) (*Store, error) {
 	if err != nil {
 		return nil, errors.Wrap(err, "create event store client")
 	}
-	return &Store{client: client, logger: logger}, nil
+	return &Store{conf: conf, client: client, logger: logger}, nil
 }
 
 // Close closes the connection.
-func (s *Store) Close() error { return s.client.Close() }
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	return s.client.Close()
+}
+
+// current returns the client in use.
+func (s *Store) current() *esdb.Client {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.client
+}
+
+// replace swaps a client that closed itself for a new one. The official
+// client closes for good when it cannot reach the server at first (for
+// example while the server is still starting); the adapter outlives that.
+func (s *Store) replace(old *esdb.Client) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.client != old {
+		return
+	}
+	client, err := esdb.NewClient(s.conf)
+	if err != nil {
+		s.logger.Error("recreate event store client", "err", err.Error())
+		return
+	}
+	_ = old.Close()
+	s.client = client
+	s.logger.Info("event store client reconnecting")
+}
 
 // Append appends events to stream if expected holds and returns the
 // revision of the last event. A conflict is domain.ErrConcurrencyConflict.
@@ -75,9 +111,9 @@ func (s *Store) Append(ctx context.Context, stream string, expected domain.Expec
 	}
 	opts := esdb.AppendToStreamOptions{ExpectedRevision: toExpected(expected)}
 	var res *esdb.WriteResult
-	err := retry(ctx, func() error {
+	err := s.retry(ctx, func(c *esdb.Client) error {
 		var err error
-		res, err = s.client.AppendToStream(ctx, stream, opts, data...)
+		res, err = c.AppendToStream(ctx, stream, opts, data...)
 		return err
 	})
 	if err != nil {
@@ -132,9 +168,9 @@ func toExpected(e domain.ExpectedRevision) esdb.ExpectedRevision {
 // exist reads as no events.
 func (s *Store) ReadStream(ctx context.Context, stream string) ([]domain.RecordedEvent, error) {
 	var out []domain.RecordedEvent
-	err := retry(ctx, func() error {
+	err := s.retry(ctx, func(c *esdb.Client) error {
 		out = out[:0]
-		rs, err := s.client.ReadStream(ctx, stream, esdb.ReadStreamOptions{From: esdb.Start{}}, math.MaxUint64)
+		rs, err := c.ReadStream(ctx, stream, esdb.ReadStreamOptions{From: esdb.Start{}}, math.MaxUint64)
 		if err != nil {
 			return err
 		}
@@ -171,7 +207,11 @@ func (s *Store) SubscribeAll(ctx context.Context, from domain.SubscribeFrom, str
 		if streamPrefix != "" {
 			opts.Filter = &esdb.SubscriptionFilter{Type: esdb.StreamFilterType, Prefixes: []string{streamPrefix}}
 		}
-		sub, err := s.client.SubscribeToAll(ctx, opts)
+		client := s.current()
+		sub, err := client.SubscribeToAll(ctx, opts)
+		if codeOf(err) == esdb.ErrorCodeConnectionClosed {
+			s.replace(client)
+		}
 		if err == nil {
 			backoff = 50 * time.Millisecond
 			err = s.follow(sub, handle, &after, &hasAfter)
@@ -236,10 +276,11 @@ func codeOf(err error) esdb.ErrorCode {
 }
 
 // retryable decides, in one place, which event-store errors are worth
-// retrying: the connection is down or the server is restarting.
+// retrying: the connection is down, the client gave up connecting, or the
+// server is restarting.
 func retryable(err error) bool {
 	switch codeOf(err) {
-	case esdb.ErrorUnavailable, esdb.ErrorCodeDeadlineExceeded, esdb.ErrorCodeNotLeader:
+	case esdb.ErrorUnavailable, esdb.ErrorCodeDeadlineExceeded, esdb.ErrorCodeNotLeader, esdb.ErrorCodeConnectionClosed:
 		return true
 	}
 	return false
@@ -247,10 +288,14 @@ func retryable(err error) bool {
 
 // retry runs op until it succeeds, fails permanently or ctx ends, backing
 // off with jitter between tries.
-func retry(ctx context.Context, op func() error) error {
+func (s *Store) retry(ctx context.Context, op func(*esdb.Client) error) error {
 	backoff := 20 * time.Millisecond
 	for {
-		err := op()
+		client := s.current()
+		err := op(client)
+		if codeOf(err) == esdb.ErrorCodeConnectionClosed {
+			s.replace(client)
+		}
 		if err == nil || !retryable(err) || ctx.Err() != nil {
 			return err
 		}

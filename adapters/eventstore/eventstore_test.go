@@ -3,6 +3,7 @@ package eventstore_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"testing"
 	"time"
@@ -177,4 +178,34 @@ func TestSubscriptionSurvivesServerRestart(t *testing.T) {
 		t.Fatalf("unexpected repeat %v", dup)
 	default:
 	}
+}
+
+func TestAdapterWaitsForAServerThatStartsLate(t *testing.T) {
+	if os.Getenv("SAGA_TEST_EVENTSTORE") != "" {
+		t.Skip("starts the embedded server")
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := lis.Addr().String()
+	require.NoError(t, lis.Close())
+	s, err := eventstore.Dial(fmt.Sprintf("esdb://%s?tls=false", addr), nil)
+	require.NoError(t, err)
+	defer s.Close()
+
+	appended := make(chan error, 1)
+	go func() {
+		_, err := s.Append(ctx(t), "task-late", domain.ExpectNoStream(), newEvent("E", `{}`))
+		appended <- err
+	}()
+	// The first append fails its discovery and the client closes itself;
+	// the adapter must come back once the server is there.
+	select {
+	case err := <-appended:
+		t.Fatalf("append returned before the server existed: %v", err)
+	case <-time.After(1500 * time.Millisecond): // longer than the client's 10 discovery tries
+	}
+	srv, err := esdbserver.Start(esdbserver.Config{Listen: addr, DataDir: t.TempDir()})
+	require.NoError(t, err)
+	defer srv.Close()
+	require.NoError(t, <-appended)
 }
