@@ -171,5 +171,3 @@ func show(ctx context.Context, u string) error {
 	_, err = os.Stdout.Write(body)
 	return err
 }
-
-

@@ -1,0 +1,58 @@
+package integration_test
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const module = "github.com/sagaengine/saga/"
+
+// goList runs go list at the module root with a format over the packages of
+// a layer.
+func goList(t *testing.T, format, layer string, deps bool) []string {
+	args := []string{"list", "-f", format}
+	if deps {
+		args = append(args, "-deps")
+	}
+	cmd := exec.Command("go", append(args, "./"+layer+"/...")...)
+	cmd.Dir = ".." // the module root
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, string(out))
+	return strings.Fields(string(out))
+}
+
+func violates(dep string, forbidden []string) bool {
+	for _, f := range forbidden {
+		if dep == f || strings.HasPrefix(dep, f+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// TestImportsPointOneWay keeps the layering: domain <- projections,
+// processes <- adapters <- cmd, integration. Inner layers reach no Kafka,
+// EventStoreDB or gRPC code even indirectly, and do no HTTP themselves.
+func TestImportsPointOneWay(t *testing.T) {
+	infrastructure := []string{"github.com/twmb/franz-go", "github.com/EventStore/EventStore-Client-Go", "google.golang.org/grpc"}
+	inner := map[string][]string{
+		"domain":      {module + "projections", module + "processes", module + "adapters", module + "cmd"},
+		"projections": {module + "processes", module + "adapters", module + "cmd"},
+		"processes":   {module + "projections", module + "adapters", module + "cmd"},
+	}
+	for layer, forbidden := range inner {
+		for _, dep := range goList(t, "{{.ImportPath}}", layer, true) {
+			assert.False(t, violates(dep, append(forbidden, infrastructure...)), "%s depends on %s", layer, dep)
+		}
+		for _, imp := range goList(t, `{{join .Imports " "}}`, layer, false) {
+			assert.False(t, violates(imp, []string{"net/http"}), "%s imports %s", layer, imp)
+		}
+	}
+	for _, dep := range goList(t, "{{.ImportPath}}", "adapters", true) {
+		assert.False(t, violates(dep, []string{module + "cmd", module + "integration"}), "adapters depend on %s", dep)
+	}
+}
