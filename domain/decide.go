@@ -8,27 +8,45 @@ import (
 )
 
 // ErrStaleReply is returned for a reply that does not answer the attempt in
-// flight: a late reply after a retry, a reply for a finished step or task, or
-// a duplicate. It changes nothing and is counted, not treated as a fault.
+// flight: a late reply after a timeout or retry, a reply for a finished step
+// or task, or a duplicate. It changes nothing and is counted, not treated as
+// a fault.
 var ErrStaleReply = errors.New("stale reply")
 
-// ErrUnknownStep is returned for a reply naming a step the task does not have.
+// ErrUnknownStep is returned for a reply or operation naming a step the
+// task does not have.
 var ErrUnknownStep = errors.New("unknown step")
 
 // ErrTaskNotFound is returned when a trigger names a task never submitted.
 var ErrTaskNotFound = errors.New("task not found")
 
-// Decision carries what a decision needs besides the task: the time and the
-// instance deciding.
+// ErrNotInFlight is returned when a timeout is decided for an attempt that
+// is no longer in flight: it was answered, or already timed out.
+var ErrNotInFlight = errors.New("attempt not in flight")
+
+// ErrNotDue is returned when a timeout is decided before CompleteBy.
+var ErrNotDue = errors.New("complete-by not reached")
+
+// ErrNotAllowed is returned for an operator action the task's state does
+// not allow, such as retrying a task that is not in Error.
+var ErrNotAllowed = errors.New("not allowed in the task's state")
+
+// Decision carries what a decision needs besides the task.
 type Decision struct {
 	Now time.Time
 	// Actor is the deciding instance; it becomes the LockedBy of dispatches.
 	Actor string
+	// Random is a number in [0, 1) that sets the backoff jitter, so that
+	// decisions stay pure.
+	Random float64
 }
 
 // IdempotencyKey is the key an agent passes to its remote service for a
 // step of a task. It is the same for every attempt.
 func IdempotencyKey(taskID, step string) string { return taskID + "/" + step }
+
+// CompensationKey is the idempotency key of a step's compensation.
+func CompensationKey(taskID, step string) string { return taskID + "/" + step + "/compensation" }
 
 // Submit turns a valid order into the event that starts its task.
 func Submit(order OrderPlaced, wf *Workflow, now time.Time) TaskSubmitted {
@@ -38,41 +56,107 @@ func Submit(order OrderPlaced, wf *Workflow, now time.Time) TaskSubmitted {
 	}
 }
 
-// Next decides what the task needs now that nothing is in flight: dispatch
-// the first unfinished step (again, after a transient failure with attempts
-// left), finish the task, or fail it. It returns no events while a step is
-// in flight or once the task is terminal.
+// Next decides what the task needs now: dispatch the next step or
+// compensation that is due, decide after a failed attempt, or finish. It
+// returns nothing while an attempt is in flight, while a retry is not yet
+// due, and once the task has stopped.
 func (t *Task) Next(wf *Workflow, d Decision) []Event {
 	if !t.Exists() || t.State.Terminal() {
 		return nil
 	}
+	if t.Compensating {
+		return t.nextCompensation(wf, d)
+	}
 	for _, s := range t.Steps {
 		switch s.State {
-		case StepProcessed:
+		case StepStateProcessed:
 			continue
-		case StepProcessing:
-			return nil
-		case StepPending:
+		case StepStatePending:
 			return []Event{t.dispatch(wf, s, d)}
-		case StepError:
-			def, ok := wf.Step(s.Name)
-			if !ok {
-				return []Event{TaskFailed{TaskID: t.ID, Step: s.Name, Reason: "step " + s.Name + " is not in workflow " + wf.Name, At: d.Now}}
+		case StepStateRetrying:
+			if s.NotBefore != nil && d.Now.Before(*s.NotBefore) {
+				return nil
 			}
-			if s.LastFailure == FailureTransient && s.Attempt < def.MaxAttempts {
-				return []Event{t.dispatch(wf, s, d)}
-			}
-			return []Event{TaskFailed{TaskID: t.ID, Step: s.Name, Reason: failureReason(s, def), At: d.Now}}
+			return []Event{t.dispatch(wf, s, d)}
+		case StepStateError:
+			return t.afterFailure(wf, s, false, d)
+		default:
+			return nil
 		}
 	}
 	return []Event{TaskProcessed{TaskID: t.ID, At: d.Now}}
 }
 
-func failureReason(s *Step, def *StepDefinition) string {
-	if s.LastFailure == FailurePermanent {
-		return "step " + s.Name + " failed permanently: " + s.LastError
+// nextCompensation undoes steps in reverse order: a step is compensated if
+// it may have had an effect, and only once its own execution has answered or
+// timed out, so that an undo never overtakes the action it undoes.
+func (t *Task) nextCompensation(wf *Workflow, d Decision) []Event {
+	for i := len(t.Steps) - 1; i >= 0; i-- {
+		s := t.Steps[i]
+		switch {
+		case s.State == StepStateCompensated:
+			continue
+		case s.Compensation != nil && (s.State == StepStateCompensating || s.State == StepStateError):
+			c := s.Compensation
+			switch c.State {
+			case StepStateProcessing:
+				return nil
+			case StepStateRetrying:
+				if c.NotBefore != nil && d.Now.Before(*c.NotBefore) {
+					return nil
+				}
+				return []Event{t.dispatchCompensation(wf, s, d)}
+			case StepStatePending:
+				return []Event{t.dispatchCompensation(wf, s, d)}
+			case StepStateError:
+				return t.afterFailure(wf, s, true, d)
+			}
+		case s.State == StepStateProcessing:
+			return nil
+		case s.mayHaveEffect():
+			return []Event{t.dispatchCompensation(wf, s, d)}
+		}
 	}
-	return "step " + s.Name + " failed after " + strconv.Itoa(s.Attempt) + " of " + strconv.Itoa(def.MaxAttempts) + " attempts: " + s.LastError
+	return []Event{TaskCompensated{TaskID: t.ID, At: d.Now}}
+}
+
+// afterFailure decides what follows a failed attempt of a step (or of its
+// compensation): a retry after the backoff while attempts remain, else what
+// the step's policy says.
+func (t *Task) afterFailure(wf *Workflow, s *Step, compensation bool, d Decision) []Event {
+	def, ok := wf.Step(s.Name)
+	if !ok {
+		return []Event{TaskFailed{TaskID: t.ID, Step: s.Name, Reason: "step " + s.Name + " is not in workflow " + wf.Name, At: d.Now}}
+	}
+	if compensation {
+		c := s.Compensation
+		used := c.Attempt - c.AttemptBase
+		if c.LastFailure != FailurePermanent && used < def.Compensation.MaxAttempts {
+			return []Event{t.retry(s.Name, true, c.Attempt+1, d.Now.Add(def.Compensation.Backoff.Delay(used, d.Random)), d)}
+		}
+		return []Event{TaskFailed{TaskID: t.ID, Step: s.Name, At: d.Now,
+			Reason: "compensation of step " + s.Name + " failed after " + strconv.Itoa(used) + " attempts: " + c.LastError}}
+	}
+	used := s.Attempt - s.AttemptBase
+	if s.LastFailure != FailurePermanent && used < def.MaxAttempts {
+		return []Event{t.retry(s.Name, false, s.Attempt+1, d.Now.Add(def.Backoff.Delay(used, d.Random)), d)}
+	}
+	reason := "step " + s.Name + " failed after " + strconv.Itoa(used) + " of " + strconv.Itoa(def.MaxAttempts) + " attempts: " + s.LastError
+	if s.LastFailure == FailurePermanent {
+		reason = "step " + s.Name + " failed permanently: " + s.LastError
+	}
+	switch {
+	case def.OnExhausted == ErrorOnExhausted:
+		return []Event{TaskFailed{TaskID: t.ID, Step: s.Name, Reason: reason, At: d.Now}}
+	case def.OnExhausted == WaitOnExhausted && s.LastFailure != FailurePermanent:
+		return []Event{t.retry(s.Name, false, s.Attempt+1, d.Now.Add(def.Backoff.Max), d)}
+	default:
+		return []Event{CompensationRequested{TaskID: t.ID, Step: s.Name, Reason: reason, RequestedBy: d.Actor, At: d.Now}}
+	}
+}
+
+func (t *Task) retry(step string, compensation bool, attempt int, notBefore time.Time, d Decision) Event {
+	return StepRetryScheduled{TaskID: t.ID, Step: step, Compensation: compensation, Attempt: attempt, NotBefore: notBefore, At: d.Now}
 }
 
 func (t *Task) dispatch(wf *Workflow, s *Step, d Decision) Event {
@@ -87,6 +171,42 @@ func (t *Task) dispatch(wf *Workflow, s *Step, d Decision) Event {
 	}
 }
 
+func (t *Task) dispatchCompensation(wf *Workflow, s *Step, d Decision) Event {
+	def, ok := wf.Step(s.Name)
+	if !ok {
+		return TaskFailed{TaskID: t.ID, Step: s.Name, Reason: "step " + s.Name + " is not in workflow " + wf.Name, At: d.Now}
+	}
+	attempt := 1
+	if s.Compensation != nil {
+		attempt = s.Compensation.Attempt + 1
+	}
+	return CompensationDispatched{
+		TaskID: t.ID, Step: s.Name, Agent: def.Agent, Action: def.Compensation.Action, Attempt: attempt,
+		CompleteBy: d.Now.Add(def.Compensation.Budget), LockedBy: d.Actor,
+		IdempotencyKey: CompensationKey(t.ID, s.Name), DispatchedAt: d.Now,
+	}
+}
+
+// settle folds events tentatively and appends whatever Next then decides,
+// until nothing more is due, so that one append carries a whole decision.
+func (t *Task) settle(wf *Workflow, events []Event, d Decision) []Event {
+	after := t.Clone()
+	for _, e := range events {
+		after.Apply(e)
+	}
+	for i := 0; i < 2*len(t.Steps)+4; i++ {
+		more := after.Next(wf, d)
+		if len(more) == 0 {
+			break
+		}
+		for _, e := range more {
+			after.Apply(e)
+		}
+		events = append(events, more...)
+	}
+	return events
+}
+
 // RecordReply decides what an agent's reply does: it records the outcome of
 // the attempt in flight and continues the task in the same decision. A reply
 // for anything but the attempt in flight is ErrStaleReply.
@@ -98,20 +218,103 @@ func (t *Task) RecordReply(wf *Workflow, r StepReply, d Decision) ([]Event, erro
 	if s == nil {
 		return nil, errors.Wrapf(ErrUnknownStep, "task %q has no step %q", t.ID, r.Step)
 	}
-	if t.State.Terminal() || s.State != StepProcessing || s.Attempt != r.Attempt {
-		return nil, errors.Wrapf(ErrStaleReply, "task %q step %q attempt %d (in flight: %s attempt %d)", t.ID, r.Step, r.Attempt, s.State, s.Attempt)
+	compensation := r.Action == ActionCompensate
+	leg := &s.Leg
+	if compensation {
+		leg = s.Compensation
+	}
+	if t.State.Terminal() || !leg.InFlight() || leg.Attempt != r.Attempt {
+		state, attempt := StepStatePending, 0
+		if leg != nil {
+			state, attempt = leg.State, leg.Attempt
+		}
+		return nil, errors.Wrapf(ErrStaleReply, "task %q step %q %s attempt %d (now %s attempt %d)", t.ID, r.Step, r.Action, r.Attempt, state, attempt)
+	}
+	kind := r.Failure
+	if kind != FailurePermanent {
+		kind = FailureTransient
 	}
 	var outcome Event
-	if r.Outcome == OutcomeSucceeded {
+	switch {
+	case !compensation && r.Outcome == OutcomeSucceeded:
 		outcome = StepSucceeded{TaskID: t.ID, Step: r.Step, Attempt: r.Attempt, Result: r.Result, At: d.Now}
-	} else {
-		kind := r.Failure
-		if kind != FailurePermanent {
-			kind = FailureTransient
-		}
+	case !compensation:
 		outcome = StepFailed{TaskID: t.ID, Step: r.Step, Attempt: r.Attempt, Failure: kind, Reason: r.Reason, At: d.Now}
+	case r.Outcome == OutcomeSucceeded:
+		outcome = StepCompensated{TaskID: t.ID, Step: r.Step, Attempt: r.Attempt, At: d.Now}
+	default:
+		outcome = CompensationFailed{TaskID: t.ID, Step: r.Step, Attempt: r.Attempt, Failure: kind, Reason: r.Reason, At: d.Now}
 	}
-	after := t.Clone()
-	after.Apply(outcome)
-	return append([]Event{outcome}, after.Next(wf, d)...), nil
+	return t.settle(wf, []Event{outcome}, d), nil
+}
+
+// TimeOut decides, for a supervisor, that an attempt passed its CompleteBy
+// unanswered: it records the timeout and requests what follows (a retry
+// after the backoff, compensation, or Error), but dispatches nothing: the
+// scheduler carries retries and compensations out.
+func (t *Task) TimeOut(wf *Workflow, step string, compensation bool, attempt int, d Decision) ([]Event, error) {
+	s := t.Step(step)
+	if s == nil {
+		return nil, errors.Wrapf(ErrUnknownStep, "task %q has no step %q", t.ID, step)
+	}
+	leg := &s.Leg
+	if compensation {
+		leg = s.Compensation
+	}
+	if t.State.Terminal() || !leg.InFlight() || leg.Attempt != attempt {
+		return nil, errors.Wrapf(ErrNotInFlight, "task %q step %q attempt %d", t.ID, step, attempt)
+	}
+	if d.Now.Before(*leg.CompleteBy) {
+		return nil, errors.Wrapf(ErrNotDue, "task %q step %q attempt %d is due at %s", t.ID, step, attempt, leg.CompleteBy.Format(time.RFC3339Nano))
+	}
+	timedOut := StepTimedOut{TaskID: t.ID, Step: step, Compensation: compensation, Attempt: attempt,
+		FailureCount: leg.FailureCount + 1, CompleteBy: *leg.CompleteBy, DetectedBy: d.Actor, At: d.Now}
+	events := []Event{timedOut}
+	if compensation || !t.Compensating {
+		after := t.Clone()
+		after.Apply(timedOut)
+		events = append(events, after.afterFailure(wf, after.Step(step), compensation, d)...)
+	}
+	return events, nil
+}
+
+// Resubmit is an operator's retry of a task in Error: the failed step (or
+// the failed compensation, if the task was compensating) is tried again,
+// with its attempt limit counted afresh. step may be empty to mean the one
+// that failed. Like the supervisor, an operator only requests: the
+// scheduler dispatches.
+func (t *Task) Resubmit(wf *Workflow, step, by string, d Decision) ([]Event, error) {
+	if !t.Exists() {
+		return nil, errors.Wrapf(ErrTaskNotFound, "%q", t.ID)
+	}
+	if t.State != StateError {
+		return nil, errors.Wrapf(ErrNotAllowed, "task %q is %s; only a task in Error can be retried", t.ID, t.State)
+	}
+	var target *Step
+	for _, s := range t.Steps {
+		failed := s.State == StepStateError && (!t.Compensating || s.Compensation != nil)
+		if failed && (step == "" || s.Name == step) {
+			target = s
+		}
+	}
+	if target == nil {
+		if step != "" && t.Step(step) == nil {
+			return nil, errors.Wrapf(ErrUnknownStep, "task %q has no step %q", t.ID, step)
+		}
+		return nil, errors.Wrapf(ErrNotAllowed, "task %q has no failed step %q to retry", t.ID, step)
+	}
+	return []Event{StepResubmitted{TaskID: t.ID, Step: target.Name, Compensation: t.Compensating, By: by, At: d.Now}}, nil
+}
+
+// Cancel is an operator's cancellation: the task stops going forward and
+// the scheduler undoes what it did. A task that finished, or is already
+// compensating, cannot be cancelled.
+func (t *Task) Cancel(wf *Workflow, by, reason string, d Decision) ([]Event, error) {
+	if !t.Exists() {
+		return nil, errors.Wrapf(ErrTaskNotFound, "%q", t.ID)
+	}
+	if t.Compensating || t.State == StateProcessed || t.State == StateCompensated {
+		return nil, errors.Wrapf(ErrNotAllowed, "task %q is %s and cannot be cancelled", t.ID, t.State)
+	}
+	return []Event{TaskCancelled{TaskID: t.ID, By: by, Reason: reason, At: d.Now}}, nil
 }

@@ -26,6 +26,26 @@ const (
 	TaskProcessedType = "TaskProcessed"
 	// TaskFailedType records that the task stopped in Error.
 	TaskFailedType = "TaskFailed"
+	// StepTimedOutType records that an attempt passed its CompleteBy unanswered.
+	StepTimedOutType = "StepTimedOut"
+	// StepRetryScheduledType records that a step (or its compensation) will be
+	// tried again, not before a time.
+	StepRetryScheduledType = "StepRetryScheduled"
+	// CompensationRequestedType records that the task will be undone.
+	CompensationRequestedType = "CompensationRequested"
+	// CompensationDispatchedType records that an attempt to undo a step was sent.
+	CompensationDispatchedType = "CompensationDispatched"
+	// StepCompensatedType records that a step was undone.
+	StepCompensatedType = "StepCompensated"
+	// CompensationFailedType records a failed attempt to undo a step.
+	CompensationFailedType = "CompensationFailed"
+	// TaskCompensatedType records that every step that needed it was undone.
+	TaskCompensatedType = "TaskCompensated"
+	// StepResubmittedType records an operator's retry of a failed step or
+	// compensation.
+	StepResubmittedType = "StepResubmitted"
+	// TaskCancelledType records an operator's cancellation, which compensates.
+	TaskCancelledType = "TaskCancelled"
 )
 
 // Event is a task event.
@@ -91,6 +111,96 @@ type TaskFailed struct {
 	At     time.Time `json:"at"`
 }
 
+// StepTimedOut records that an attempt passed its CompleteBy without a
+// reply. DetectedBy names the supervisor.
+type StepTimedOut struct {
+	TaskID       string    `json:"taskId"`
+	Step         string    `json:"step"`
+	Compensation bool      `json:"compensation,omitempty"`
+	Attempt      int       `json:"attempt"`
+	FailureCount int       `json:"failureCount"`
+	CompleteBy   time.Time `json:"completeBy"`
+	DetectedBy   string    `json:"detectedBy"`
+	At           time.Time `json:"at"`
+}
+
+// StepRetryScheduled records that attempt Attempt of a step (or of its
+// compensation) will be dispatched, not before NotBefore.
+type StepRetryScheduled struct {
+	TaskID       string    `json:"taskId"`
+	Step         string    `json:"step"`
+	Compensation bool      `json:"compensation,omitempty"`
+	Attempt      int       `json:"attempt"`
+	NotBefore    time.Time `json:"notBefore"`
+	At           time.Time `json:"at"`
+}
+
+// CompensationRequested records that the task cannot finish and its steps
+// will be undone in reverse order.
+type CompensationRequested struct {
+	TaskID      string    `json:"taskId"`
+	Step        string    `json:"step,omitempty"`
+	Reason      string    `json:"reason"`
+	RequestedBy string    `json:"requestedBy"`
+	At          time.Time `json:"at"`
+}
+
+// CompensationDispatched records that an attempt to undo a step was sent to
+// its agent, which must answer before CompleteBy.
+type CompensationDispatched struct {
+	TaskID         string    `json:"taskId"`
+	Step           string    `json:"step"`
+	Agent          string    `json:"agent"`
+	Action         string    `json:"action"`
+	Attempt        int       `json:"attempt"`
+	CompleteBy     time.Time `json:"completeBy"`
+	LockedBy       string    `json:"lockedBy"`
+	IdempotencyKey string    `json:"idempotencyKey"`
+	DispatchedAt   time.Time `json:"dispatchedAt"`
+}
+
+// StepCompensated records that a step was undone.
+type StepCompensated struct {
+	TaskID  string    `json:"taskId"`
+	Step    string    `json:"step"`
+	Attempt int       `json:"attempt"`
+	At      time.Time `json:"at"`
+}
+
+// CompensationFailed records a failed attempt to undo a step.
+type CompensationFailed struct {
+	TaskID  string      `json:"taskId"`
+	Step    string      `json:"step"`
+	Attempt int         `json:"attempt"`
+	Failure FailureKind `json:"failure"`
+	Reason  string      `json:"reason"`
+	At      time.Time   `json:"at"`
+}
+
+// TaskCompensated records that every step that needed it was undone.
+type TaskCompensated struct {
+	TaskID string    `json:"taskId"`
+	At     time.Time `json:"at"`
+}
+
+// StepResubmitted records an operator's retry of a failed step, or of its
+// compensation; the attempt limit counts again from here.
+type StepResubmitted struct {
+	TaskID       string    `json:"taskId"`
+	Step         string    `json:"step"`
+	Compensation bool      `json:"compensation,omitempty"`
+	By           string    `json:"by"`
+	At           time.Time `json:"at"`
+}
+
+// TaskCancelled records an operator's cancellation; the task compensates.
+type TaskCancelled struct {
+	TaskID string    `json:"taskId"`
+	By     string    `json:"by"`
+	Reason string    `json:"reason,omitempty"`
+	At     time.Time `json:"at"`
+}
+
 // EventType implementations.
 func (TaskSubmitted) EventType() string  { return TaskSubmittedType }
 func (StepDispatched) EventType() string { return StepDispatchedType }
@@ -98,6 +208,16 @@ func (StepSucceeded) EventType() string  { return StepSucceededType }
 func (StepFailed) EventType() string     { return StepFailedType }
 func (TaskProcessed) EventType() string  { return TaskProcessedType }
 func (TaskFailed) EventType() string     { return TaskFailedType }
+
+func (StepTimedOut) EventType() string           { return StepTimedOutType }
+func (StepRetryScheduled) EventType() string     { return StepRetryScheduledType }
+func (CompensationRequested) EventType() string  { return CompensationRequestedType }
+func (CompensationDispatched) EventType() string { return CompensationDispatchedType }
+func (StepCompensated) EventType() string        { return StepCompensatedType }
+func (CompensationFailed) EventType() string     { return CompensationFailedType }
+func (TaskCompensated) EventType() string        { return TaskCompensatedType }
+func (StepResubmitted) EventType() string        { return StepResubmittedType }
+func (TaskCancelled) EventType() string          { return TaskCancelledType }
 
 // DecodeEvent decodes a stored event by its wire name.
 func DecodeEvent(eventType string, data []byte) (Event, error) {
@@ -116,6 +236,24 @@ func DecodeEvent(eventType string, data []byte) (Event, error) {
 		e, err = decodeAs[TaskProcessed](data)
 	case TaskFailedType:
 		e, err = decodeAs[TaskFailed](data)
+	case StepTimedOutType:
+		e, err = decodeAs[StepTimedOut](data)
+	case StepRetryScheduledType:
+		e, err = decodeAs[StepRetryScheduled](data)
+	case CompensationRequestedType:
+		e, err = decodeAs[CompensationRequested](data)
+	case CompensationDispatchedType:
+		e, err = decodeAs[CompensationDispatched](data)
+	case StepCompensatedType:
+		e, err = decodeAs[StepCompensated](data)
+	case CompensationFailedType:
+		e, err = decodeAs[CompensationFailed](data)
+	case TaskCompensatedType:
+		e, err = decodeAs[TaskCompensated](data)
+	case StepResubmittedType:
+		e, err = decodeAs[StepResubmitted](data)
+	case TaskCancelledType:
+		e, err = decodeAs[TaskCancelled](data)
 	default:
 		return nil, errors.Wrapf(ErrUnknownEventType, "%q", eventType)
 	}

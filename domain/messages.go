@@ -122,11 +122,13 @@ const (
 // agent must finish before CompleteBy and send IdempotencyKey to the remote
 // service; after CompleteBy it must not reply.
 type ExecuteStep struct {
-	TaskID         string          `json:"taskId"`
-	Workflow       string          `json:"workflow"`
-	Step           string          `json:"step"`
-	Agent          string          `json:"agent"`
-	Action         string          `json:"action"`
+	TaskID   string `json:"taskId"`
+	Workflow string `json:"workflow"`
+	Step     string `json:"step"`
+	Agent    string `json:"agent"`
+	Action   string `json:"action"`
+	// Compensation names the compensating action when Action is compensate.
+	Compensation   string          `json:"compensation,omitempty"`
 	Attempt        int             `json:"attempt"`
 	CompleteBy     time.Time       `json:"completeBy"`
 	IdempotencyKey string          `json:"idempotencyKey"`
@@ -216,3 +218,19 @@ const (
 	// DeadLetteredMessageType is the type of dead-letter records.
 	DeadLetteredMessageType = "saga.deadlettered"
 )
+
+// AlertMessageType is the CloudEvents type of alerts on AlertsTopic.
+const AlertMessageType = "saga.alert.raised"
+
+// Alert tells operators that a task stopped in Error and needs them. Alerts
+// are delivered at least once: Revision (of the TaskFailed event) lets a
+// consumer drop repeats.
+type Alert struct {
+	TaskID   string    `json:"taskId"`
+	Workflow string    `json:"workflow"`
+	State    TaskState `json:"state"`
+	Step     string    `json:"step,omitempty"`
+	Reason   string    `json:"reason"`
+	Revision int64     `json:"revision"`
+	At       time.Time `json:"at"`
+}

@@ -8,7 +8,8 @@ import (
 // TaskState is where a task stands as a whole.
 type TaskState string
 
-// The task states. Processed, Error and Compensated are terminal.
+// The task states. Processed and Compensated are final; Error waits for an
+// operator, who may retry or cancel.
 const (
 	StatePending      TaskState = "Pending"
 	StateProcessing   TaskState = "Processing"
@@ -18,12 +19,13 @@ const (
 	StateCompensated  TaskState = "Compensated"
 )
 
-// Terminal reports whether no further transition may happen.
+// Terminal reports whether the task has stopped: it succeeded, was undone,
+// or waits in Error for an operator.
 func (s TaskState) Terminal() bool {
 	return s == StateProcessed || s == StateError || s == StateCompensated
 }
 
-// ParseTaskState accepts a state name as written by String.
+// ParseTaskState accepts a state name.
 func ParseTaskState(s string) (TaskState, bool) {
 	switch st := TaskState(s); st {
 	case StatePending, StateProcessing, StateProcessed, StateError, StateCompensating, StateCompensated:
@@ -32,38 +34,85 @@ func ParseTaskState(s string) (TaskState, bool) {
 	return "", false
 }
 
-// StepState is where one step stands.
+// StepState is where a step, or its compensation, stands.
 type StepState string
 
 // The step states.
 const (
-	StepPending    StepState = "Pending"
-	StepProcessing StepState = "Processing"
-	StepProcessed  StepState = "Processed"
-	StepError      StepState = "Error"
+	StepStatePending      StepState = "Pending"
+	StepStateProcessing   StepState = "Processing"
+	StepStateRetrying     StepState = "Retrying"
+	StepStateProcessed    StepState = "Processed"
+	StepStateError        StepState = "Error"
+	StepStateCompensating StepState = "Compensating"
+	StepStateCompensated  StepState = "Compensated"
 )
 
-// FailureKind says whether retrying may help.
+// FailureKind says what went wrong with an attempt.
 type FailureKind string
 
-// The failure kinds.
+// The failure kinds. Transient failures and timeouts may be retried; after
+// either the effect at the remote service is uncertain. A permanent failure
+// means the service refused and nothing took effect.
 const (
 	FailureTransient FailureKind = "transient"
 	FailurePermanent FailureKind = "permanent"
+	FailureTimeout   FailureKind = "timeout"
 )
 
-// Step is the current state of one step of a task.
-type Step struct {
-	Name           string      `json:"name"`
-	Agent          string      `json:"agent,omitempty"`
+// Leg is the progress of a step's execution or of its compensation.
+type Leg struct {
 	State          StepState   `json:"state"`
 	Attempt        int         `json:"attempt"`
 	LockedBy       string      `json:"lockedBy,omitempty"`
 	CompleteBy     *time.Time  `json:"completeBy,omitempty"`
+	NotBefore      *time.Time  `json:"notBefore,omitempty"`
 	FailureCount   int         `json:"failureCount"`
-	IdempotencyKey string      `json:"idempotencyKey,omitempty"`
 	LastFailure    FailureKind `json:"lastFailure,omitempty"`
 	LastError      string      `json:"lastError,omitempty"`
+	IdempotencyKey string      `json:"idempotencyKey,omitempty"`
+	// AttemptBase is the attempt number when an operator last resubmitted;
+	// only attempts after it count against the limit.
+	AttemptBase int `json:"attemptBase,omitempty"`
+}
+
+// InFlight reports whether an attempt was sent and not yet answered.
+func (l *Leg) InFlight() bool { return l != nil && l.State == StepStateProcessing }
+
+func (l *Leg) dispatched(attempt int, completeBy time.Time, lockedBy, key string) {
+	l.State, l.Attempt, l.LockedBy, l.IdempotencyKey = StepStateProcessing, attempt, lockedBy, key
+	l.CompleteBy, l.NotBefore = &completeBy, nil
+}
+
+func (l *Leg) failed(kind FailureKind, reason string) {
+	l.State, l.CompleteBy = StepStateError, nil
+	l.FailureCount++
+	l.LastFailure, l.LastError = kind, reason
+}
+
+func (l *Leg) clone() *Leg {
+	if l == nil {
+		return nil
+	}
+	c := *l
+	return &c
+}
+
+// Step is the current state of one step of a task: its execution (the
+// embedded Leg, whose State is the step's state) and, once it is being
+// undone, its compensation.
+type Step struct {
+	Name  string `json:"name"`
+	Agent string `json:"agent,omitempty"`
+	Leg
+	Compensation *Leg `json:"compensation,omitempty"`
+}
+
+// mayHaveEffect reports whether the step may have changed something at its
+// remote service and so must be compensated: it succeeded, or an attempt
+// was sent and the last answer was not a permanent refusal.
+func (s *Step) mayHaveEffect() bool {
+	return s.State == StepStateProcessed || (s.Attempt > 0 && s.LastFailure != FailurePermanent)
 }
 
 // Task is the state of a task, folded from its events.
@@ -74,7 +123,12 @@ type Task struct {
 	Steps    []*Step         `json:"steps"`
 	ReplyTo  string          `json:"replyTo,omitempty"`
 	Order    json.RawMessage `json:"-"`
-	Reason   string          `json:"reason,omitempty"`
+	// Reason says why the task compensates or stopped in Error.
+	Reason string `json:"reason,omitempty"`
+	// Compensating is set once the task is being undone; it stays set if a
+	// compensation stops in Error, so a retry resumes the compensation.
+	Compensating bool   `json:"compensating,omitempty"`
+	CancelledBy  string `json:"cancelledBy,omitempty"`
 	// Revision is the revision of the last event folded, -1 for none.
 	Revision    int64     `json:"revision"`
 	SubmittedAt time.Time `json:"submittedAt"`
@@ -97,6 +151,22 @@ func (t *Task) Step(name string) *Step {
 	return nil
 }
 
+// leg returns the execution or compensation leg of the named step.
+func (t *Task) leg(step string, compensation bool) *Leg {
+	s := t.Step(step)
+	switch {
+	case s == nil:
+		return nil
+	case compensation:
+		if s.Compensation == nil {
+			s.Compensation = &Leg{State: StepStatePending}
+		}
+		return s.Compensation
+	default:
+		return &s.Leg
+	}
+}
+
 // Fold applies events in order to a new task.
 func Fold(id string, events []Event) *Task {
 	t := NewTask(id)
@@ -116,31 +186,87 @@ func (t *Task) Apply(e Event) {
 		t.State, t.SubmittedAt, t.UpdatedAt = StatePending, e.SubmittedAt, e.SubmittedAt
 		t.Steps = make([]*Step, len(e.Steps))
 		for i, name := range e.Steps {
-			t.Steps[i] = &Step{Name: name, State: StepPending}
+			t.Steps[i] = &Step{Name: name, Leg: Leg{State: StepStatePending}}
 		}
 	case StepDispatched:
 		if s := t.Step(e.Step); s != nil {
-			completeBy := e.CompleteBy
-			s.State, s.Agent, s.Attempt, s.LockedBy = StepProcessing, e.Agent, e.Attempt, e.LockedBy
-			s.CompleteBy, s.IdempotencyKey = &completeBy, e.IdempotencyKey
+			s.Agent = e.Agent
+			s.dispatched(e.Attempt, e.CompleteBy, e.LockedBy, e.IdempotencyKey)
 		}
-		t.State, t.UpdatedAt = StateProcessing, e.DispatchedAt
+		if !t.Compensating {
+			t.State = StateProcessing
+		}
+		t.UpdatedAt = e.DispatchedAt
 	case StepSucceeded:
 		if s := t.Step(e.Step); s != nil {
-			s.State, s.CompleteBy = StepProcessed, nil
+			s.State, s.CompleteBy = StepStateProcessed, nil
 		}
 		t.UpdatedAt = e.At
 	case StepFailed:
-		if s := t.Step(e.Step); s != nil {
-			s.State, s.CompleteBy = StepError, nil
-			s.FailureCount++
-			s.LastFailure, s.LastError = e.Failure, e.Reason
+		if l := t.leg(e.Step, false); l != nil {
+			l.failed(e.Failure, e.Reason)
 		}
 		t.UpdatedAt = e.At
+	case StepTimedOut:
+		if l := t.leg(e.Step, e.Compensation); l != nil {
+			l.failed(FailureTimeout, "no reply before completeBy "+e.CompleteBy.Format(time.RFC3339Nano))
+		}
+		t.UpdatedAt = e.At
+	case StepRetryScheduled:
+		if l := t.leg(e.Step, e.Compensation); l != nil {
+			notBefore := e.NotBefore
+			l.State, l.NotBefore = StepStateRetrying, &notBefore
+		}
+		t.UpdatedAt = e.At
+	case CompensationRequested:
+		t.Compensating, t.State, t.Reason, t.UpdatedAt = true, StateCompensating, e.Reason, e.At
+	case TaskCancelled:
+		t.Compensating, t.State, t.CancelledBy, t.UpdatedAt = true, StateCompensating, e.By, e.At
+		t.Reason = "cancelled by " + e.By
+		if e.Reason != "" {
+			t.Reason += ": " + e.Reason
+		}
+	case CompensationDispatched:
+		if s := t.Step(e.Step); s != nil {
+			if s.Compensation == nil {
+				s.Compensation = &Leg{}
+			}
+			s.State = StepStateCompensating
+			s.Compensation.dispatched(e.Attempt, e.CompleteBy, e.LockedBy, e.IdempotencyKey)
+		}
+		t.State, t.UpdatedAt = StateCompensating, e.DispatchedAt
+	case StepCompensated:
+		if s := t.Step(e.Step); s != nil && s.Compensation != nil {
+			s.State = StepStateCompensated
+			s.Compensation.State, s.Compensation.CompleteBy = StepStateProcessed, nil
+		}
+		t.UpdatedAt = e.At
+	case CompensationFailed:
+		if l := t.leg(e.Step, true); l != nil {
+			l.failed(e.Failure, e.Reason)
+		}
+		t.UpdatedAt = e.At
+	case StepResubmitted:
+		if s := t.Step(e.Step); s != nil {
+			l := t.leg(e.Step, e.Compensation)
+			l.State, l.NotBefore, l.AttemptBase = StepStatePending, nil, l.Attempt
+			if e.Compensation {
+				s.State = StepStateCompensating
+			}
+		}
+		t.State, t.Reason, t.UpdatedAt = StateProcessing, "", e.At
+		if t.Compensating {
+			t.State = StateCompensating
+		}
 	case TaskProcessed:
 		t.State, t.UpdatedAt = StateProcessed, e.At
+	case TaskCompensated:
+		t.State, t.UpdatedAt = StateCompensated, e.At
 	case TaskFailed:
 		t.State, t.Reason, t.UpdatedAt = StateError, e.Reason, e.At
+		if s := t.Step(e.Step); s != nil && t.Compensating && s.Compensation != nil {
+			s.State = StepStateError
+		}
 	}
 }
 
@@ -150,7 +276,43 @@ func (t *Task) Clone() *Task {
 	c.Steps = make([]*Step, len(t.Steps))
 	for i, s := range t.Steps {
 		cs := *s
+		cs.Compensation = s.Compensation.clone()
 		c.Steps[i] = &cs
 	}
 	return &c
+}
+
+// NextWake returns the earliest time a retry is due, if one is scheduled.
+func (t *Task) NextWake() (time.Time, bool) {
+	var wake time.Time
+	for _, s := range t.Steps {
+		for _, l := range []*Leg{&s.Leg, s.Compensation} {
+			if l != nil && l.State == StepStateRetrying && l.NotBefore != nil && (wake.IsZero() || l.NotBefore.Before(wake)) {
+				wake = *l.NotBefore
+			}
+		}
+	}
+	return wake, !wake.IsZero()
+}
+
+// InFlight lists the attempts sent and not yet answered.
+func (t *Task) InFlight() []InFlightAttempt {
+	var out []InFlightAttempt
+	for _, s := range t.Steps {
+		if s.InFlight() {
+			out = append(out, InFlightAttempt{Step: s.Name, Attempt: s.Attempt, CompleteBy: *s.CompleteBy})
+		}
+		if s.Compensation.InFlight() {
+			out = append(out, InFlightAttempt{Step: s.Name, Compensation: true, Attempt: s.Compensation.Attempt, CompleteBy: *s.Compensation.CompleteBy})
+		}
+	}
+	return out
+}
+
+// InFlightAttempt names one attempt in flight.
+type InFlightAttempt struct {
+	Step         string
+	Compensation bool
+	Attempt      int
+	CompleteBy   time.Time
 }

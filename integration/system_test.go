@@ -33,14 +33,13 @@ func testLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 }
 
+// fastBackoff keeps retries quick in tests.
+var fastBackoff = domain.Backoff{Initial: 20 * time.Millisecond, Multiplier: 2, Max: 100 * time.Millisecond, Jitter: 0.2}
+
 // fastWorkflow is the order workflow with budgets short enough for tests of
 // failures.
 func fastWorkflow(budget time.Duration) *domain.Workflow {
-	wf := domain.OrderWorkflow()
-	for i := range wf.Steps {
-		wf.Steps[i].Budget = budget
-	}
-	return wf
+	return domain.OrderWorkflow().WithBudget(budget, fastBackoff)
 }
 
 func startSystem(t *testing.T, cfg app.Config) *system {
@@ -51,6 +50,9 @@ func startSystem(t *testing.T, cfg app.Config) *system {
 	cfg.KafkaListen, cfg.EventStoreListen, cfg.HTTPListen = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	cfg.DemoAgents = true
 	cfg.Logger = testLogger()
+	if cfg.SupervisorInterval == 0 {
+		cfg.SupervisorInterval = 50 * time.Millisecond
+	}
 	s := &system{t: t, cfg: cfg}
 	s.start()
 	t.Cleanup(s.stop)
@@ -61,10 +63,19 @@ func (s *system) start() {
 	a, err := app.Start(s.cfg)
 	require.NoError(s.t, err)
 	s.app = a
-	select {
-	case <-a.Scheduler.Ready():
-	case <-time.After(30 * time.Second):
-		s.t.Fatal("scheduler did not catch up")
+	waits := map[string]<-chan struct{}{}
+	if a.Scheduler != nil {
+		waits["scheduler"] = a.Scheduler.Ready()
+	}
+	if a.Supervisor != nil {
+		waits["supervisor"] = a.Supervisor.Ready()
+	}
+	for name, ready := range waits {
+		select {
+		case <-ready:
+		case <-time.After(30 * time.Second):
+			s.t.Fatalf("%s did not catch up", name)
+		}
 	}
 }
 

@@ -45,7 +45,9 @@ type Agent struct {
 	Clock       Clock
 	Logger      *slog.Logger
 	// Backoff spaces retries; default DefaultBackoff.
-	Backoff Backoff
+	Backoff domain.Backoff
+	// Breaker guards the remote service; nil means none.
+	Breaker *Breaker
 
 	succeeded, failed, expired, retries atomic.Int64
 }
@@ -83,7 +85,7 @@ func (a *Agent) HandleCommand(ctx context.Context, msg Inbound) error {
 	// Keep back part of the budget to report a failure before CompleteBy.
 	reserve := min(max(cmd.CompleteBy.Sub(a.Clock())/10, 20*time.Millisecond), 500*time.Millisecond)
 	for try := 1; ; try++ {
-		result, err := a.Handler(callCtx, cmd)
+		result, err := a.call(callCtx, cmd)
 		switch {
 		case err == nil:
 			return a.reply(ctx, cmd, domain.StepReply{Outcome: domain.OutcomeSucceeded, Result: result})
@@ -92,18 +94,31 @@ func (a *Agent) HandleCommand(ctx context.Context, msg Inbound) error {
 		case errors.Is(err, ErrPermanent):
 			return a.reply(ctx, cmd, domain.StepReply{Outcome: domain.OutcomeFailed, Failure: domain.FailurePermanent, Reason: err.Error()})
 		}
-		wait := backoff.Wait(try)
-		if a.Clock().Add(wait).After(cmd.CompleteBy.Add(-reserve)) {
+		pause := wait(backoff, try)
+		if a.Clock().Add(pause).After(cmd.CompleteBy.Add(-reserve)) {
 			return a.reply(ctx, cmd, domain.StepReply{Outcome: domain.OutcomeFailed, Failure: domain.FailureTransient,
 				Reason: "gave up after " + itoa(int64(try)) + " tries: " + err.Error()})
 		}
 		a.retries.Add(1)
 		select {
-		case <-time.After(wait):
+		case <-time.After(pause):
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
+}
+
+// call runs the handler through the circuit breaker.
+func (a *Agent) call(ctx context.Context, cmd domain.ExecuteStep) (json.RawMessage, error) {
+	if a.Breaker == nil {
+		return a.Handler(ctx, cmd)
+	}
+	if err := a.Breaker.Allow(); err != nil {
+		return nil, err
+	}
+	result, err := a.Handler(ctx, cmd)
+	a.Breaker.Record(err)
+	return result, err
 }
 
 func (a *Agent) reply(ctx context.Context, cmd domain.ExecuteStep, r domain.StepReply) error {

@@ -52,3 +52,21 @@ type DeadLetters interface {
 
 // Clock tells the time; tests control it.
 type Clock func() time.Time
+
+// Ownership says which tasks an instance is responsible for when several
+// instances share the work (by Kafka partition of the task id). Correctness
+// never depends on it: every append carries its expected revision.
+type Ownership interface {
+	Owns(taskID string) bool
+}
+
+// Leadership says whether this instance is the elected one among several
+// that could act. Correctness never depends on it either.
+type Leadership interface {
+	IsLeader() bool
+}
+
+// Alerts tells operators about tasks that need them.
+type Alerts interface {
+	RaiseAlert(ctx context.Context, alert domain.Alert) error
+}

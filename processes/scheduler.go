@@ -1,11 +1,14 @@
 package processes
 
 import (
+	"container/heap"
 	"context"
+	"math/rand/v2"
 	"hash/fnv"
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/errors"
 
@@ -37,6 +40,10 @@ type Scheduler struct {
 	Logger *slog.Logger
 	// Shards is how many tasks may be decided at once. Default 64.
 	Shards int
+	// Ownership says which tasks this instance decides when several
+	// schedulers share the work; nil means all of them. Call Rebalanced
+	// when it changes.
+	Ownership Ownership
 
 	init   sync.Once
 	shards []*shard
@@ -72,14 +79,18 @@ type shard struct {
 	// state, which are no longer kept in tasks.
 	done map[string]int64
 	live bool
+	// wakes holds the times at which retries of tasks fall due.
+	wakes wakeHeap
+	timer *time.Timer
 }
 
 type job struct {
-	event    *domain.RecordedEvent
-	caughtUp bool
-	reply    *domain.StepReply
-	source   string
-	done     chan error
+	event      *domain.RecordedEvent
+	caughtUp   bool
+	rebalanced bool
+	reply      *domain.StepReply
+	source     string
+	done       chan error
 }
 
 func (s *Scheduler) setup() {
@@ -90,7 +101,9 @@ func (s *Scheduler) setup() {
 		}
 		s.ready = make(chan struct{})
 		for i := 0; i < n; i++ {
-			s.shards = append(s.shards, &shard{s: s, inbox: make(chan job, 256), tasks: map[string]*domain.Task{}, done: map[string]int64{}})
+			timer := time.NewTimer(time.Hour)
+			timer.Stop()
+			s.shards = append(s.shards, &shard{s: s, inbox: make(chan job, 256), tasks: map[string]*domain.Task{}, done: map[string]int64{}, timer: timer})
 		}
 	})
 }
@@ -149,6 +162,20 @@ func (s *Scheduler) shardOf(taskID string) *shard {
 	return s.shards[h.Sum32()%uint32(len(s.shards))]
 }
 
+// Rebalanced tells the scheduler that the tasks it owns changed: it resumes
+// every unfinished task it now owns (re-sending attempts in flight, which the
+// previous owner may not have sent).
+func (s *Scheduler) Rebalanced(ctx context.Context) {
+	s.setup()
+	for _, sh := range s.shards {
+		if err := s.enqueue(ctx, sh, job{rebalanced: true}); err != nil {
+			return
+		}
+	}
+}
+
+func (s *Scheduler) owns(taskID string) bool { return s.Ownership == nil || s.Ownership.Owns(taskID) }
+
 // HandleReply records an agent's reply. Replies for attempts no longer in
 // flight are counted and ignored; replies that name no task or step of the
 // task are dead-lettered. It returns an error only when the reply could not
@@ -183,10 +210,16 @@ func (sh *shard) run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
+		case <-sh.timer.C:
+			sh.wake(ctx)
 		case j := <-sh.inbox:
 			switch {
 			case j.caughtUp:
 				sh.goLive(ctx)
+			case j.rebalanced:
+				if sh.live {
+					sh.resumeAll(ctx)
+				}
 			case j.event != nil:
 				sh.onEvent(ctx, j.event)
 			case j.reply != nil:
@@ -197,7 +230,7 @@ func (sh *shard) run(ctx context.Context) {
 }
 
 func (sh *shard) decision() domain.Decision {
-	return domain.Decision{Now: sh.s.Clock(), Actor: sh.s.Actor}
+	return domain.Decision{Now: sh.s.Clock(), Actor: sh.s.Actor, Random: rand.Float64()}
 }
 
 // goLive happens once the shard has seen every stored event: it decides
@@ -207,23 +240,80 @@ func (sh *shard) goLive(ctx context.Context) {
 		return
 	}
 	sh.live = true
-	for _, t := range sh.tasks {
-		sh.resend(ctx, t)
-		sh.advance(ctx, t, "resume")
-	}
+	sh.resumeAll(ctx)
 	if sh.s.liveShards.Add(1) == int64(len(sh.s.shards)) {
 		close(sh.s.ready)
 	}
 }
 
-// resend produces again the command of every attempt in flight.
+// resumeAll resends the attempts in flight of every task this instance
+// owns and decides for each.
+func (sh *shard) resumeAll(ctx context.Context) {
+	for _, t := range sh.tasks {
+		if !sh.s.owns(t.ID) {
+			continue
+		}
+		sh.resend(ctx, t)
+		sh.advance(ctx, t, "resume")
+	}
+}
+
+// resend produces again the command of every attempt in flight whose
+// CompleteBy has not passed (later ones are the supervisor's).
 func (sh *shard) resend(ctx context.Context, t *domain.Task) {
 	now := sh.s.Clock()
-	for _, st := range t.Steps {
-		if st.State == domain.StepProcessing && st.CompleteBy != nil && st.CompleteBy.After(now) {
-			sh.send(ctx, t, st)
+	for _, a := range t.InFlight() {
+		if a.CompleteBy.After(now) {
+			sh.send(ctx, t, a)
 		}
 	}
+}
+
+// wake decides for the tasks whose retries fell due.
+func (sh *shard) wake(ctx context.Context) {
+	now := sh.s.Clock()
+	for len(sh.wakes) > 0 && !sh.wakes[0].at.After(now) {
+		w := heap.Pop(&sh.wakes).(wakeEntry)
+		if t := sh.tasks[w.taskID]; t != nil && sh.live && sh.s.owns(t.ID) {
+			sh.advance(ctx, t, "retry-due")
+		}
+	}
+	sh.armTimer()
+}
+
+// schedule remembers when the task's next retry falls due.
+func (sh *shard) schedule(t *domain.Task) {
+	if at, ok := t.NextWake(); ok {
+		heap.Push(&sh.wakes, wakeEntry{at: at, taskID: t.ID})
+		sh.armTimer()
+	}
+}
+
+func (sh *shard) armTimer() {
+	sh.timer.Stop()
+	if len(sh.wakes) > 0 {
+		sh.timer.Reset(max(time.Until(sh.wakes[0].at), 0))
+	}
+}
+
+type wakeEntry struct {
+	at     time.Time
+	taskID string
+}
+
+// wakeHeap orders retry times, earliest first. An entry whose task has
+// moved on is harmless: waking it decides nothing new.
+type wakeHeap []wakeEntry
+
+func (h wakeHeap) Len() int           { return len(h) }
+func (h wakeHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
+func (h wakeHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *wakeHeap) Push(x any)        { *h = append(*h, x.(wakeEntry)) }
+func (h *wakeHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return e
 }
 
 func (sh *shard) onEvent(ctx context.Context, e *domain.RecordedEvent) {
@@ -254,10 +344,13 @@ func (sh *shard) onEvent(ctx context.Context, e *domain.RecordedEvent) {
 			return
 		}
 	}
-	if !sh.keep(t) || !sh.live {
+	if !sh.keep(t) {
 		return
 	}
-	sh.advance(ctx, t, e.ID)
+	sh.schedule(t)
+	if sh.live && sh.s.owns(id) {
+		sh.advance(ctx, t, e.ID)
+	}
 }
 
 // keep stores t in the shard, or forgets it once it is terminal; it reports
@@ -295,7 +388,9 @@ func (sh *shard) load(ctx context.Context, id string) (*domain.Task, error) {
 		t.Apply(ev)
 	}
 	delete(sh.done, id)
-	sh.keep(t)
+	if sh.keep(t) {
+		sh.schedule(t)
+	}
 	return t, nil
 }
 
@@ -379,23 +474,37 @@ func (sh *shard) commit(ctx context.Context, t *domain.Task, events []domain.Eve
 		t.Apply(e)
 	}
 	for _, e := range events {
-		if d, ok := e.(domain.StepDispatched); ok {
-			sh.send(ctx, t, t.Step(d.Step))
+		switch d := e.(type) {
+		case domain.StepDispatched:
+			sh.send(ctx, t, domain.InFlightAttempt{Step: d.Step, Attempt: d.Attempt, CompleteBy: d.CompleteBy})
+		case domain.CompensationDispatched:
+			sh.send(ctx, t, domain.InFlightAttempt{Step: d.Step, Compensation: true, Attempt: d.Attempt, CompleteBy: d.CompleteBy})
 		}
 	}
-	sh.keep(t)
+	if sh.keep(t) {
+		sh.schedule(t)
+	}
 	return nil
 }
 
-func (sh *shard) send(ctx context.Context, t *domain.Task, st *domain.Step) {
+func (sh *shard) send(ctx context.Context, t *domain.Task, a domain.InFlightAttempt) {
+	st := t.Step(a.Step)
 	cmd := domain.ExecuteStep{
 		TaskID: t.ID, Workflow: t.Workflow, Step: st.Name, Agent: st.Agent, Action: domain.ActionExecute,
-		Attempt: st.Attempt, CompleteBy: *st.CompleteBy, IdempotencyKey: st.IdempotencyKey, Order: t.Order,
+		Attempt: a.Attempt, CompleteBy: a.CompleteBy, IdempotencyKey: st.IdempotencyKey, Order: t.Order,
+	}
+	if a.Compensation {
+		cmd.Action, cmd.IdempotencyKey = domain.ActionCompensate, st.Compensation.IdempotencyKey
+		if wf, err := sh.s.Catalog.Lookup(t.Workflow); err == nil {
+			if def, ok := wf.Step(st.Name); ok {
+				cmd.Compensation = def.Compensation.Action
+			}
+		}
 	}
 	if err := sh.s.Commands.SendCommand(ctx, cmd); err != nil {
 		// The dispatch is recorded; a restart re-sends it and the
 		// supervisor retries it once CompleteBy passes.
-		sh.s.Logger.Error("send command", "task", t.ID, "step", st.Name, "attempt", st.Attempt, "err", err.Error())
+		sh.s.Logger.Error("send command", "task", t.ID, "step", st.Name, "action", cmd.Action, "attempt", a.Attempt, "err", err.Error())
 		return
 	}
 	sh.s.dispatched.Add(1)

@@ -40,21 +40,34 @@ const (
 	FaultHang      FaultMode = "hang"
 )
 
-// Fault is a failure injected into a share (Rate, 0 to 1) of calls.
+// Fault is a failure injected into a share (Rate, 0 to 1) of the calls of
+// a service's step actions, or of its compensations.
 type Fault struct {
-	Mode FaultMode
-	Rate float64
+	Mode         FaultMode
+	Rate         float64
+	Compensation bool
 }
 
-// ParseFault parses AGENT=MODE[:RATE], e.g. payment=hang or
-// inventory=transient:0.2. The rate defaults to 1.
+// compensationSuffix marks a fault for compensations in a fault spec.
+const compensationSuffix = ".compensation"
+
+// ActionHeader tells a demo service whether a call executes a step or
+// compensates one.
+const ActionHeader = "Saga-Action"
+
+// ParseFault parses AGENT=MODE[:RATE] (faults in the agent's step actions)
+// or AGENT.compensation=MODE[:RATE] (faults in its compensations), e.g.
+// payment=hang or inventory=transient:0.2. The rate defaults to 1.
 func ParseFault(spec string) (agent string, f Fault, err error) {
 	agent, rest, ok := strings.Cut(spec, "=")
 	if !ok || agent == "" {
-		return "", f, errors.Newf("fault %q: want AGENT=MODE[:RATE]", spec)
+		return "", f, errors.Newf("fault %q: want AGENT=MODE[:RATE] or AGENT%s=MODE[:RATE]", spec, compensationSuffix)
+	}
+	if a, isComp := strings.CutSuffix(agent, compensationSuffix); isComp {
+		agent, f.Compensation = a, true
 	}
 	mode, rateText, hasRate := strings.Cut(rest, ":")
-	f = Fault{Mode: FaultMode(mode), Rate: 1}
+	f.Mode, f.Rate = FaultMode(mode), 1
 	switch f.Mode {
 	case FaultTransient, FaultPermanent, FaultHang:
 	default:
@@ -76,7 +89,7 @@ type Service struct {
 	Latency time.Duration
 
 	mu      sync.Mutex
-	fault   Fault
+	faults  []Fault
 	answers map[string][]byte
 	effects map[string]int
 
@@ -90,11 +103,29 @@ func NewService(name string, logger *slog.Logger) *Service {
 	return &Service{Name: name, Logger: logger, answers: map[string][]byte{}, effects: map[string]int{}}
 }
 
-// SetFault changes the injected fault; FaultNone removes it.
-func (s *Service) SetFault(f Fault) {
+// SetFaults replaces the injected faults; none removes them. For each call
+// the faults are drawn in order, each at its rate, so transient:0.2 and
+// hang:0.05 fail a quarter of the calls.
+func (s *Service) SetFaults(faults ...Fault) {
 	s.mu.Lock()
-	s.fault = f
+	s.faults = append([]Fault(nil), faults...)
 	s.mu.Unlock()
+}
+
+func (s *Service) drawFault(compensation bool) FaultMode {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := rand.Float64()
+	for _, f := range s.faults {
+		if f.Compensation != compensation {
+			continue
+		}
+		if r < f.Rate {
+			return f.Mode
+		}
+		r -= f.Rate
+	}
+	return FaultNone
 }
 
 // Start serves on addr (port 0 picks one).
@@ -154,11 +185,8 @@ func (s *Service) serveAction(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, 1<<20))
-	s.mu.Lock()
-	fault := s.fault
-	s.mu.Unlock()
-	if fault.Mode != FaultNone && rand.Float64() < fault.Rate {
-		switch fault.Mode {
+	if mode := s.drawFault(r.Header.Get(ActionHeader) == domain.ActionCompensate); mode != FaultNone {
+		switch mode {
 		case FaultHang:
 			<-r.Context().Done()
 			return
@@ -194,19 +222,24 @@ func (s *Service) serveAction(w http.ResponseWriter, r *http.Request) {
 }
 
 // HTTPStep returns the step handler of a demo agent: it POSTs the order to
-// baseURL/<step> with the command's idempotency key. 4xx answers are
+// baseURL/<step>, or baseURL/<compensation> to undo it, with the command's
+// idempotency key. 4xx answers are
 // permanent failures; 5xx, timeouts and connection errors are transient.
 func HTTPStep(baseURL string, client *http.Client) processes.StepHandler {
 	return func(ctx context.Context, cmd domain.ExecuteStep) (json.RawMessage, error) {
 		action := cmd.Step
 		if cmd.Action == domain.ActionCompensate {
-			action = "compensate-" + cmd.Step
+			action = cmd.Compensation
+			if action == "" {
+				action = "undo-" + cmd.Step
+			}
 		}
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, baseURL+"/"+action, strings.NewReader(string(cmd.Order)))
 		if err != nil {
 			return nil, processes.Permanent(err)
 		}
 		req.Header.Set("Idempotency-Key", cmd.IdempotencyKey)
+		req.Header.Set(ActionHeader, cmd.Action)
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := client.Do(req)
 		if err != nil {

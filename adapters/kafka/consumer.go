@@ -3,6 +3,7 @@ package kafka
 import (
 	"context"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -113,7 +114,7 @@ func handleWithRetry(ctx context.Context, r *kgo.Record, handler Handler, cfg Co
 		if err == nil || ctx.Err() != nil {
 			return
 		}
-		wait := processes.DefaultBackoff.Wait(try)
+		wait := processes.DefaultBackoff.Delay(try, rand.Float64())
 		cfg.Logger.Warn("handler failed; retrying", "group", cfg.Group, "source", msg.Source(), "try", try, "in", wait, "err", err.Error())
 		select {
 		case <-time.After(wait):

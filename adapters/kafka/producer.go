@@ -114,3 +114,15 @@ func (p *Producer) Publish(ctx context.Context, rec *kgo.Record) error {
 func (p *Producer) produceSync(ctx context.Context, rec *kgo.Record) error {
 	return errors.Wrapf(p.client.ProduceSync(ctx, rec).FirstErr(), "produce to %s", rec.Topic)
 }
+
+// RaiseAlert produces an alert to the alerts topic and waits until the
+// broker has it.
+func (p *Producer) RaiseAlert(ctx context.Context, a domain.Alert) error {
+	body, err := json.Marshal(a)
+	if err != nil {
+		return errors.Wrap(err, "encode alert")
+	}
+	return p.produceSync(ctx, p.Record(domain.AlertsTopic, a.TaskID, domain.AlertMessageType, body))
+}
+
+var _ processes.Alerts = (*Producer)(nil)

@@ -28,6 +28,8 @@ commands:
   submit ORDER_ID [JSON]   publish an order (JSON fields are merged into the order)
   get TASK_ID              show a task's current state
   tasks [--state STATE]    list tasks
+  retry TASK_ID [STEP]     retry a task in Error (its failed step or compensation)
+  cancel TASK_ID           cancel a task: it compensates what it did
 
 common flags:
   --kafka-brokers   Kafka brokers, comma-separated [$SAGA_KAFKA_BROKERS] (default 127.0.0.1:9092)
@@ -49,6 +51,10 @@ func main() {
 		err = get(ctx, args)
 	case "tasks":
 		err = tasks(ctx, args)
+	case "retry":
+		err = retry(ctx, args)
+	case "cancel":
+		err = cancel(ctx, args)
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 		return
@@ -148,26 +154,68 @@ func tasks(ctx context.Context, args []string) error {
 	return show(ctx, c.api+"/api/tasks?"+q.Encode())
 }
 
+func operatorName() string {
+	if u := os.Getenv("USER"); u != "" {
+		return u + "@sagactl"
+	}
+	return "sagactl"
+}
+
+func retry(ctx context.Context, args []string) error {
+	fs, c := flags("retry")
+	by := fs.String("by", operatorName(), "who retries, recorded in the task's events")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() < 1 || fs.NArg() > 2 {
+		return errors.New("usage: sagactl retry [flags] TASK_ID [STEP]")
+	}
+	body, _ := json.Marshal(map[string]string{"step": fs.Arg(1), "by": *by})
+	return send(ctx, http.MethodPost, c.api+"/api/tasks/"+url.PathEscape(fs.Arg(0))+"/retry", body)
+}
+
+func cancel(ctx context.Context, args []string) error {
+	fs, c := flags("cancel")
+	by := fs.String("by", operatorName(), "who cancels, recorded in the task's events")
+	reason := fs.String("reason", "", "why")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return errors.New("usage: sagactl cancel [flags] TASK_ID")
+	}
+	body, _ := json.Marshal(map[string]string{"by": *by, "reason": *reason})
+	return send(ctx, http.MethodPost, c.api+"/api/tasks/"+url.PathEscape(fs.Arg(0))+"/cancel", body)
+}
+
 // show prints the API's JSON answer, or its error.
-func show(ctx context.Context, u string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+func show(ctx context.Context, u string) error { return send(ctx, http.MethodGet, u, nil) }
+
+// send calls the API and prints its JSON answer, or returns its error.
+func send(ctx context.Context, method, u string, payload []byte) error {
+	var body io.Reader
+	if payload != nil {
+		body = strings.NewReader(string(payload))
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, body)
 	if err != nil {
 		return err
 	}
+	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return errors.Wrap(err, "is sagad running? GET "+u)
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
+	respBody, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return err
 	}
-	if resp.StatusCode != http.StatusOK {
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusAccepted {
 		var e struct{ Error string }
-		_ = json.Unmarshal(body, &e)
+		_ = json.Unmarshal(respBody, &e)
 		return errors.Newf("%s: %s", resp.Status, strings.TrimSpace(e.Error))
 	}
-	_, err = os.Stdout.Write(body)
+	_, err = os.Stdout.Write(respBody)
 	return err
 }

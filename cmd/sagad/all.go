@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/sagaengine/saga/adapters/demo"
 	"github.com/sagaengine/saga/adapters/kafka"
@@ -13,7 +14,7 @@ import (
 )
 
 // faultFlags collects repeated --fault AGENT=MODE[:RATE] flags.
-type faultFlags map[string]demo.Fault
+type faultFlags map[string][]demo.Fault
 
 func (f faultFlags) String() string { return "" }
 
@@ -22,7 +23,7 @@ func (f faultFlags) Set(spec string) error {
 	if err != nil {
 		return err
 	}
-	f[agent] = fault
+	f[agent] = append(f[agent], fault)
 	return nil
 }
 
@@ -44,22 +45,33 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	instance := fs.String("instance", envOr("SAGA_INSTANCE", ""), "name of this instance in events (default sagad@HOSTNAME) [$SAGA_INSTANCE]")
 	partitions := fs.Int("partitions", 4, "partitions of the topics saga creates")
 	demoAgents := fs.Bool("demo-agents", true, "run the demo remote services and their agents")
+	rolesFlag := fs.String("roles", envOr("SAGA_ROLES", "all"), "parts to run, comma-separated: submitter, scheduler, supervisor, agents, api, or all [$SAGA_ROLES]")
+	supervisorInterval := fs.Duration("supervisor-interval", time.Second, "how often the supervisor looks for attempts past their complete-by")
 	faults := faultFlags{}
 	fs.Var(faults, "fault", "inject a fault into a demo service: AGENT=MODE[:RATE], MODE transient, permanent or hang (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	logger.Info("starting saga", "data", *data)
+	roles, err := app.ParseRoles(*rolesFlag)
+	if err != nil {
+		return err
+	}
+	logger.Info("starting saga", "data", *data, "roles", *rolesFlag)
 	a, err := app.Start(app.Config{
 		DataDir: *data, KafkaBrokers: kafka.SplitBrokers(*brokers), KafkaListen: *kafkaListen,
 		EventStoreURL: strings.TrimSpace(*esURL), EventStoreListen: *esListen, HTTPListen: *httpListen,
 		Partitions: int32(*partitions), Instance: *instance, DemoAgents: *demoAgents, Faults: faults, Logger: logger,
+		Roles: roles, SupervisorInterval: *supervisorInterval,
 	})
 	if err != nil {
 		return err
 	}
 	logger.Info("saga is running", "kafka", strings.Join(a.KafkaBrokers, ","), "eventstore", a.EventStoreURL,
 		"api", "http://"+a.HTTPAddr+"/api/tasks")
+	if os.Getenv("SAGA_READY_FILE") != "" {
+		// Lets a supervising test or script know the ports are bound.
+		_ = os.WriteFile(os.Getenv("SAGA_READY_FILE"), []byte(a.HTTPAddr), 0o644)
+	}
 	select {
 	case <-ctx.Done():
 		logger.Info("shutting down")

@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -44,10 +46,15 @@ type Config struct {
 	Partitions int32
 	// Instance names this process in events (actor, LockedBy).
 	Instance string
-	// DemoAgents runs the demo remote services and their agents.
+	// Roles lists the parts to run; empty means all of them.
+	Roles []Role
+	// DemoAgents runs the demo remote services and their agents (with the
+	// agents role).
 	DemoAgents bool
+	// SupervisorInterval is how often the supervisor scans; default 1 s.
+	SupervisorInterval time.Duration
 	// Faults injects failures into demo services, by agent name.
-	Faults map[string]demo.Fault
+	Faults map[string][]demo.Fault
 	// Workflows to run; default the demo order workflow.
 	Workflows []*domain.Workflow
 	// MaxOrderSize bounds an order message; default 1 MiB.
@@ -55,6 +62,41 @@ type Config struct {
 	Logger       *slog.Logger
 	Clock        processes.Clock
 }
+
+// Role is a part of the system a process runs.
+type Role string
+
+// The roles.
+const (
+	RoleSubmitter  Role = "submitter"
+	RoleScheduler  Role = "scheduler"
+	RoleSupervisor Role = "supervisor"
+	RoleAgents     Role = "agents"
+	RoleAPI        Role = "api"
+)
+
+// AllRoles lists every role.
+var AllRoles = []Role{RoleSubmitter, RoleScheduler, RoleSupervisor, RoleAgents, RoleAPI}
+
+// ParseRoles parses a comma-separated role list; "all" means every role.
+func ParseRoles(list string) ([]Role, error) {
+	var out []Role
+	for _, r := range strings.Split(list, ",") {
+		switch r = strings.TrimSpace(r); Role(r) {
+		case "", "all":
+			if r == "all" {
+				out = append(out, AllRoles...)
+			}
+		case RoleSubmitter, RoleScheduler, RoleSupervisor, RoleAgents, RoleAPI:
+			out = append(out, Role(r))
+		default:
+			return nil, errors.Newf("unknown role %q: want %v or all", r, AllRoles)
+		}
+	}
+	return out, nil
+}
+
+func (c *Config) has(r Role) bool { return len(c.Roles) == 0 || slices.Contains(c.Roles, r) }
 
 // App is a running system.
 type App struct {
@@ -70,6 +112,8 @@ type App struct {
 	Producer   *kafka.Producer
 	Tasks      *projections.Tasks
 	Scheduler  *processes.Scheduler
+	Supervisor *processes.Supervisor
+	Operator   *processes.Operator
 	Submitter  *processes.Submitter
 	Services   map[string]*demo.Service
 	AgentProcs map[string]*processes.Agent
@@ -78,6 +122,7 @@ type App struct {
 	broker   *kafka.Broker
 	client   *kgo.Client
 	http     *http.Server
+	lease    *kafka.Lease
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -189,28 +234,77 @@ func (a *App) startKafka(ctx context.Context) error {
 }
 
 func (a *App) startProcesses(ctx context.Context) error {
-	a.Tasks = projections.NewTasks(a.logger)
-	a.Scheduler = &processes.Scheduler{Store: a.Store, Commands: a.Producer, DeadLetters: a.Producer, Catalog: a.Catalog,
-		Actor: "scheduler/" + a.cfg.Instance, Clock: a.cfg.Clock, Logger: a.logger}
-	a.Submitter = &processes.Submitter{Store: a.Store, DeadLetters: a.Producer, Catalog: a.Catalog,
-		Actor: "submitter/" + a.cfg.Instance, Clock: a.cfg.Clock, Logger: a.logger, MaxOrderSize: a.cfg.MaxOrderSize}
-
-	a.run("task projection", func() error { return a.Tasks.Run(ctx, a.Store) })
-	a.run("scheduler", func() error { return a.Scheduler.Run(ctx) })
-	a.consume(ctx, "saga-scheduler", []string{domain.RepliesTopic}, a.Scheduler.HandleReply)
-	a.consume(ctx, "saga-submitter", []string{domain.OrdersTopic}, a.Submitter.HandleOrder)
-
-	if a.cfg.DemoAgents {
+	cfg := &a.cfg
+	if cfg.has(RoleScheduler) {
+		if err := a.startScheduler(ctx); err != nil {
+			return err
+		}
+	}
+	if cfg.has(RoleSupervisor) {
+		if err := a.startSupervisor(ctx); err != nil {
+			return err
+		}
+	}
+	if cfg.has(RoleSubmitter) {
+		a.Submitter = &processes.Submitter{Store: a.Store, DeadLetters: a.Producer, Catalog: a.Catalog,
+			Actor: "submitter/" + cfg.Instance, Clock: cfg.Clock, Logger: a.logger, MaxOrderSize: cfg.MaxOrderSize}
+		a.consume(ctx, "saga-submitter", []string{domain.OrdersTopic}, a.Submitter.HandleOrder)
+	}
+	if cfg.has(RoleAgents) && cfg.DemoAgents {
 		if err := a.startDemoAgents(ctx); err != nil {
 			return err
 		}
 	}
+	if cfg.has(RoleAPI) {
+		return a.startAPI(ctx)
+	}
+	return nil
+}
+
+// startScheduler runs the scheduler; it shares tasks with other schedulers
+// by the partitions of the replies topic its consumer group assigns it.
+func (a *App) startScheduler(ctx context.Context) error {
+	lookupCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	ownership, err := kafka.NewPartitionOwnership(lookupCtx, a.client, domain.RepliesTopic)
+	if err != nil {
+		return errors.Wrap(err, "scheduler ownership")
+	}
+	a.Scheduler = &processes.Scheduler{Store: a.Store, Commands: a.Producer, DeadLetters: a.Producer, Catalog: a.Catalog,
+		Actor: "scheduler/" + a.cfg.Instance, Clock: a.cfg.Clock, Logger: a.logger, Ownership: ownership}
+	a.run("scheduler", func() error { return a.Scheduler.Run(ctx) })
+	opts := ownership.ConsumerOpts(func() { go a.Scheduler.Rebalanced(ctx) })
+	a.consumeWith(ctx, "saga-scheduler", []string{domain.RepliesTopic}, a.Scheduler.HandleReply, opts...)
+	return nil
+}
+
+// startSupervisor runs the supervisor; among several, the holder of the
+// lease acts.
+func (a *App) startSupervisor(ctx context.Context) error {
+	leaseCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	lease, err := kafka.StartLease(leaseCtx, a.KafkaBrokers, "saga-supervisor", a.logger)
+	if err != nil {
+		return err
+	}
+	a.lease = lease
+	a.Supervisor = &processes.Supervisor{Store: a.Store, Alerts: a.Producer, Catalog: a.Catalog, Actor: "supervisor/" + a.cfg.Instance,
+		Clock: a.cfg.Clock, Logger: a.logger, Interval: a.cfg.SupervisorInterval, Leader: lease}
+	a.run("supervisor", func() error { return a.Supervisor.Run(ctx) })
+	return nil
+}
+
+// startAPI serves the task projection and the operators' actions over HTTP.
+func (a *App) startAPI(ctx context.Context) error {
+	a.Tasks = projections.NewTasks(a.logger)
+	a.Operator = &processes.Operator{Store: a.Store, Catalog: a.Catalog, Clock: a.cfg.Clock}
+	a.run("task projection", func() error { return a.Tasks.Run(ctx, a.Store) })
 	lis, err := net.Listen("tcp", listenOr(a.cfg.HTTPListen, httpapi.DefaultListen))
 	if err != nil {
 		return errors.Wrap(err, "http api listen")
 	}
 	a.HTTPAddr = lis.Addr().String()
-	a.http = &http.Server{Handler: httpapi.Handler(a.Tasks), ReadHeaderTimeout: 5 * time.Second}
+	a.http = &http.Server{Handler: httpapi.Handler(a.Tasks, a.Operator), ReadHeaderTimeout: 5 * time.Second}
 	a.run("http api", func() error {
 		if err := a.http.Serve(lis); !errors.Is(err, http.ErrServerClosed) {
 			return err
@@ -225,16 +319,19 @@ func (a *App) startDemoAgents(ctx context.Context) error {
 	httpClient := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
 	for _, agentName := range a.Catalog.Agents() {
 		svc := demo.NewService(agentName, a.logger)
-		if f, ok := a.cfg.Faults[agentName]; ok {
-			svc.SetFault(f)
-			a.logger.Warn("fault injected", "agent", agentName, "mode", f.Mode, "rate", f.Rate)
+		if faults := a.cfg.Faults[agentName]; len(faults) > 0 {
+			svc.SetFaults(faults...)
+			for _, f := range faults {
+				a.logger.Warn("fault injected", "agent", agentName, "mode", f.Mode, "rate", f.Rate)
+			}
 		}
 		if err := svc.Start("127.0.0.1:0"); err != nil {
 			return err
 		}
 		a.Services[agentName] = svc
 		agent := &processes.Agent{Name: agentName, Handler: demo.HTTPStep(svc.URL(), httpClient), Replies: a.Producer,
-			DeadLetters: a.Producer, Clock: a.cfg.Clock, Logger: a.logger}
+			DeadLetters: a.Producer, Clock: a.cfg.Clock, Logger: a.logger,
+			Breaker: processes.NewBreaker(2*time.Second, a.cfg.Clock)}
 		a.AgentProcs[agentName] = agent
 		a.consume(ctx, "saga-agent-"+agentName, []string{domain.CommandTopic(agentName)}, agent.HandleCommand)
 	}
@@ -242,7 +339,11 @@ func (a *App) startDemoAgents(ctx context.Context) error {
 }
 
 func (a *App) consume(ctx context.Context, group string, topics []string, h kafka.Handler) {
-	cfg := kafka.ConsumerConfig{Brokers: a.KafkaBrokers, Group: group, Topics: topics, Logger: a.logger}
+	a.consumeWith(ctx, group, topics, h)
+}
+
+func (a *App) consumeWith(ctx context.Context, group string, topics []string, h kafka.Handler, opts ...kgo.Opt) {
+	cfg := kafka.ConsumerConfig{Brokers: a.KafkaBrokers, Group: group, Topics: topics, Logger: a.logger, Opts: opts}
 	a.run(group, func() error { return kafka.Consume(ctx, cfg, h) })
 }
 
@@ -276,6 +377,9 @@ func (a *App) Close() {
 			_ = svc.Close()
 		}
 		a.wg.Wait()
+		if a.lease != nil {
+			a.lease.Close()
+		}
 		if a.client != nil {
 			a.client.Close()
 		}

@@ -1,0 +1,56 @@
+package processes_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sagaengine/saga/processes"
+)
+
+func TestBreakerOpensOnOutagesNotOnFlakiness(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	b := processes.NewBreaker(time.Second, func() time.Time { return now })
+	boom := errors.New("503")
+
+	for i := 0; i < 100; i++ { // every other call fails: flaky, not down
+		require.NoError(t, b.Allow())
+		if i%2 == 0 {
+			b.Record(boom)
+		} else {
+			b.Record(nil)
+		}
+	}
+	assert.Zero(t, b.Opened(), "a flaky service is still called")
+
+	failures := 0
+	for ; failures < 20 && b.Allow() == nil; failures++ {
+		b.Record(boom)
+	}
+	assert.Less(t, failures, 20, "the breaker opened within a window of failures")
+	assert.ErrorIs(t, b.Allow(), processes.ErrCircuitOpen, "an unreachable service is left alone")
+	assert.Equal(t, int64(1), b.Opened())
+
+	now = now.Add(time.Second)
+	require.NoError(t, b.Allow(), "after OpenFor one trial goes through")
+	assert.ErrorIs(t, b.Allow(), processes.ErrCircuitOpen, "only one trial at a time")
+	b.Record(boom)
+	assert.ErrorIs(t, b.Allow(), processes.ErrCircuitOpen, "a failed trial opens it again")
+
+	now = now.Add(time.Second)
+	require.NoError(t, b.Allow())
+	b.Record(nil)
+	for i := 0; i < 5; i++ {
+		assert.NoError(t, b.Allow(), "a successful trial closes it")
+		b.Record(nil)
+	}
+	permanent := processes.Permanent(errors.New("422"))
+	for i := 0; i < 30; i++ {
+		require.NoError(t, b.Allow())
+		b.Record(permanent)
+	}
+	assert.NoError(t, b.Allow(), "refusals are answers, not outages")
+}
