@@ -34,7 +34,9 @@ func dispatchedAt(step string, attempt int, now time.Time) domain.StepDispatched
 		LockedBy: "scheduler-1", IdempotencyKey: "o-1/" + step, DispatchedAt: now}
 }
 
-func dispatched(step string, attempt int) domain.StepDispatched { return dispatchedAt(step, attempt, t0) }
+func dispatched(step string, attempt int) domain.StepDispatched {
+	return dispatchedAt(step, attempt, t0)
+}
 
 func compensationDispatched(step string, attempt int) domain.CompensationDispatched {
 	return domain.CompensationDispatched{TaskID: "o-1", Step: step, Agent: agents[step], Action: compensations[step], Attempt: attempt,

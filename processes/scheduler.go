@@ -3,9 +3,9 @@ package processes
 import (
 	"container/heap"
 	"context"
-	"math/rand/v2"
 	"hash/fnv"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
