@@ -125,6 +125,9 @@ type Task struct {
 	Order    json.RawMessage `json:"-"`
 	// Reason says why the task compensates or stopped in Error.
 	Reason string `json:"reason,omitempty"`
+	// FailedStep names the step whose failure or failed compensation put
+	// the task in Error.
+	FailedStep string `json:"failedStep,omitempty"`
 	// Compensating is set once the task is being undone; it stays set if a
 	// compensation stops in Error, so a retry resumes the compensation.
 	Compensating bool   `json:"compensating,omitempty"`
@@ -254,7 +257,7 @@ func (t *Task) Apply(e Event) {
 				s.State = StepStateCompensating
 			}
 		}
-		t.State, t.Reason, t.UpdatedAt = StateProcessing, "", e.At
+		t.State, t.Reason, t.FailedStep, t.UpdatedAt = StateProcessing, "", "", e.At
 		if t.Compensating {
 			t.State = StateCompensating
 		}
@@ -263,7 +266,7 @@ func (t *Task) Apply(e Event) {
 	case TaskCompensated:
 		t.State, t.UpdatedAt = StateCompensated, e.At
 	case TaskFailed:
-		t.State, t.Reason, t.UpdatedAt = StateError, e.Reason, e.At
+		t.State, t.Reason, t.FailedStep, t.UpdatedAt = StateError, e.Reason, e.Step, e.At
 		if s := t.Step(e.Step); s != nil && t.Compensating && s.Compensation != nil {
 			s.State = StepStateError
 		}

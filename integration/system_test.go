@@ -168,7 +168,7 @@ func (s *system) awaitTasks(ids []string, timeout time.Duration, done func(*doma
 			t = domain.NewTask(id)
 			tasks[id] = t
 		}
-		wasDone := done(t)
+		wasDone := t.Exists() && done(t)
 		ev, err := domain.DecodeEvent(it.Event.Type, it.Event.Data)
 		require.NoError(s.t, err)
 		t.Apply(ev)

@@ -11,36 +11,46 @@ import (
 // circuit breaker is open. It is a transient failure.
 var ErrCircuitOpen = errors.New("circuit breaker open")
 
-// Breaker is a circuit breaker for one remote service. It watches the
-// outcomes of the last Window calls; once at least MinCalls of them are
-// known and the share of transient failures reaches FailureRatio, it opens:
-// calls fail at once with ErrCircuitOpen for OpenFor. Then one trial call
-// goes through; its success closes the breaker, its failure opens it again.
-// A flaky service keeps being called, an unreachable one is left alone.
-// Permanent failures are answers, not outages, and count as successes. It
-// is safe for concurrent use.
+// breakerBuckets is how many slices the breaker's time window has.
+const breakerBuckets = 10
+
+// Breaker is a circuit breaker for one remote service. It counts the
+// outcomes of calls over a sliding time window (ten buckets); once the
+// window holds at least MinCalls outcomes and the share of transient
+// failures reaches FailureRatio, it opens: calls fail at once with
+// ErrCircuitOpen for OpenFor. Then one trial call goes through; its success
+// closes the breaker, its failure opens it again.
+//
+// Counting over time rather than over the last N calls keeps a burst of
+// timeouts (hung calls all give up at their deadline together) from
+// tripping a breaker on a service that mostly works: a flaky service keeps
+// being called, an unreachable one is left alone. Permanent failures are
+// answers, not outages, and count as successes. It is safe for concurrent
+// use.
 type Breaker struct {
-	Window       int
+	Window       time.Duration
 	MinCalls     int
 	FailureRatio float64
 	OpenFor      time.Duration
 	Clock        Clock
 
 	mu        sync.Mutex
-	outcomes  []bool // true for a failure, a ring of the last Window calls
-	next      int
-	count     int
-	failures  int
+	buckets   [breakerBuckets]bucket
 	openUntil time.Time
 	open      bool
 	trial     bool
 	opened    int64
 }
 
-// NewBreaker returns a breaker that opens for openFor when 80 % of the last
-// 20 calls (at least 10) failed.
+type bucket struct {
+	slot                int64
+	successes, failures int
+}
+
+// NewBreaker returns a breaker that opens for openFor when 80 % of the
+// calls of the last 5 s (at least 20) failed.
 func NewBreaker(openFor time.Duration, clock Clock) *Breaker {
-	return &Breaker{Window: 20, MinCalls: 10, FailureRatio: 0.8, OpenFor: openFor, Clock: clock}
+	return &Breaker{Window: 5 * time.Second, MinCalls: 20, FailureRatio: 0.8, OpenFor: openFor, Clock: clock}
 }
 
 // Allow returns nil if a call may go through, else ErrCircuitOpen.
@@ -62,30 +72,37 @@ func (b *Breaker) Record(err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	failed := err != nil && !errors.Is(err, ErrPermanent)
+	now := b.Clock()
 	if b.open {
 		b.trial = false
 		if failed {
-			b.openUntil = b.Clock().Add(b.OpenFor)
+			b.openUntil = now.Add(b.OpenFor)
 			return
 		}
 		b.open = false
-		b.outcomes, b.next, b.count, b.failures = nil, 0, 0, 0
+		b.buckets = [breakerBuckets]bucket{}
 		return
 	}
-	if b.outcomes == nil {
-		b.outcomes = make([]bool, max(b.Window, 1))
+	width := max(b.Window/breakerBuckets, time.Millisecond)
+	slot := now.UnixNano() / int64(width)
+	cur := &b.buckets[slot%breakerBuckets]
+	if cur.slot != slot {
+		*cur = bucket{slot: slot}
 	}
-	if b.count == len(b.outcomes) && b.outcomes[b.next] {
-		b.failures--
-	}
-	b.outcomes[b.next] = failed
-	b.next = (b.next + 1) % len(b.outcomes)
-	b.count = min(b.count+1, len(b.outcomes))
 	if failed {
-		b.failures++
+		cur.failures++
+	} else {
+		cur.successes++
 	}
-	if b.count >= b.MinCalls && float64(b.failures) >= b.FailureRatio*float64(b.count) {
-		b.open, b.openUntil = true, b.Clock().Add(b.OpenFor)
+	var calls, failures int
+	for _, bk := range b.buckets {
+		if slot-bk.slot < breakerBuckets {
+			calls += bk.successes + bk.failures
+			failures += bk.failures
+		}
+	}
+	if calls >= b.MinCalls && float64(failures) >= b.FailureRatio*float64(calls) {
+		b.open, b.openUntil = true, now.Add(b.OpenFor)
 		b.opened++
 	}
 }

@@ -280,12 +280,7 @@ func (s *Supervisor) timeOut(ctx context.Context, a dueAttempt, now time.Time) {
 }
 
 func (s *Supervisor) alert(ctx context.Context, t *domain.Task) {
-	step := ""
-	for _, st := range t.Steps {
-		if st.State == domain.StepStateError {
-			step = st.Name
-		}
-	}
+	step := t.FailedStep
 	a := domain.Alert{TaskID: t.ID, Workflow: t.Workflow, State: t.State, Step: step, Reason: t.Reason, Revision: t.Revision, At: t.UpdatedAt}
 	if err := s.Alerts.RaiseAlert(ctx, a); err != nil {
 		s.Logger.Error("raise alert", "task", t.ID, "err", err.Error())
