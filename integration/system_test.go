@@ -88,8 +88,11 @@ func (s *system) stop() {
 
 // restart stops the system and starts it again on the same data directory.
 func (s *system) restart() {
+	t0 := time.Now()
 	s.stop()
+	t1 := time.Now()
 	s.start()
+	s.t.Logf("restart: stop %v, start %v", t1.Sub(t0), time.Since(t1))
 }
 
 func ctx(t *testing.T, d time.Duration) context.Context {

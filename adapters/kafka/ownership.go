@@ -19,7 +19,6 @@ type PartitionOwnership struct {
 	topic      string
 	partitions int
 	partition  kgo.TopicPartitioner
-	onChange   func()
 
 	mu    sync.RWMutex
 	owned map[int32]bool
@@ -52,24 +51,21 @@ func (o *PartitionOwnership) Owns(taskID string) bool {
 	return o.owned[p]
 }
 
-// ConsumerOpts are the options that keep the ownership in step with the
-// group's assignment; onChange runs after every change.
-func (o *PartitionOwnership) ConsumerOpts(onChange func()) []kgo.Opt {
-	update := func(m map[string][]int32, held bool) {
-		o.mu.Lock()
-		for _, p := range m[o.topic] {
-			if held {
-				o.owned[p] = true
-			} else {
-				delete(o.owned, p)
-			}
+// Assigned and Revoked keep the ownership in step with the group's
+// assignment; plug them into ConsumerConfig.OnAssigned and OnRevoked.
+func (o *PartitionOwnership) Assigned(m map[string][]int32) { o.update(m, true) }
+
+// Revoked: see Assigned.
+func (o *PartitionOwnership) Revoked(m map[string][]int32) { o.update(m, false) }
+
+func (o *PartitionOwnership) update(m map[string][]int32, held bool) {
+	o.mu.Lock()
+	for _, p := range m[o.topic] {
+		if held {
+			o.owned[p] = true
+		} else {
+			delete(o.owned, p)
 		}
-		o.mu.Unlock()
-		onChange()
 	}
-	return []kgo.Opt{
-		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { update(m, true) }),
-		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { update(m, false) }),
-		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { update(m, false) }),
-	}
+	o.mu.Unlock()
 }

@@ -273,8 +273,10 @@ func (a *App) startScheduler(ctx context.Context) error {
 	a.Scheduler = &processes.Scheduler{Store: a.Store, Commands: a.Producer, DeadLetters: a.Producer, Catalog: a.Catalog,
 		Actor: "scheduler/" + a.cfg.Instance, Clock: a.cfg.Clock, Logger: a.logger, Ownership: ownership}
 	a.run("scheduler", func() error { return a.Scheduler.Run(ctx) })
-	opts := ownership.ConsumerOpts(func() { go a.Scheduler.Rebalanced(ctx) })
-	a.consumeWith(ctx, "saga-scheduler", []string{domain.RepliesTopic}, a.Scheduler.HandleReply, opts...)
+	a.consumeWith(ctx, kafka.ConsumerConfig{Group: "saga-scheduler", Topics: []string{domain.RepliesTopic},
+		OnAssigned: func(m map[string][]int32) { ownership.Assigned(m); go a.Scheduler.Rebalanced(ctx) },
+		OnRevoked:  func(m map[string][]int32) { ownership.Revoked(m); go a.Scheduler.Rebalanced(ctx) },
+	}, a.Scheduler.HandleReply)
 	return nil
 }
 
@@ -339,12 +341,12 @@ func (a *App) startDemoAgents(ctx context.Context) error {
 }
 
 func (a *App) consume(ctx context.Context, group string, topics []string, h kafka.Handler) {
-	a.consumeWith(ctx, group, topics, h)
+	a.consumeWith(ctx, kafka.ConsumerConfig{Group: group, Topics: topics}, h)
 }
 
-func (a *App) consumeWith(ctx context.Context, group string, topics []string, h kafka.Handler, opts ...kgo.Opt) {
-	cfg := kafka.ConsumerConfig{Brokers: a.KafkaBrokers, Group: group, Topics: topics, Logger: a.logger, Opts: opts}
-	a.run(group, func() error { return kafka.Consume(ctx, cfg, h) })
+func (a *App) consumeWith(ctx context.Context, cfg kafka.ConsumerConfig, h kafka.Handler) {
+	cfg.Brokers, cfg.Logger = a.KafkaBrokers, a.logger
+	a.run(cfg.Group, func() error { return kafka.Consume(ctx, cfg, h) })
 }
 
 func (a *App) run(name string, f func() error) {
