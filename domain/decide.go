@@ -48,11 +48,12 @@ func IdempotencyKey(taskID, step string) string { return taskID + "/" + step }
 // CompensationKey is the idempotency key of a step's compensation.
 func CompensationKey(taskID, step string) string { return taskID + "/" + step + "/compensation" }
 
-// Submit turns a valid order into the event that starts its task.
-func Submit(order OrderPlaced, wf *Workflow, now time.Time) TaskSubmitted {
+// Submit turns a valid order into the event that starts its task;
+// traceParent is the order's trace context.
+func Submit(order OrderPlaced, wf *Workflow, traceParent string, now time.Time) TaskSubmitted {
 	return TaskSubmitted{
 		TaskID: order.OrderID, Workflow: wf.Name, Steps: wf.StepNames(),
-		ReplyTo: order.ReplyTo, Order: order.Raw, SubmittedAt: now,
+		ReplyTo: order.ReplyTo, Order: order.Raw, SubmittedAt: now, TraceParent: traceParent,
 	}
 }
 

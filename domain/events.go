@@ -63,6 +63,9 @@ type TaskSubmitted struct {
 	ReplyTo     string          `json:"replyTo,omitempty"`
 	Order       json.RawMessage `json:"order"`
 	SubmittedAt time.Time       `json:"submittedAt"`
+	// TraceParent is the W3C trace context of the order; the task's
+	// commands and status messages continue its trace.
+	TraceParent string `json:"traceparent,omitempty"`
 }
 
 // StepDispatched records that an attempt was sent to an agent, which must

@@ -133,6 +133,8 @@ type ExecuteStep struct {
 	CompleteBy     time.Time       `json:"completeBy"`
 	IdempotencyKey string          `json:"idempotencyKey"`
 	Order          json.RawMessage `json:"order,omitempty"`
+	// TraceParent travels as the traceparent header, not in the body.
+	TraceParent string `json:"-"`
 }
 
 // ParseExecuteStep decodes and validates a command.
@@ -171,6 +173,8 @@ type StepReply struct {
 	Reason  string          `json:"reason,omitempty"`
 	Agent   string          `json:"agent,omitempty"`
 	Result  json.RawMessage `json:"result,omitempty"`
+	// TraceParent travels as the traceparent header, not in the body.
+	TraceParent string `json:"-"`
 }
 
 // ParseStepReply decodes and validates a reply.
@@ -233,4 +237,88 @@ type Alert struct {
 	Reason   string    `json:"reason"`
 	Revision int64     `json:"revision"`
 	At       time.Time `json:"at"`
+}
+
+// StatusMessageType is the CloudEvents type of task status messages.
+const StatusMessageType = "saga.task.status"
+
+// Status names, one for every kind of task event. Like event wire names
+// they are stable.
+const (
+	StatusReceived               = "received"
+	StatusStepDispatched         = "step-dispatched"
+	StatusStepSucceeded          = "step-succeeded"
+	StatusStepFailed             = "step-failed"
+	StatusStepTimedOut           = "step-timed-out"
+	StatusStepRetrying           = "step-retrying"
+	StatusCompensating           = "compensating"
+	StatusCompensationDispatched = "compensation-dispatched"
+	StatusStepCompensated        = "step-compensated"
+	StatusCompensationFailed     = "compensation-failed"
+	StatusStepResubmitted        = "step-resubmitted"
+	StatusProcessed              = "processed"
+	StatusCompensated            = "compensated"
+	StatusFailed                 = "failed"
+)
+
+// TaskStatus is the status message saga produces for every event of a task,
+// to the order's replyTo topic and to StatusTopic. Delivery is at least
+// once: Revision (the event's revision in the task stream) lets a consumer
+// drop repeats and restore order.
+type TaskStatus struct {
+	OrderID  string    `json:"orderId"`
+	Status   string    `json:"status"`
+	State    TaskState `json:"state"`
+	Step     string    `json:"step,omitempty"`
+	Attempt  int       `json:"attempt,omitempty"`
+	Reason   string    `json:"reason,omitempty"`
+	Revision uint64    `json:"revision"`
+	Time     time.Time `json:"time"`
+	// ReplyTo and TraceParent route the message; they are not in the body.
+	ReplyTo     string `json:"-"`
+	TraceParent string `json:"-"`
+}
+
+// Final reports whether no status follows this one unless an operator acts.
+func (s TaskStatus) Final() bool {
+	return s.Status == StatusProcessed || s.Status == StatusCompensated || s.Status == StatusFailed
+}
+
+// StatusOf is the status message of event e, given the task's state after
+// it, the event's revision and the time it was recorded.
+func StatusOf(t *Task, e Event, revision uint64, at time.Time) TaskStatus {
+	s := TaskStatus{OrderID: t.ID, State: t.State, Revision: revision, Time: at, ReplyTo: t.ReplyTo, TraceParent: t.TraceParent}
+	switch e := e.(type) {
+	case TaskSubmitted:
+		s.Status = StatusReceived
+	case StepDispatched:
+		s.Status, s.Step, s.Attempt = StatusStepDispatched, e.Step, e.Attempt
+	case StepSucceeded:
+		s.Status, s.Step, s.Attempt = StatusStepSucceeded, e.Step, e.Attempt
+	case StepFailed:
+		s.Status, s.Step, s.Attempt, s.Reason = StatusStepFailed, e.Step, e.Attempt, e.Reason
+	case StepTimedOut:
+		s.Status, s.Step, s.Attempt = StatusStepTimedOut, e.Step, e.Attempt
+	case StepRetryScheduled:
+		s.Status, s.Step, s.Attempt = StatusStepRetrying, e.Step, e.Attempt
+	case CompensationRequested:
+		s.Status, s.Step, s.Reason = StatusCompensating, e.Step, e.Reason
+	case TaskCancelled:
+		s.Status, s.Reason = StatusCompensating, t.Reason
+	case CompensationDispatched:
+		s.Status, s.Step, s.Attempt = StatusCompensationDispatched, e.Step, e.Attempt
+	case StepCompensated:
+		s.Status, s.Step, s.Attempt = StatusStepCompensated, e.Step, e.Attempt
+	case CompensationFailed:
+		s.Status, s.Step, s.Attempt, s.Reason = StatusCompensationFailed, e.Step, e.Attempt, e.Reason
+	case StepResubmitted:
+		s.Status, s.Step = StatusStepResubmitted, e.Step
+	case TaskProcessed:
+		s.Status = StatusProcessed
+	case TaskCompensated:
+		s.Status = StatusCompensated
+	case TaskFailed:
+		s.Status, s.Step, s.Reason = StatusFailed, e.Step, e.Reason
+	}
+	return s
 }

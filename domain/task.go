@@ -132,6 +132,7 @@ type Task struct {
 	// compensation stops in Error, so a retry resumes the compensation.
 	Compensating bool   `json:"compensating,omitempty"`
 	CancelledBy  string `json:"cancelledBy,omitempty"`
+	TraceParent  string `json:"traceparent,omitempty"`
 	// Revision is the revision of the last event folded, -1 for none.
 	Revision    int64     `json:"revision"`
 	SubmittedAt time.Time `json:"submittedAt"`
@@ -185,7 +186,7 @@ func (t *Task) Apply(e Event) {
 	t.Revision++
 	switch e := e.(type) {
 	case TaskSubmitted:
-		t.Workflow, t.ReplyTo, t.Order = e.Workflow, e.ReplyTo, e.Order
+		t.Workflow, t.ReplyTo, t.Order, t.TraceParent = e.Workflow, e.ReplyTo, e.Order, e.TraceParent
 		t.State, t.SubmittedAt, t.UpdatedAt = StatePending, e.SubmittedAt, e.SubmittedAt
 		t.Steps = make([]*Step, len(e.Steps))
 		for i, name := range e.Steps {

@@ -71,6 +71,7 @@ func (a *Agent) HandleCommand(ctx context.Context, msg Inbound) error {
 		a.Logger.Warn("command rejected to dead letters", "agent", a.Name, "source", msg.Source(), "reason", err.Error())
 		return errors.Wrap(a.DeadLetters.DeadLetter(ctx, msg, err.Error()), "dead-letter command")
 	}
+	cmd.TraceParent = msg.Headers["traceparent"]
 	if !a.Clock().Before(cmd.CompleteBy) {
 		a.expired.Add(1)
 		a.Logger.Info("command past its complete-by dropped", "agent", a.Name, "task", cmd.TaskID, "step", cmd.Step, "attempt", cmd.Attempt)
@@ -128,6 +129,7 @@ func (a *Agent) reply(ctx context.Context, cmd domain.ExecuteStep, r domain.Step
 		return nil
 	}
 	r.TaskID, r.Step, r.Action, r.Attempt, r.Agent = cmd.TaskID, cmd.Step, cmd.Action, cmd.Attempt, a.Name
+	r.TraceParent = cmd.TraceParent
 	if err := a.Replies.SendReply(ctx, r); err != nil {
 		return errors.Wrapf(err, "reply for %s/%s attempt %d", cmd.TaskID, cmd.Step, cmd.Attempt)
 	}

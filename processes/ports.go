@@ -70,3 +70,20 @@ type Leadership interface {
 type Alerts interface {
 	RaiseAlert(ctx context.Context, alert domain.Alert) error
 }
+
+// Checkpoints keep how far a follower of the store got, so that it resumes
+// there after a restart.
+type Checkpoints interface {
+	LoadCheckpoint(ctx context.Context, name string) (position uint64, ok bool, err error)
+	SaveCheckpoint(ctx context.Context, name string, position uint64) error
+}
+
+// StatusSink delivers task status messages to StatusTopic and to the
+// order's reply topic.
+type StatusSink interface {
+	// PublishStatus sends a status without waiting for it.
+	PublishStatus(ctx context.Context, status domain.TaskStatus)
+	// Flush waits for every status sent so far and reports whether one
+	// could not be delivered.
+	Flush(ctx context.Context) error
+}

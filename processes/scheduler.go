@@ -492,6 +492,7 @@ func (sh *shard) send(ctx context.Context, t *domain.Task, a domain.InFlightAtte
 	cmd := domain.ExecuteStep{
 		TaskID: t.ID, Workflow: t.Workflow, Step: st.Name, Agent: st.Agent, Action: domain.ActionExecute,
 		Attempt: a.Attempt, CompleteBy: a.CompleteBy, IdempotencyKey: st.IdempotencyKey, Order: t.Order,
+		TraceParent: t.TraceParent,
 	}
 	if a.Compensation {
 		cmd.Action, cmd.IdempotencyKey = domain.ActionCompensate, st.Compensation.IdempotencyKey

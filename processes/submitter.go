@@ -54,12 +54,16 @@ func (s *Submitter) HandleOrder(ctx context.Context, msg Inbound) error {
 	if err != nil {
 		return s.reject(ctx, msg, err)
 	}
-	submitted := domain.Submit(order, wf, s.Clock())
+	trace := msg.Headers["traceparent"]
+	if trace == "" {
+		trace = NewTraceParent()
+	}
+	submitted := domain.Submit(order, wf, trace, s.Clock())
 	data, err := domain.EncodeEvent(submitted)
 	if err != nil {
 		return s.reject(ctx, msg, err)
 	}
-	meta := domain.EventMetadata{CorrelationID: order.OrderID, CausationID: causation(msg), Actor: s.Actor, TraceParent: msg.Headers["traceparent"]}
+	meta := domain.EventMetadata{CorrelationID: order.OrderID, CausationID: causation(msg), Actor: s.Actor, TraceParent: trace}
 	_, err = s.Store.Append(ctx, domain.TaskStream(order.OrderID), domain.ExpectNoStream(),
 		domain.NewEvent{Type: submitted.EventType(), Data: data, Metadata: meta})
 	switch {

@@ -308,3 +308,65 @@ func (s *Store) retry(ctx context.Context, op func(*esdb.Client) error) error {
 		backoff = min(2*backoff, time.Second)
 	}
 }
+
+// checkpointType is the event type of saved checkpoints.
+const checkpointType = "CheckpointSaved"
+
+// checkpointsKept bounds a checkpoint stream: only the newest few matter.
+const checkpointsKept = 10
+
+func checkpointStream(name string) string { return "saga-checkpoint-" + name }
+
+type checkpointBody struct {
+	Position uint64 `json:"position"`
+}
+
+// LoadCheckpoint returns the newest position saved under name.
+func (s *Store) LoadCheckpoint(ctx context.Context, name string) (uint64, bool, error) {
+	var body checkpointBody
+	found := false
+	err := s.retry(ctx, func(c *esdb.Client) error {
+		rs, err := c.ReadStream(ctx, checkpointStream(name), esdb.ReadStreamOptions{Direction: esdb.Backwards, From: esdb.End{}}, 1)
+		if err != nil {
+			return err
+		}
+		defer rs.Close()
+		ev, err := rs.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		found = true
+		return json.Unmarshal(ev.Event.Data, &body)
+	})
+	if codeOf(err) == esdb.ErrorCodeResourceNotFound {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, errors.Wrapf(err, "load checkpoint %s", name)
+	}
+	return body.Position, found, nil
+}
+
+// SaveCheckpoint saves position under name. The checkpoint stream keeps
+// only its newest events ($maxCount).
+func (s *Store) SaveCheckpoint(ctx context.Context, name string, position uint64) error {
+	data, _ := json.Marshal(checkpointBody{Position: position})
+	rev, err := s.Append(ctx, checkpointStream(name), domain.ExpectAny(), domain.NewEvent{Type: checkpointType, Data: data,
+		Metadata: domain.EventMetadata{Actor: "checkpoint/" + name}})
+	if err != nil {
+		return errors.Wrapf(err, "save checkpoint %s", name)
+	}
+	if rev == 0 {
+		var meta esdb.StreamMetadata
+		meta.SetMaxCount(checkpointsKept)
+		err = s.retry(ctx, func(c *esdb.Client) error {
+			_, err := c.SetStreamMetadata(ctx, checkpointStream(name), esdb.AppendToStreamOptions{}, meta)
+			return err
+		})
+		return errors.Wrapf(err, "limit checkpoint stream %s", name)
+	}
+	return nil
+}

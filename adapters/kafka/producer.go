@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -37,6 +38,9 @@ type Producer struct {
 	// source is the CloudEvents source of the messages, e.g. saga/scheduler-1.
 	source string
 	logger *slog.Logger
+
+	mu        sync.Mutex
+	statusErr error
 }
 
 // NewProducer returns a producer writing as source.
@@ -55,7 +59,14 @@ var (
 
 // Record builds a CloudEvents binary-mode record with a JSON body.
 func (p *Producer) Record(topic, key, ceType string, body []byte) *kgo.Record {
+	return p.TracedRecord(topic, key, ceType, body, "")
+}
+
+// TracedRecord is Record with W3C trace context: a new span of parent's
+// trace, or a new trace when parent is empty.
+func (p *Producer) TracedRecord(topic, key, ceType string, body []byte, parent string) *kgo.Record {
 	return &kgo.Record{Topic: topic, Key: []byte(key), Value: body, Headers: []kgo.RecordHeader{
+		{Key: HeaderTraceParent, Value: []byte(processes.ChildTraceParent(parent))},
 		{Key: HeaderSpecVersion, Value: []byte("1.0")},
 		{Key: HeaderID, Value: []byte(uuid.NewString())},
 		{Key: HeaderSource, Value: []byte(p.source)},
@@ -74,7 +85,7 @@ func (p *Producer) SendCommand(_ context.Context, cmd domain.ExecuteStep) error 
 	if err != nil {
 		return errors.Wrap(err, "encode command")
 	}
-	rec := p.Record(domain.CommandTopic(cmd.Agent), cmd.TaskID, domain.ExecuteStepMessageType, body)
+	rec := p.TracedRecord(domain.CommandTopic(cmd.Agent), cmd.TaskID, domain.ExecuteStepMessageType, body, cmd.TraceParent)
 	p.client.Produce(context.Background(), rec, func(r *kgo.Record, err error) {
 		if err != nil {
 			p.logger.Error("produce command", "topic", r.Topic, "task", cmd.TaskID, "step", cmd.Step, "err", err.Error())
@@ -89,7 +100,7 @@ func (p *Producer) SendReply(ctx context.Context, reply domain.StepReply) error 
 	if err != nil {
 		return errors.Wrap(err, "encode reply")
 	}
-	return p.produceSync(ctx, p.Record(domain.RepliesTopic, reply.TaskID, domain.StepReplyMessageType, body))
+	return p.produceSync(ctx, p.TracedRecord(domain.RepliesTopic, reply.TaskID, domain.StepReplyMessageType, body, reply.TraceParent))
 }
 
 // DeadLetter copies msg, byte for byte with its headers, to the dead-letter
@@ -126,3 +137,49 @@ func (p *Producer) RaiseAlert(ctx context.Context, a domain.Alert) error {
 }
 
 var _ processes.Alerts = (*Producer)(nil)
+
+// PublishStatus produces a status message to the status topic and, if the
+// order named one, to its reply topic, without waiting.
+func (p *Producer) PublishStatus(_ context.Context, st domain.TaskStatus) {
+	body, err := json.Marshal(st)
+	if err != nil {
+		p.failStatus(err)
+		return
+	}
+	topics := []string{domain.StatusTopic}
+	if st.ReplyTo != "" {
+		topics = append(topics, st.ReplyTo)
+	}
+	for _, topic := range topics {
+		rec := p.TracedRecord(topic, st.OrderID, domain.StatusMessageType, body, st.TraceParent)
+		p.client.Produce(context.Background(), rec, func(r *kgo.Record, err error) {
+			if err != nil {
+				p.logger.Error("produce status", "topic", r.Topic, "order", st.OrderID, "err", err.Error())
+				p.failStatus(err)
+			}
+		})
+	}
+}
+
+func (p *Producer) failStatus(err error) {
+	p.mu.Lock()
+	if p.statusErr == nil {
+		p.statusErr = err
+	}
+	p.mu.Unlock()
+}
+
+// Flush waits until the broker has every status published so far, and
+// reports (once) whether one could not be delivered.
+func (p *Producer) Flush(ctx context.Context) error {
+	if err := p.client.Flush(ctx); err != nil {
+		return errors.Wrap(err, "flush")
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	err := p.statusErr
+	p.statusErr = nil
+	return err
+}
+
+var _ processes.StatusSink = (*Producer)(nil)

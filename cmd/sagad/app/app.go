@@ -73,10 +73,11 @@ const (
 	RoleSupervisor Role = "supervisor"
 	RoleAgents     Role = "agents"
 	RoleAPI        Role = "api"
+	RoleStatus     Role = "status"
 )
 
 // AllRoles lists every role.
-var AllRoles = []Role{RoleSubmitter, RoleScheduler, RoleSupervisor, RoleAgents, RoleAPI}
+var AllRoles = []Role{RoleSubmitter, RoleScheduler, RoleSupervisor, RoleAgents, RoleAPI, RoleStatus}
 
 // ParseRoles parses a comma-separated role list; "all" means every role.
 func ParseRoles(list string) ([]Role, error) {
@@ -87,7 +88,7 @@ func ParseRoles(list string) ([]Role, error) {
 			if r == "all" {
 				out = append(out, AllRoles...)
 			}
-		case RoleSubmitter, RoleScheduler, RoleSupervisor, RoleAgents, RoleAPI:
+		case RoleSubmitter, RoleScheduler, RoleSupervisor, RoleAgents, RoleAPI, RoleStatus:
 			out = append(out, Role(r))
 		default:
 			return nil, errors.Newf("unknown role %q: want %v or all", r, AllRoles)
@@ -114,6 +115,7 @@ type App struct {
 	Scheduler  *processes.Scheduler
 	Supervisor *processes.Supervisor
 	Operator   *processes.Operator
+	Status     *processes.StatusPublisher
 	Submitter  *processes.Submitter
 	Services   map[string]*demo.Service
 	AgentProcs map[string]*processes.Agent
@@ -249,6 +251,10 @@ func (a *App) startProcesses(ctx context.Context) error {
 		a.Submitter = &processes.Submitter{Store: a.Store, DeadLetters: a.Producer, Catalog: a.Catalog,
 			Actor: "submitter/" + cfg.Instance, Clock: cfg.Clock, Logger: a.logger, MaxOrderSize: cfg.MaxOrderSize}
 		a.consume(ctx, "saga-submitter", []string{domain.OrdersTopic}, a.Submitter.HandleOrder)
+	}
+	if cfg.has(RoleStatus) {
+		a.Status = &processes.StatusPublisher{Store: a.Store, Checkpoints: a.Store, Sink: a.Producer, Logger: a.logger, Name: "status"}
+		a.run("status publisher", func() error { return a.Status.Run(ctx) })
 	}
 	if cfg.has(RoleAgents) && cfg.DemoAgents {
 		if err := a.startDemoAgents(ctx); err != nil {

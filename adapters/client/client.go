@@ -1,0 +1,186 @@
+// Package client lets a Go application submit orders to saga and wait for
+// their outcome. Each Client has a private reply topic: the orders it submits
+// name that topic as replyTo, and saga sends every status of those tasks
+// there. Statuses arrive at least once and are de-duplicated by revision.
+//
+//	c, err := client.New(ctx, client.Config{Brokers: []string{"127.0.0.1:9092"}})
+//	defer c.Close()
+//	outcome, err := c.Run(ctx, "o-1", map[string]any{"items": items})
+//	if outcome.Final.Status == domain.StatusProcessed { ... }
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"sort"
+	"sync"
+
+	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sagaengine/saga/adapters/kafka"
+	"github.com/sagaengine/saga/domain"
+)
+
+// Config configures a Client.
+type Config struct {
+	Brokers []string
+	// ReplyTopic receives the statuses; default a new topic named
+	// saga.reply.<uuid>. A topic given here is read from its start, so it
+	// should be private to this client.
+	ReplyTopic string
+	// OrdersTopic is where orders go; default domain.OrdersTopic.
+	OrdersTopic string
+}
+
+// Outcome is what became of an order.
+type Outcome struct {
+	// Final is the status that ended the wait: processed, compensated or
+	// failed.
+	Final domain.TaskStatus
+	// Statuses are all statuses received, in revision order, without
+	// duplicates.
+	Statuses []domain.TaskStatus
+}
+
+// Client submits orders and follows them.
+type Client struct {
+	cfg      Config
+	client   *kgo.Client
+	producer *kafka.Producer
+	cancel   context.CancelFunc
+	done     chan struct{}
+
+	mu       sync.Mutex
+	statuses map[string]map[uint64]domain.TaskStatus
+	waiters  map[string][]chan struct{}
+	received int
+}
+
+// New creates the reply topic if needed and starts following it.
+func New(ctx context.Context, cfg Config) (*Client, error) {
+	if cfg.ReplyTopic == "" {
+		cfg.ReplyTopic = "saga.reply." + uuid.NewString()
+	}
+	if cfg.OrdersTopic == "" {
+		cfg.OrdersTopic = domain.OrdersTopic
+	}
+	kc, err := kafka.NewClient(cfg.Brokers, kgo.ConsumeTopics(cfg.ReplyTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		return nil, err
+	}
+	if err := kafka.EnsureTopics(ctx, kc, 1, cfg.ReplyTopic); err != nil {
+		kc.Close()
+		return nil, err
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	c := &Client{cfg: cfg, client: kc, producer: kafka.NewProducer(kc, "saga/client", nil), cancel: cancel, done: make(chan struct{}),
+		statuses: map[string]map[uint64]domain.TaskStatus{}, waiters: map[string][]chan struct{}{}}
+	go c.follow(runCtx)
+	return c, nil
+}
+
+// ReplyTopic is the topic this client receives statuses on.
+func (c *Client) ReplyTopic() string { return c.cfg.ReplyTopic }
+
+// Close stops following the reply topic.
+func (c *Client) Close() {
+	c.cancel()
+	<-c.done
+	c.client.Close()
+}
+
+// Submit publishes an order: fields are the order's JSON fields besides
+// orderId and replyTo, which the client sets.
+func (c *Client) Submit(ctx context.Context, orderID string, fields map[string]any) error {
+	order := map[string]any{}
+	for k, v := range fields {
+		order[k] = v
+	}
+	order["orderId"], order["replyTo"] = orderID, c.cfg.ReplyTopic
+	body, err := json.Marshal(order)
+	if err != nil {
+		return errors.Wrap(err, "encode order")
+	}
+	return c.producer.Publish(ctx, c.producer.Record(c.cfg.OrdersTopic, orderID, domain.OrderPlacedMessageType, body))
+}
+
+// Wait blocks until the order reaches processed, compensated or failed, or
+// ctx ends.
+func (c *Client) Wait(ctx context.Context, orderID string) (Outcome, error) {
+	for {
+		c.mu.Lock()
+		outcome, final := c.outcome(orderID)
+		var ch chan struct{}
+		if !final {
+			ch = make(chan struct{})
+			c.waiters[orderID] = append(c.waiters[orderID], ch)
+		}
+		c.mu.Unlock()
+		if final {
+			return outcome, nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return outcome, errors.Wrapf(ctx.Err(), "wait for order %s", orderID)
+		}
+	}
+}
+
+// Run submits an order and waits for its outcome.
+func (c *Client) Run(ctx context.Context, orderID string, fields map[string]any) (Outcome, error) {
+	if err := c.Submit(ctx, orderID, fields); err != nil {
+		return Outcome{}, err
+	}
+	return c.Wait(ctx, orderID)
+}
+
+// Received counts the status messages received, duplicates included.
+func (c *Client) Received() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.received
+}
+
+// outcome assembles what is known of an order. The caller holds mu.
+func (c *Client) outcome(orderID string) (Outcome, bool) {
+	var out Outcome
+	for _, s := range c.statuses[orderID] {
+		out.Statuses = append(out.Statuses, s)
+	}
+	sort.Slice(out.Statuses, func(i, j int) bool { return out.Statuses[i].Revision < out.Statuses[j].Revision })
+	if n := len(out.Statuses); n > 0 && out.Statuses[n-1].Final() {
+		out.Final = out.Statuses[n-1]
+		return out, true
+	}
+	return out, false
+}
+
+func (c *Client) follow(ctx context.Context) {
+	defer close(c.done)
+	for {
+		fetches := c.client.PollFetches(ctx)
+		if ctx.Err() != nil || fetches.IsClientClosed() {
+			return
+		}
+		fetches.EachRecord(func(r *kgo.Record) {
+			var st domain.TaskStatus
+			if json.Unmarshal(r.Value, &st) != nil || st.OrderID == "" {
+				return // not a status: ignore
+			}
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			c.received++
+			if c.statuses[st.OrderID] == nil {
+				c.statuses[st.OrderID] = map[uint64]domain.TaskStatus{}
+			}
+			c.statuses[st.OrderID][st.Revision] = st
+			for _, ch := range c.waiters[st.OrderID] {
+				close(ch)
+			}
+			delete(c.waiters, st.OrderID)
+		})
+	}
+}
