@@ -30,10 +30,17 @@ commands:
   tasks [--state STATE]    list tasks
   retry TASK_ID [STEP]     retry a task in Error (its failed step or compensation)
   cancel TASK_ID           cancel a task: it compensates what it did
+  watch ORDER_ID           follow an order until it ends; exit code 0 processed,
+                           2 compensated, 3 failed (Error), 4 --timeout passed, 1 error
+  watch --topic TOPIC      follow a status topic (saga.status or a reply topic)
+  audit TASK_ID            the task's timeline and state replayed from its stream
+                           (--at REVISION|TIME, --json), compared with the live view
+  replay                   rebuild the task projection from the store; report events/s
 
 common flags:
   --kafka-brokers   Kafka brokers, comma-separated [$SAGA_KAFKA_BROKERS] (default 127.0.0.1:9092)
   --api             saga HTTP API [$SAGA_API] (default http://127.0.0.1:8080)
+  --eventstore      event store [$SAGA_EVENTSTORE] (default esdb://127.0.0.1:2113?tls=false)
 `
 
 func main() {
@@ -55,15 +62,26 @@ func main() {
 		err = retry(ctx, args)
 	case "cancel":
 		err = cancel(ctx, args)
+	case "watch":
+		err = watch(ctx, args)
+	case "audit":
+		err = audit(ctx, args)
+	case "replay":
+		err = replay(ctx, args)
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 		return
 	default:
 		err = errors.Newf("unknown command %q\n\n%s", cmd, usage)
 	}
+	var code exitCode
+	if errors.As(err, &code) {
+		fmt.Fprintln(os.Stderr, "sagactl:", code.msg)
+		os.Exit(code.code)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "sagactl:", err)
-		os.Exit(1)
+		os.Exit(exitError)
 	}
 }
 
@@ -75,8 +93,9 @@ func envOr(name, def string) string {
 }
 
 type common struct {
-	brokers string
-	api     string
+	brokers    string
+	api        string
+	eventstore string
 }
 
 func flags(name string) (*flag.FlagSet, *common) {
@@ -84,6 +103,7 @@ func flags(name string) (*flag.FlagSet, *common) {
 	c := &common{}
 	fs.StringVar(&c.brokers, "kafka-brokers", envOr("SAGA_KAFKA_BROKERS", kafka.DefaultListen), "Kafka brokers, comma-separated")
 	fs.StringVar(&c.api, "api", envOr("SAGA_API", "http://127.0.0.1:8080"), "saga HTTP API")
+	fs.StringVar(&c.eventstore, "eventstore", envOr("SAGA_EVENTSTORE", "esdb://127.0.0.1:2113?tls=false"), "event store")
 	return fs, c
 }
 

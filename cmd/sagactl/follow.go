@@ -1,0 +1,257 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/cockroachdb/errors"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sagaengine/saga/adapters/eventstore"
+	"github.com/sagaengine/saga/adapters/kafka"
+	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/projections"
+)
+
+// Exit codes of watch, so that scripts can branch on the outcome.
+const (
+	exitProcessed   = 0
+	exitError       = 1 // sagactl itself failed
+	exitCompensated = 2
+	exitFailed      = 3 // the task stopped in Error
+	exitTimeout     = 4
+)
+
+// exitCode carries a process exit code through an error.
+type exitCode struct {
+	code int
+	msg  string
+}
+
+func (e exitCode) Error() string { return e.msg }
+
+func openStore(c *common) (*eventstore.Store, error) {
+	return eventstore.Dial(c.eventstore, slog.New(slog.NewTextHandler(io.Discard, nil)))
+}
+
+// watch follows one order's events until it reaches a final state, or a
+// status topic forever.
+func watch(ctx context.Context, args []string) error {
+	fs, c := flags("watch")
+	topic := fs.String("topic", "", "follow this status topic (e.g. saga.status or a reply topic) instead of one order")
+	timeout := fs.Duration("timeout", 0, "give up after this long (exit code 4); 0 waits for ever")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, *timeout)
+		defer cancel()
+	}
+	if *topic != "" {
+		return watchTopic(ctx, c, *topic)
+	}
+	if fs.NArg() != 1 {
+		return errors.New("usage: sagactl watch [flags] ORDER_ID, or sagactl watch --topic TOPIC")
+	}
+	return watchOrder(ctx, c, fs.Arg(0))
+}
+
+func printStatus(st domain.TaskStatus) {
+	line := fmt.Sprintf("%s  %-10s rev %-3d %-24s", st.Time.UTC().Format("2006-01-02T15:04:05.000Z"), st.OrderID, st.Revision, st.Status)
+	if st.Step != "" {
+		line += " " + st.Step
+	}
+	if st.Attempt > 0 {
+		line += fmt.Sprintf(" (attempt %d)", st.Attempt)
+	}
+	if st.Reason != "" {
+		line += ": " + st.Reason
+	}
+	fmt.Println(strings.TrimRight(line, " "))
+}
+
+func watchOrder(ctx context.Context, c *common, orderID string) error {
+	store, err := openStore(c)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	stream := domain.TaskStream(orderID)
+	task := domain.NewTask(orderID)
+	var final *domain.TaskStatus
+	stop := errors.New("final")
+	err = store.SubscribeAll(ctx, domain.FromStart(), stream, func(it domain.SubscriptionItem) error {
+		if it.Event == nil || it.Event.Stream != stream {
+			return nil
+		}
+		ev, err := domain.DecodeEvent(it.Event.Type, it.Event.Data)
+		if err != nil {
+			return err
+		}
+		task.Apply(ev)
+		st := domain.StatusOf(task, ev, it.Event.Revision, it.Event.Recorded)
+		printStatus(st)
+		if st.Final() {
+			final = &st
+			return stop
+		}
+		return nil
+	})
+	switch {
+	case final != nil && final.Status == domain.StatusProcessed:
+		return nil
+	case final != nil && final.Status == domain.StatusCompensated:
+		return exitCode{exitCompensated, "order " + orderID + " was compensated"}
+	case final != nil:
+		return exitCode{exitFailed, "order " + orderID + " failed: " + final.Reason}
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return exitCode{exitTimeout, "order " + orderID + " did not finish in time"}
+	}
+	return err
+}
+
+func watchTopic(ctx context.Context, c *common, topic string) error {
+	client, err := kafka.NewClient(kafka.SplitBrokers(c.brokers), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	for {
+		fetches := client.PollFetches(ctx)
+		if ctx.Err() != nil {
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return nil // a timeout just ends the following
+			}
+			return nil
+		}
+		fetches.EachRecord(func(r *kgo.Record) {
+			var st domain.TaskStatus
+			if err := json.Unmarshal(r.Value, &st); err != nil || st.OrderID == "" {
+				fmt.Printf("%s/%d/%d: not a status message: %s\n", r.Topic, r.Partition, r.Offset, truncate(string(r.Value)))
+				return
+			}
+			printStatus(st)
+		})
+	}
+}
+
+func truncate(s string) string {
+	if len(s) > 120 {
+		return s[:120] + "…"
+	}
+	return s
+}
+
+// audit replays a task's stream and prints its timeline and state.
+func audit(ctx context.Context, args []string) error {
+	fs, c := flags("audit")
+	at := fs.String("at", "", "show the state at this revision or RFC 3339 time")
+	asJSON := fs.Bool("json", false, "print JSON")
+	noLive := fs.Bool("no-live", false, "do not compare with the live projection of the API")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return errors.New("usage: sagactl audit [flags] TASK_ID")
+	}
+	cut, err := projections.ParseCut(*at)
+	if err != nil {
+		return err
+	}
+	store, err := openStore(c)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	recorded, err := store.ReadStream(ctx, domain.TaskStream(fs.Arg(0)))
+	if err != nil {
+		return err
+	}
+	report, err := projections.BuildAudit(fs.Arg(0), recorded, cut)
+	if err != nil {
+		return err
+	}
+	if *at == "" && !*noLive {
+		live, err := fetchTask(ctx, c.api, fs.Arg(0))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "sagactl: no comparison with the live view:", err)
+		} else {
+			report.CompareWith(live)
+		}
+	}
+	if *asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		err = enc.Encode(report)
+	} else {
+		err = report.WriteText(os.Stdout)
+	}
+	if err == nil && len(report.Drift) > 0 {
+		return exitCode{exitFailed, fmt.Sprintf("the live view of %s drifted from its stream in %d fields", fs.Arg(0), len(report.Drift))}
+	}
+	return err
+}
+
+func fetchTask(ctx context.Context, api, id string) (*domain.Task, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, api+"/api/tasks/"+url.PathEscape(id), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, errors.Newf("GET task: %s", resp.Status)
+	}
+	var t domain.Task
+	return &t, json.NewDecoder(resp.Body).Decode(&t)
+}
+
+// replay rebuilds the task projection from the whole store and reports
+// its speed.
+func replay(ctx context.Context, args []string) error {
+	fs, c := flags("replay")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	store, err := openStore(c)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	tasks := projections.NewTasks(nil)
+	start := time.Now()
+	var events int
+	stop := errors.New("caught up")
+	err = store.SubscribeAll(ctx, domain.FromStart(), domain.TaskStreamPrefix, func(it domain.SubscriptionItem) error {
+		if it.CaughtUp {
+			return stop
+		}
+		tasks.Apply(*it.Event)
+		events++
+		return nil
+	})
+	if !errors.Is(err, stop) {
+		return err
+	}
+	elapsed := time.Since(start)
+	fmt.Printf("replayed %d events of %d tasks in %s: %.0f events/s\n", events, len(tasks.List("", 0)), elapsed.Round(time.Millisecond),
+		float64(events)/elapsed.Seconds())
+	for state, n := range tasks.Counts() {
+		if n > 0 {
+			fmt.Printf("  %-12s %d\n", state, n)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,272 @@
+package projections
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/cockroachdb/errors"
+
+	"github.com/sagaengine/saga/domain"
+)
+
+// Cut limits an audit to a point in a task's history: up to and including
+// a revision, or up to a time. The zero Cut is the whole history.
+type Cut struct {
+	Revision *uint64
+	Time     *time.Time
+}
+
+// ParseCut reads a revision number or an RFC 3339 time; empty is no cut.
+func ParseCut(s string) (Cut, error) {
+	if s == "" {
+		return Cut{}, nil
+	}
+	var rev uint64
+	if _, err := fmt.Sscanf(s, "%d", &rev); err == nil && fmt.Sprint(rev) == s {
+		return Cut{Revision: &rev}, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return Cut{}, errors.Newf("%q is neither a revision nor an RFC 3339 time", s)
+	}
+	return Cut{Time: &t}, nil
+}
+
+func (c Cut) includes(e domain.RecordedEvent) bool {
+	switch {
+	case c.Revision != nil:
+		return e.Revision <= *c.Revision
+	case c.Time != nil:
+		return !e.Recorded.After(*c.Time)
+	}
+	return true
+}
+
+// AuditRow is one event of a task's timeline.
+type AuditRow struct {
+	Revision uint64        `json:"revision"`
+	Time     time.Time     `json:"time"`
+	Elapsed  time.Duration `json:"elapsedNanos"`
+	Event    string        `json:"event"`
+	Step     string        `json:"step,omitempty"`
+	Attempt  int           `json:"attempt,omitempty"`
+	Actor    string        `json:"actor"`
+	Details  string        `json:"details,omitempty"`
+}
+
+// Audit is a task's history replayed from its stream: the timeline and the
+// state it folds to.
+type Audit struct {
+	TaskID string `json:"taskId"`
+	// Events is how many events the stream holds; Rows how many the cut kept.
+	Events int          `json:"events"`
+	Rows   []AuditRow   `json:"timeline"`
+	State  *domain.Task `json:"state"`
+	Drift  []string     `json:"drift,omitempty"`
+	Cut    *cutSummary  `json:"cut,omitempty"`
+}
+
+type cutSummary struct {
+	Revision *uint64    `json:"revision,omitempty"`
+	Time     *time.Time `json:"time,omitempty"`
+}
+
+// BuildAudit replays a task's recorded events up to cut.
+func BuildAudit(taskID string, recorded []domain.RecordedEvent, cut Cut) (*Audit, error) {
+	if len(recorded) == 0 {
+		return nil, errors.Wrapf(domain.ErrTaskNotFound, "%q", taskID)
+	}
+	a := &Audit{TaskID: taskID, Events: len(recorded), State: domain.NewTask(taskID)}
+	if cut.Revision != nil || cut.Time != nil {
+		a.Cut = &cutSummary{Revision: cut.Revision, Time: cut.Time}
+	}
+	start := recorded[0].Recorded
+	for _, r := range recorded {
+		if !cut.includes(r) {
+			break
+		}
+		ev, err := domain.DecodeEvent(r.Type, r.Data)
+		if err != nil {
+			return nil, errors.Wrapf(err, "revision %d", r.Revision)
+		}
+		a.State.Apply(ev)
+		step, attempt, details := describe(ev)
+		a.Rows = append(a.Rows, AuditRow{Revision: r.Revision, Time: r.Recorded.UTC(), Elapsed: r.Recorded.Sub(start),
+			Event: r.Type, Step: step, Attempt: attempt, Actor: r.Metadata.Actor, Details: details})
+	}
+	return a, nil
+}
+
+const (
+	stamp     = "15:04:05.000"
+	timestamp = "2006-01-02T15:04:05.000Z07:00"
+)
+
+// describe picks the step, attempt and a line of details for an event.
+func describe(e domain.Event) (string, int, string) {
+	switch e := e.(type) {
+	case domain.TaskSubmitted:
+		d := "workflow " + e.Workflow + "; steps " + strings.Join(e.Steps, ", ")
+		if e.ReplyTo != "" {
+			d += "; replyTo " + e.ReplyTo
+		}
+		return "", 0, d
+	case domain.StepDispatched:
+		return e.Step, e.Attempt, "to " + e.Agent + ", completeBy " + e.CompleteBy.UTC().Format(stamp) + ", key " + e.IdempotencyKey
+	case domain.StepSucceeded:
+		return e.Step, e.Attempt, ""
+	case domain.StepFailed:
+		return e.Step, e.Attempt, string(e.Failure) + ": " + e.Reason
+	case domain.StepTimedOut:
+		what := "step"
+		if e.Compensation {
+			what = "compensation"
+		}
+		return e.Step, e.Attempt, fmt.Sprintf("%s past completeBy %s; failure %d; detected by %s", what, e.CompleteBy.UTC().Format(stamp), e.FailureCount, e.DetectedBy)
+	case domain.StepRetryScheduled:
+		what := "attempt"
+		if e.Compensation {
+			what = "compensation attempt"
+		}
+		return e.Step, e.Attempt, fmt.Sprintf("%s %d not before %s", what, e.Attempt, e.NotBefore.UTC().Format(stamp))
+	case domain.CompensationRequested:
+		return e.Step, 0, e.Reason
+	case domain.CompensationDispatched:
+		return e.Step, e.Attempt, e.Action + " to " + e.Agent + ", completeBy " + e.CompleteBy.UTC().Format(stamp)
+	case domain.StepCompensated:
+		return e.Step, e.Attempt, ""
+	case domain.CompensationFailed:
+		return e.Step, e.Attempt, string(e.Failure) + ": " + e.Reason
+	case domain.StepResubmitted:
+		what := "step"
+		if e.Compensation {
+			what = "compensation"
+		}
+		return e.Step, 0, what + " resubmitted by " + e.By
+	case domain.TaskCancelled:
+		return "", 0, strings.TrimSuffix("by "+e.By+": "+e.Reason, ": ")
+	case domain.TaskFailed:
+		return e.Step, 0, e.Reason
+	}
+	return "", 0, ""
+}
+
+// CompareWith records where a live view of the task (the projection the API
+// serves) differs from the replayed state.
+func (a *Audit) CompareWith(live *domain.Task) {
+	a.Drift = Drift(a.State, live)
+}
+
+// Drift lists the differences between two states of a task, as
+// "field: replayed != live". It compares what the API shows.
+func Drift(replayed, live *domain.Task) []string {
+	flat := func(t *domain.Task) map[string]any {
+		var m map[string]any
+		b, _ := json.Marshal(t)
+		_ = json.Unmarshal(b, &m)
+		out := map[string]any{}
+		flatten("", m, out)
+		return out
+	}
+	r, l := flat(replayed), flat(live)
+	keys := map[string]bool{}
+	for k := range r {
+		keys[k] = true
+	}
+	for k := range l {
+		keys[k] = true
+	}
+	out := []string{} // empty, not nil: compared and found equal
+	for k := range keys {
+		if fmt.Sprint(r[k]) != fmt.Sprint(l[k]) {
+			out = append(out, fmt.Sprintf("%s: replayed %v, live %v", k, show(r[k]), show(l[k])))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func show(v any) any {
+	if v == nil {
+		return "(none)"
+	}
+	return v
+}
+
+func flatten(prefix string, v any, out map[string]any) {
+	switch v := v.(type) {
+	case map[string]any:
+		for k, x := range v {
+			flatten(strings.TrimPrefix(prefix+"."+k, "."), x, out)
+		}
+	case []any:
+		for i, x := range v {
+			flatten(fmt.Sprintf("%s[%d]", prefix, i), x, out)
+		}
+	default:
+		out[prefix] = v
+	}
+}
+
+// WriteText renders the audit as a timeline and a state table.
+func (a *Audit) WriteText(w io.Writer) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Task %s, workflow %s: %d of %d events", a.TaskID, a.State.Workflow, len(a.Rows), a.Events)
+	if a.Cut != nil && a.Cut.Revision != nil {
+		fmt.Fprintf(&b, " (up to revision %d)", *a.Cut.Revision)
+	}
+	if a.Cut != nil && a.Cut.Time != nil {
+		fmt.Fprintf(&b, " (up to %s)", a.Cut.Time.UTC().Format(time.RFC3339Nano))
+	}
+	b.WriteString("\n\n")
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "REV\tTIME\tELAPSED\tEVENT\tSTEP\tATTEMPT\tACTOR\tDETAILS")
+	for _, r := range a.Rows {
+		attempt := ""
+		if r.Attempt > 0 {
+			attempt = fmt.Sprint(r.Attempt)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Revision, r.Time.Format(timestamp), r.Elapsed.Round(time.Millisecond),
+			r.Event, r.Step, attempt, r.Actor, r.Details)
+	}
+	tw.Flush()
+	fmt.Fprintf(&b, "\nState: %s", a.State.State)
+	if a.State.Reason != "" {
+		fmt.Fprintf(&b, " (%s)", a.State.Reason)
+	}
+	b.WriteString("\n\n")
+	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "STEP\tSTATE\tATTEMPT\tFAILURES\tLOCKED BY\tCOMPENSATION")
+	for _, s := range a.State.Steps {
+		comp := "-"
+		if c := s.Compensation; c != nil {
+			comp = fmt.Sprintf("%s, attempt %d, failures %d", c.State, c.Attempt, c.FailureCount)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", s.Name, s.State, s.Attempt, s.FailureCount, dash(s.LockedBy), comp)
+	}
+	tw.Flush()
+	if a.Drift != nil {
+		if len(a.Drift) == 0 {
+			b.WriteString("\nThe live view agrees with the replay.\n")
+		} else {
+			b.WriteString("\nDRIFT: the live view differs from the replay:\n")
+			for _, d := range a.Drift {
+				b.WriteString("  " + d + "\n")
+			}
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
