@@ -51,6 +51,8 @@ type Config struct {
 	// DemoAgents runs the demo remote services and their agents (with the
 	// agents role).
 	DemoAgents bool
+	// ExternalAgents are agents that run elsewhere: no demo agent for them.
+	ExternalAgents []string
 	// SupervisorInterval is how often the supervisor scans; default 1 s.
 	SupervisorInterval time.Duration
 	// Faults injects failures into demo services, by agent name.
@@ -326,6 +328,9 @@ func (a *App) startAPI(ctx context.Context) error {
 func (a *App) startDemoAgents(ctx context.Context) error {
 	httpClient := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
 	for _, agentName := range a.Catalog.Agents() {
+		if slices.Contains(a.cfg.ExternalAgents, agentName) {
+			continue
+		}
 		svc := demo.NewService(agentName, a.logger)
 		if faults := a.cfg.Faults[agentName]; len(faults) > 0 {
 			svc.SetFaults(faults...)
