@@ -279,6 +279,18 @@ type TaskStatus struct {
 	TraceParent string `json:"-"`
 }
 
+// ParseTaskStatus decodes and validates a status message.
+func ParseTaskStatus(body []byte) (TaskStatus, error) {
+	var s TaskStatus
+	if err := strictDecode(body, &s); err != nil {
+		return s, invalidf("status: %v", err)
+	}
+	if s.OrderID == "" || s.Status == "" {
+		return s, invalidf("status lacks orderId or status")
+	}
+	return s, nil
+}
+
 // Final reports whether no status follows this one unless an operator acts.
 func (s TaskStatus) Final() bool {
 	return s.Status == StatusProcessed || s.Status == StatusCompensated || s.Status == StatusFailed

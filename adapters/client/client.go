@@ -166,8 +166,8 @@ func (c *Client) follow(ctx context.Context) {
 			return
 		}
 		fetches.EachRecord(func(r *kgo.Record) {
-			var st domain.TaskStatus
-			if json.Unmarshal(r.Value, &st) != nil || st.OrderID == "" {
+			st, err := domain.ParseTaskStatus(r.Value)
+			if err != nil {
 				return // not a status: ignore
 			}
 			c.mu.Lock()

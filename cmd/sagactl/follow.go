@@ -134,8 +134,8 @@ func watchTopic(ctx context.Context, c *common, topic string) error {
 			return nil
 		}
 		fetches.EachRecord(func(r *kgo.Record) {
-			var st domain.TaskStatus
-			if err := json.Unmarshal(r.Value, &st); err != nil || st.OrderID == "" {
+			st, err := domain.ParseTaskStatus(r.Value)
+			if err != nil {
 				fmt.Printf("%s/%d/%d: not a status message: %s\n", r.Topic, r.Partition, r.Offset, truncate(string(r.Value)))
 				return
 			}

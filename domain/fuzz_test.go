@@ -1,0 +1,183 @@
+package domain_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sagaengine/saga/domain"
+)
+
+// The decoders of outside input must never panic, and what they accept must
+// be valid.
+
+func FuzzParseOrder(f *testing.F) {
+	for _, seed := range []string{`{"orderId":"o-1"}`, `{"orderId":"o-1","workflow":"order","replyTo":"r","items":[1]}`,
+		`{"orderId":17}`, `[]`, `{"orderId":"a b"}`, `{"orderId":"o","replyTo":null}`, "\x00", `{"orderId":"` + string(make([]byte, 300)) + `"}`} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		o, err := domain.ParseOrder(body, 1<<16)
+		if err != nil {
+			return
+		}
+		if o.OrderID == "" || len(o.OrderID) > 200 || o.Workflow == "" || !json.Valid(o.Raw) {
+			t.Fatalf("accepted an invalid order %+v from %q", o, body)
+		}
+	})
+}
+
+func FuzzParseStepReply(f *testing.F) {
+	for _, seed := range []string{`{"taskId":"o-1","step":"s","attempt":1,"outcome":"succeeded"}`,
+		`{"taskId":"o-1","step":"s","attempt":2,"outcome":"failed","failure":"permanent","action":"compensate"}`,
+		`{"taskId":"o-1","step":"s","attempt":-1,"outcome":"failed"}`, `{"result":{"a":[]}}`, `nope`} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		r, err := domain.ParseStepReply(body)
+		if err != nil {
+			return
+		}
+		if r.TaskID == "" || r.Step == "" || r.Attempt < 1 || (r.Outcome != domain.OutcomeSucceeded && r.Outcome != domain.OutcomeFailed) {
+			t.Fatalf("accepted an invalid reply %+v", r)
+		}
+	})
+}
+
+func FuzzParseExecuteStep(f *testing.F) {
+	for _, seed := range []string{`{"taskId":"o-1","step":"s","action":"execute","attempt":1,"completeBy":"2026-11-21T10:00:00Z","idempotencyKey":"o-1/s"}`,
+		`{"taskId":"o-1","step":"s","action":"compensate","attempt":1,"completeBy":"bad","idempotencyKey":"k"}`, `{}`} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		c, err := domain.ParseExecuteStep(body)
+		if err != nil {
+			return
+		}
+		if c.TaskID == "" || c.Step == "" || c.IdempotencyKey == "" || c.Attempt < 1 || c.CompleteBy.IsZero() {
+			t.Fatalf("accepted an invalid command %+v", c)
+		}
+	})
+}
+
+func FuzzParseTaskStatus(f *testing.F) {
+	for _, seed := range []string{`{"orderId":"o-1","status":"processed","state":"Processed","revision":7,"time":"2026-11-21T10:00:00Z"}`, `{"orderId":""}`, `1`} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		s, err := domain.ParseTaskStatus(body)
+		if err == nil && (s.OrderID == "" || s.Status == "") {
+			t.Fatalf("accepted an invalid status %+v", s)
+		}
+	})
+}
+
+var wireNames = []string{domain.TaskSubmittedType, domain.StepDispatchedType, domain.StepSucceededType, domain.StepFailedType,
+	domain.TaskProcessedType, domain.TaskFailedType, domain.StepTimedOutType, domain.StepRetryScheduledType,
+	domain.CompensationRequestedType, domain.CompensationDispatchedType, domain.StepCompensatedType,
+	domain.CompensationFailedType, domain.TaskCompensatedType, domain.StepResubmittedType, domain.TaskCancelledType}
+
+// FuzzEventPayloads feeds arbitrary payloads, under every wire name, to the
+// decoder and folds whatever decodes into a task with a history, then asks
+// for a decision: nothing may panic, whatever a stored event holds.
+func FuzzEventPayloads(f *testing.F) {
+	for i, name := range wireNames {
+		data, _ := json.Marshal(map[string]any{"taskId": "o-1", "step": "charge-payment", "attempt": i % 3, "steps": []string{"a"}})
+		f.Add(uint8(i), data)
+		_ = name
+	}
+	f.Add(uint8(0), []byte(`{"steps":null}`))
+	f.Add(uint8(2), []byte(`{"step":"nope","attempt":99}`))
+	f.Fuzz(func(t *testing.T, which uint8, data []byte) {
+		e, err := domain.DecodeEvent(wireNames[int(which)%len(wireNames)], data)
+		if err != nil {
+			return
+		}
+		task := domain.Fold("o-1", with(processed(1), dispatched("charge-payment", 1)))
+		task.Apply(e)
+		task.Next(wf, d)
+		_ = task.InFlight()
+		task.NextWake()
+	})
+}
+
+// FuzzDecisions drives a task with an arbitrary sequence of triggers (agent
+// replies of any kind, timeouts, operator actions, scheduler decisions at
+// any time) and checks the invariants after each: no panic, no attempt
+// dispatched twice, nothing after a final state.
+func FuzzDecisions(f *testing.F) {
+	f.Add([]byte{0, 1, 0, 1, 0, 1})
+	f.Add([]byte{0, 2, 0, 3, 0, 3, 0, 3, 0, 1, 1, 1})
+	f.Add([]byte{0, 4, 5, 0, 1, 6, 0, 7})
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		history := []domain.Event{submitted()}
+		now := t0
+		seen := map[string]bool{}
+		finals := 0
+		for i, op := range ops {
+			if i > 200 {
+				break
+			}
+			task := domain.Fold("o-1", history)
+			dec := domain.Decision{Now: now, Actor: "fuzz", Random: float64(op%10) / 10}
+			var events []domain.Event
+			inFlight := task.InFlight()
+			pick := func() (domain.InFlightAttempt, bool) {
+				if len(inFlight) == 0 {
+					return domain.InFlightAttempt{}, false
+				}
+				return inFlight[int(op)%len(inFlight)], true
+			}
+			switch op % 8 {
+			case 0:
+				events = task.Next(wf, dec)
+			case 1, 2, 3:
+				if a, ok := pick(); ok {
+					r := domain.StepReply{TaskID: "o-1", Step: a.Step, Attempt: a.Attempt, Action: domain.ActionExecute, Outcome: domain.OutcomeSucceeded}
+					if a.Compensation {
+						r.Action = domain.ActionCompensate
+					}
+					if op%8 == 2 {
+						r.Outcome, r.Failure = domain.OutcomeFailed, domain.FailureTransient
+					}
+					if op%8 == 3 {
+						r.Outcome, r.Failure = domain.OutcomeFailed, domain.FailurePermanent
+					}
+					events, _ = task.RecordReply(wf, r, dec)
+				}
+			case 4:
+				if a, ok := pick(); ok {
+					now = a.CompleteBy
+					dec.Now = now
+					events, _ = task.TimeOut(wf, a.Step, a.Compensation, a.Attempt, dec)
+				}
+			case 5:
+				events, _ = task.Cancel(wf, "fuzz", "", dec)
+			case 6:
+				events, _ = task.Resubmit(wf, "", "fuzz", dec)
+			case 7:
+				now = now.Add(time.Duration(op) * 100 * time.Millisecond)
+			}
+			for _, e := range events {
+				if finals > 0 {
+					t.Fatalf("%s after the final state; ops %v", e.EventType(), ops[:i+1])
+				}
+				key := ""
+				switch e := e.(type) {
+				case domain.StepDispatched:
+					key = fmt.Sprint("dispatch/", e.Step, "/", e.Attempt)
+				case domain.CompensationDispatched:
+					key = fmt.Sprint("compensation/", e.Step, "/", e.Attempt)
+				case domain.TaskProcessed, domain.TaskCompensated:
+					finals++
+				}
+				if key != "" && seen[key] {
+					t.Fatalf("%s twice; ops %v", key, ops[:i+1])
+				}
+				seen[key] = key != ""
+			}
+			history = append(history, events...)
+		}
+	})
+}
