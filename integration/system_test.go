@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sagaengine/saga/adapters/eventstore"
+	"github.com/sagaengine/saga/adapters/kafka"
 	"github.com/sagaengine/saga/cmd/sagad/app"
 	"github.com/sagaengine/saga/domain"
 )
@@ -103,7 +104,8 @@ func ctx(t *testing.T, d time.Duration) context.Context {
 
 // producer is a plain franz-go client, as any application would use.
 func (s *system) producer() *kgo.Client {
-	client, err := kgo.NewClient(kgo.SeedBrokers(s.app.KafkaBrokers...), kgo.AllowAutoTopicCreation())
+	client, err := kgo.NewClient(kgo.SeedBrokers(s.app.KafkaBrokers...), kgo.AllowAutoTopicCreation(),
+		kgo.ProducerBatchMaxBytes(kafka.MaxRecordBytes))
 	require.NoError(s.t, err)
 	s.t.Cleanup(client.Close)
 	return client

@@ -49,17 +49,17 @@ type Agent struct {
 	// Breaker guards the remote service; nil means none.
 	Breaker *Breaker
 
-	succeeded, failed, expired, retries atomic.Int64
+	succeeded, failed, expired, retries, rejected atomic.Int64
 }
 
 // AgentStats counts what an agent did.
 type AgentStats struct {
-	Succeeded, Failed, Expired, Retries int64
+	Succeeded, Failed, Expired, Retries, Rejected int64
 }
 
 // Stats returns the agent's counters.
 func (a *Agent) Stats() AgentStats {
-	return AgentStats{a.succeeded.Load(), a.failed.Load(), a.expired.Load(), a.retries.Load()}
+	return AgentStats{a.succeeded.Load(), a.failed.Load(), a.expired.Load(), a.retries.Load(), a.rejected.Load()}
 }
 
 // HandleCommand runs one command message. It returns an error only when the
@@ -68,6 +68,7 @@ func (a *Agent) Stats() AgentStats {
 func (a *Agent) HandleCommand(ctx context.Context, msg Inbound) error {
 	cmd, err := domain.ParseExecuteStep(msg.Value)
 	if err != nil {
+		a.rejected.Add(1)
 		a.Logger.Warn("command rejected to dead letters", "agent", a.Name, "source", msg.Source(), "reason", err.Error())
 		return errors.Wrap(a.DeadLetters.DeadLetter(ctx, msg, err.Error()), "dead-letter command")
 	}

@@ -6,6 +6,7 @@
 //	POST /api/tasks/{id}/retry    {"step": "...", "by": "..."}: retry a task in Error
 //	POST /api/tasks/{id}/cancel   {"by": "...", "reason": "..."}: cancel (compensate) a task
 //	GET  /healthz                 200 once the projection has caught up
+//	GET  /metrics                 counters in the Prometheus text format
 //
 // The actions answer 202 once the request is recorded; the task's state
 // follows as the scheduler carries it out.
@@ -33,9 +34,18 @@ type Operations interface {
 	Cancel(ctx context.Context, taskID, by, reason string) error
 }
 
+// Metrics writes counters in the Prometheus text format.
+type Metrics interface {
+	WriteMetrics(w io.Writer)
+}
+
 // Handler returns the API's handler over the task projection.
-func Handler(tasks *projections.Tasks, ops Operations) http.Handler {
+func Handler(tasks *projections.Tasks, ops Operations, metrics Metrics) http.Handler {
 	mux := http.NewServeMux()
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		metrics.WriteMetrics(w)
+	})
 	mux.HandleFunc("POST /api/tasks/{id}/retry", func(w http.ResponseWriter, r *http.Request) {
 		var body struct{ Step, By string }
 		if !decodeBody(w, r, &body) {

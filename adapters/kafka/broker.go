@@ -13,6 +13,12 @@ import (
 // DefaultListen is Kafka's default address, on loopback.
 const DefaultListen = "127.0.0.1:9092"
 
+// MaxRecordBytes is the largest record saga's clients produce and the
+// embedded broker accepts: large enough to dead-letter an oversized order
+// whole. A real cluster needs message.max.bytes at least this large for
+// that, or oversized orders are refused by the broker before saga sees them.
+const MaxRecordBytes = 16 << 20
+
 // BrokerConfig configures the embedded broker.
 type BrokerConfig struct {
 	// Listen is host:port to serve the Kafka protocol on; port 0 picks one.
@@ -61,6 +67,7 @@ func StartBroker(cfg BrokerConfig) (*Broker, error) {
 		kfake.AllowAutoTopicCreation(),
 		kfake.DefaultNumPartitions(int(cfg.Partitions)),
 		kfake.WithLogger(slogLogger{cfg.Logger}),
+		kfake.BrokerConfigs(map[string]string{"message.max.bytes": strconv.Itoa(MaxRecordBytes + 1<<20)}),
 	}
 	if cfg.DataDir != "" {
 		opts = append(opts, kfake.DataDir(cfg.DataDir), kfake.SyncWrites())

@@ -30,6 +30,7 @@ func NewClient(brokers []string, opts ...kgo.Opt) (*kgo.Client, error) {
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.ProducerLinger(0),
 		kgo.AllowAutoTopicCreation(),
+		kgo.ProducerBatchMaxBytes(MaxRecordBytes + 1<<20),
 	}
 	client, err := kgo.NewClient(append(base, opts...)...)
 	return client, errors.Wrapf(err, "kafka client for %v", brokers)

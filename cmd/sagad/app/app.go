@@ -314,7 +314,7 @@ func (a *App) startAPI(ctx context.Context) error {
 		return errors.Wrap(err, "http api listen")
 	}
 	a.HTTPAddr = lis.Addr().String()
-	a.http = &http.Server{Handler: httpapi.Handler(a.Tasks, a.Operator), ReadHeaderTimeout: 5 * time.Second}
+	a.http = &http.Server{Handler: httpapi.Handler(a.Tasks, a.Operator, a), ReadHeaderTimeout: 5 * time.Second}
 	a.run("http api", func() error {
 		if err := a.http.Serve(lis); !errors.Is(err, http.ErrServerClosed) {
 			return err
