@@ -61,6 +61,17 @@ type RecordedEvent struct {
 	// Position is the event's place in the store's global order.
 	Position uint64
 	Recorded time.Time
+	// Decoded caches the decoded task event when the source decoded it
+	// once for several readers; use Decode.
+	Decoded Event
+}
+
+// Decode returns the task event, decoding it unless it was decoded already.
+func (r *RecordedEvent) Decode() (Event, error) {
+	if r.Decoded != nil {
+		return r.Decoded, nil
+	}
+	return DecodeEvent(r.Type, r.Data)
 }
 
 // ExpectedRevision is the optimistic-concurrency condition of an append.

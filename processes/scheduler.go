@@ -329,7 +329,7 @@ func (sh *shard) onEvent(ctx context.Context, e *domain.RecordedEvent) {
 	case rev <= t.Revision:
 		return // this shard appended it and applied it already
 	case rev == t.Revision+1:
-		ev, err := domain.DecodeEvent(e.Type, e.Data)
+		ev, err := e.Decode()
 		if err != nil {
 			sh.s.Logger.Error("task event cannot be folded; reloading the task", "task", id, "revision", e.Revision, "err", err.Error())
 			if t, err = sh.load(ctx, id); err != nil {

@@ -116,7 +116,7 @@ func (p *StatusPublisher) publish(ctx context.Context, e domain.RecordedEvent) e
 	if int64(e.Revision) <= t.Revision {
 		return nil
 	}
-	ev, err := domain.DecodeEvent(e.Type, e.Data)
+	ev, err := e.Decode()
 	if err != nil {
 		p.Logger.Warn("no status for an event that cannot be read", "task", id, "revision", e.Revision, "err", err.Error())
 		t.Revision = int64(e.Revision)

@@ -146,7 +146,7 @@ func (s *Supervisor) apply(e domain.RecordedEvent) {
 	if !ok {
 		return
 	}
-	ev, err := domain.DecodeEvent(e.Type, e.Data)
+	ev, err := e.Decode()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t := s.tasks[id]

@@ -78,7 +78,7 @@ func (v *Tasks) Apply(e domain.RecordedEvent) {
 		v.skipped.Add(1)
 		return
 	}
-	ev, err := domain.DecodeEvent(e.Type, e.Data)
+	ev, err := e.Decode()
 	if err != nil {
 		v.skipped.Add(1)
 		if v.Logger != nil {

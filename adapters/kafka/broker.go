@@ -29,6 +29,12 @@ type BrokerConfig struct {
 	Partitions int32
 	// Topics are created at start if missing.
 	Topics []string
+	// Fsync makes the broker fsync every produced batch before it
+	// acknowledges it. Without it, as with Kafka's defaults, a batch is
+	// written to the file (the OS page cache) before it is acknowledged: it
+	// survives the broker process being killed, not the machine losing
+	// power.
+	Fsync  bool
 	Logger *slog.Logger
 }
 
@@ -37,8 +43,7 @@ type Broker struct {
 	cluster *kfake.Cluster
 }
 
-// StartBroker starts the embedded broker. Every produced batch is fsynced
-// before it is acknowledged, so an acknowledged order survives kill -9.
+// StartBroker starts the embedded broker.
 func StartBroker(cfg BrokerConfig) (*Broker, error) {
 	if cfg.Listen == "" {
 		cfg.Listen = DefaultListen
@@ -70,7 +75,10 @@ func StartBroker(cfg BrokerConfig) (*Broker, error) {
 		kfake.BrokerConfigs(map[string]string{"message.max.bytes": strconv.Itoa(MaxRecordBytes + 1<<20)}),
 	}
 	if cfg.DataDir != "" {
-		opts = append(opts, kfake.DataDir(cfg.DataDir), kfake.SyncWrites())
+		opts = append(opts, kfake.DataDir(cfg.DataDir))
+		if cfg.Fsync {
+			opts = append(opts, kfake.SyncWrites())
+		}
 	}
 	if len(cfg.Topics) > 0 {
 		opts = append(opts, kfake.SeedTopics(cfg.Partitions, cfg.Topics...))
@@ -80,7 +88,7 @@ func StartBroker(cfg BrokerConfig) (*Broker, error) {
 		return nil, errors.Wrapf(err, "start embedded kafka on %s", cfg.Listen)
 	}
 	b := &Broker{cluster: cluster}
-	cfg.Logger.Info("kafka listening", "addr", b.Addrs()[0], "data", cfg.DataDir)
+	cfg.Logger.Info("kafka listening", "addr", b.Addrs()[0], "data", cfg.DataDir, "fsync", cfg.Fsync)
 	return b, nil
 }
 

@@ -44,6 +44,7 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	esURL := fs.String("eventstore", envOr("SAGA_EVENTSTORE", ""), "use this EventStoreDB (esdb://...) and start no embedded event store [$SAGA_EVENTSTORE]")
 	instance := fs.String("instance", envOr("SAGA_INSTANCE", ""), "name of this instance in events (default sagad@HOSTNAME) [$SAGA_INSTANCE]")
 	partitions := fs.Int("partitions", 4, "partitions of the topics saga creates")
+	kafkaFsync := fs.Bool("kafka-fsync", false, "make the embedded Kafka fsync every batch (survives power loss; slower). Off, like Kafka's default, records survive kill -9 of sagad but not of the machine")
 	demoAgents := fs.Bool("demo-agents", true, "run the demo remote services and their agents")
 	rolesFlag := fs.String("roles", envOr("SAGA_ROLES", "all"), "parts to run, comma-separated: submitter, scheduler, supervisor, agents, api, status, or all [$SAGA_ROLES]")
 	supervisorInterval := fs.Duration("supervisor-interval", time.Second, "how often the supervisor looks for attempts past their complete-by")
@@ -61,7 +62,7 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 		DataDir: *data, KafkaBrokers: kafka.SplitBrokers(*brokers), KafkaListen: *kafkaListen,
 		EventStoreURL: strings.TrimSpace(*esURL), EventStoreListen: *esListen, HTTPListen: *httpListen,
 		Partitions: int32(*partitions), Instance: *instance, DemoAgents: *demoAgents, Faults: faults, Logger: logger,
-		Roles: roles, SupervisorInterval: *supervisorInterval,
+		Roles: roles, SupervisorInterval: *supervisorInterval, KafkaFsync: *kafkaFsync,
 	})
 	if err != nil {
 		return err

@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/sagaengine/saga/cmd/sagad/app"
 )
 
 const usage = `usage: sagad [command] [flags]
@@ -25,6 +27,7 @@ func main() {
 	slog.SetDefault(logger)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	app.TuneGC()
 
 	args := os.Args[1:]
 	cmd := ""

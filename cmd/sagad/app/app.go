@@ -37,6 +37,9 @@ type Config struct {
 	// KafkaBrokers, when set, uses that Kafka and starts no embedded broker.
 	KafkaBrokers []string
 	KafkaListen  string
+	// KafkaFsync makes the embedded broker fsync every batch; see
+	// kafka.BrokerConfig.Fsync.
+	KafkaFsync bool
 	// EventStoreURL, when set, uses that EventStoreDB and starts no
 	// embedded server.
 	EventStoreURL    string
@@ -110,8 +113,10 @@ type App struct {
 	EventStoreURL string
 	HTTPAddr      string
 
-	Catalog    domain.Catalog
-	Store      *eventstore.Store
+	Catalog domain.Catalog
+	Store   *eventstore.Store
+	// followers shares one subscription among this process's followers.
+	followers  *eventstore.Fanout
 	Producer   *kafka.Producer
 	Tasks      *projections.Tasks
 	Scheduler  *processes.Scheduler
@@ -125,8 +130,11 @@ type App struct {
 	esServer *esdbserver.Server
 	broker   *kafka.Broker
 	client   *kgo.Client
-	http     *http.Server
-	lease    *kafka.Lease
+	// clients are the producers of the processes: each has its own, so
+	// that one's traffic (statuses) never queues another's (commands).
+	clients []*kgo.Client
+	http    *http.Server
+	lease   *kafka.Lease
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -195,6 +203,7 @@ func (a *App) startEventStore() error {
 		return err
 	}
 	a.Store = store
+	a.followers = eventstore.NewFanout(store, domain.TaskStreamPrefix)
 	return nil
 }
 
@@ -215,7 +224,7 @@ func (a *App) startKafka(ctx context.Context) error {
 		}
 		broker, err := kafka.StartBroker(kafka.BrokerConfig{
 			Listen: listenOr(a.cfg.KafkaListen, kafka.DefaultListen), DataDir: filepath.Join(a.cfg.DataDir, "kafka"),
-			Partitions: a.cfg.Partitions, Topics: a.Topics(), Logger: a.logger,
+			Partitions: a.cfg.Partitions, Topics: a.Topics(), Fsync: a.cfg.KafkaFsync, Logger: a.logger,
 		})
 		if err != nil {
 			return err
@@ -233,12 +242,32 @@ func (a *App) startKafka(ctx context.Context) error {
 	if err := kafka.EnsureTopics(topicCtx, client, a.cfg.Partitions, a.Topics()...); err != nil {
 		return err
 	}
-	a.Producer = kafka.NewProducer(client, "saga/"+a.cfg.Instance, a.logger)
+	a.Producer = a.newProducer("sagad")
 	return nil
+}
+
+// newProducer gives a process a Kafka client of its own.
+func (a *App) newProducer(role string) *kafka.Producer {
+	client, err := kafka.NewClient(a.KafkaBrokers)
+	if err != nil {
+		// NewClient fails only on invalid options, which are fixed here.
+		panic(err)
+	}
+	a.clients = append(a.clients, client)
+	return kafka.NewProducer(client, "saga/"+role+"/"+a.cfg.Instance, a.logger)
 }
 
 func (a *App) startProcesses(ctx context.Context) error {
 	cfg := &a.cfg
+	followers := 0
+	defer func() {
+		a.run("event fan-out", func() error { return a.followers.Run(ctx, followers) })
+	}()
+	for _, r := range []Role{RoleScheduler, RoleSupervisor, RoleAPI, RoleStatus} {
+		if cfg.has(r) {
+			followers++
+		}
+	}
 	if cfg.has(RoleScheduler) {
 		if err := a.startScheduler(ctx); err != nil {
 			return err
@@ -250,12 +279,12 @@ func (a *App) startProcesses(ctx context.Context) error {
 		}
 	}
 	if cfg.has(RoleSubmitter) {
-		a.Submitter = &processes.Submitter{Store: a.Store, DeadLetters: a.Producer, Catalog: a.Catalog,
+		a.Submitter = &processes.Submitter{Store: a.Store, DeadLetters: a.newProducer("submitter"), Catalog: a.Catalog,
 			Actor: "submitter/" + cfg.Instance, Clock: cfg.Clock, Logger: a.logger, MaxOrderSize: cfg.MaxOrderSize}
 		a.consume(ctx, "saga-submitter", []string{domain.OrdersTopic}, a.Submitter.HandleOrder)
 	}
 	if cfg.has(RoleStatus) {
-		a.Status = &processes.StatusPublisher{Store: a.Store, Checkpoints: a.Store, Sink: a.Producer, Logger: a.logger, Name: "status"}
+		a.Status = &processes.StatusPublisher{Store: a.followers, Checkpoints: a.Store, Sink: a.newProducer("status"), Logger: a.logger, Name: "status"}
 		a.run("status publisher", func() error { return a.Status.Run(ctx) })
 	}
 	if cfg.has(RoleAgents) && cfg.DemoAgents {
@@ -278,7 +307,8 @@ func (a *App) startScheduler(ctx context.Context) error {
 	if err != nil {
 		return errors.Wrap(err, "scheduler ownership")
 	}
-	a.Scheduler = &processes.Scheduler{Store: a.Store, Commands: a.Producer, DeadLetters: a.Producer, Catalog: a.Catalog,
+	commands := a.newProducer("scheduler")
+	a.Scheduler = &processes.Scheduler{Store: a.followers, Commands: commands, DeadLetters: commands, Catalog: a.Catalog,
 		Actor: "scheduler/" + a.cfg.Instance, Clock: a.cfg.Clock, Logger: a.logger, Ownership: ownership}
 	a.run("scheduler", func() error { return a.Scheduler.Run(ctx) })
 	a.consumeWith(ctx, kafka.ConsumerConfig{Group: "saga-scheduler", Topics: []string{domain.RepliesTopic},
@@ -298,7 +328,7 @@ func (a *App) startSupervisor(ctx context.Context) error {
 		return err
 	}
 	a.lease = lease
-	a.Supervisor = &processes.Supervisor{Store: a.Store, Alerts: a.Producer, Catalog: a.Catalog, Actor: "supervisor/" + a.cfg.Instance,
+	a.Supervisor = &processes.Supervisor{Store: a.followers, Alerts: a.newProducer("supervisor"), Catalog: a.Catalog, Actor: "supervisor/" + a.cfg.Instance,
 		Clock: a.cfg.Clock, Logger: a.logger, Interval: a.cfg.SupervisorInterval, Leader: lease}
 	a.run("supervisor", func() error { return a.Supervisor.Run(ctx) })
 	return nil
@@ -308,7 +338,7 @@ func (a *App) startSupervisor(ctx context.Context) error {
 func (a *App) startAPI(ctx context.Context) error {
 	a.Tasks = projections.NewTasks(a.logger)
 	a.Operator = &processes.Operator{Store: a.Store, Catalog: a.Catalog, Clock: a.cfg.Clock}
-	a.run("task projection", func() error { return a.Tasks.Run(ctx, a.Store) })
+	a.run("task projection", func() error { return a.Tasks.Run(ctx, a.followers) })
 	lis, err := net.Listen("tcp", listenOr(a.cfg.HTTPListen, httpapi.DefaultListen))
 	if err != nil {
 		return errors.Wrap(err, "http api listen")
@@ -342,8 +372,9 @@ func (a *App) startDemoAgents(ctx context.Context) error {
 			return err
 		}
 		a.Services[agentName] = svc
-		agent := &processes.Agent{Name: agentName, Handler: demo.HTTPStep(svc.URL(), httpClient), Replies: a.Producer,
-			DeadLetters: a.Producer, Clock: a.cfg.Clock, Logger: a.logger,
+		replies := a.newProducer("agent-" + agentName)
+		agent := &processes.Agent{Name: agentName, Handler: demo.HTTPStep(svc.URL(), httpClient), Replies: replies,
+			DeadLetters: replies, Clock: a.cfg.Clock, Logger: a.logger,
 			Breaker: processes.NewBreaker(2*time.Second, a.cfg.Clock)}
 		a.AgentProcs[agentName] = agent
 		a.consume(ctx, "saga-agent-"+agentName, []string{domain.CommandTopic(agentName)}, agent.HandleCommand)
@@ -392,6 +423,9 @@ func (a *App) Close() {
 		a.wg.Wait()
 		if a.lease != nil {
 			a.lease.Close()
+		}
+		for _, c := range a.clients {
+			c.Close()
 		}
 		if a.client != nil {
 			a.client.Close()

@@ -3,6 +3,8 @@ package app
 import (
 	"fmt"
 	"io"
+	"os"
+	"runtime/debug"
 	"sort"
 	"strings"
 
@@ -95,5 +97,14 @@ func (a *App) WriteMetrics(w io.Writer) {
 		st := a.esServer.Store().Stats()
 		writeMetric(w, "saga_eventstore_fsyncs_total", "counter", "Group commits of the embedded event store.", sample{"", float64(st.Syncs)})
 		writeMetric(w, "saga_eventstore_writes_total", "counter", "Writes the embedded event store made durable.", sample{"", float64(st.Writes)})
+	}
+}
+
+// TuneGC sets the garbage collector for a saga process unless GOGC is set:
+// a target of 400 % trades memory (a few times the live heap, which is small)
+// for about a third more throughput, measured with sagabench.
+func TuneGC() {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(400)
 	}
 }

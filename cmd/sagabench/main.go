@@ -1,0 +1,294 @@
+// Command sagabench measures saga under load: it submits orders at a given
+// concurrency or rate, as a caller would (each with a private reply topic),
+// and reports orders/s, steps/s and the end-to-end latency from submission
+// to the final status, as text, JSON and an SVG histogram.
+//
+// With no --kafka-brokers it starts the whole system in-process on embedded
+// servers (fsync on, as sagad runs), with no-op or latency-injected demo
+// services and a workflow of --steps steps.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/pprof"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/cockroachdb/errors"
+
+	"github.com/sagaengine/saga/adapters/client"
+	"github.com/sagaengine/saga/adapters/kafka"
+	"github.com/sagaengine/saga/cmd/sagad/app"
+	"github.com/sagaengine/saga/domain"
+)
+
+type config struct {
+	orders, concurrency, steps, warmup int
+	rate                               float64
+	brokers, data, jsonOut, svgOut     string
+	latency                            time.Duration
+	workflow                           string
+	kafkaFsync                         bool
+	cpuProfile                         string
+}
+
+// Result is what a run measured.
+type Result struct {
+	Orders        int                `json:"orders"`
+	Concurrency   int                `json:"concurrency"`
+	Rate          float64            `json:"rate,omitempty"`
+	Steps         int                `json:"steps"`
+	ServiceDelay  string             `json:"serviceLatency"`
+	Seconds       float64            `json:"seconds"`
+	OrdersPerSec  float64            `json:"ordersPerSecond"`
+	StepsPerSec   float64            `json:"stepsPerSecond"`
+	LatencyMillis map[string]float64 `json:"latencyMillis"`
+	Outcomes      map[string]int     `json:"outcomes"`
+	CPUs          int                `json:"cpus"`
+	Embedded      bool               `json:"embedded"`
+	KafkaFsync    bool               `json:"kafkaFsync"`
+	latencies     []time.Duration
+}
+
+func main() {
+	var c config
+	flag.IntVar(&c.orders, "orders", 2000, "orders to submit")
+	flag.IntVar(&c.concurrency, "concurrency", 64, "orders in flight at once")
+	flag.Float64Var(&c.rate, "rate", 0, "submit at this many orders/s instead of keeping --concurrency in flight")
+	flag.IntVar(&c.steps, "steps", 3, "steps per order (embedded only)")
+	flag.IntVar(&c.warmup, "warmup", 100, "orders run before measuring")
+	flag.DurationVar(&c.latency, "service-latency", 0, "latency of each demo service call (embedded only)")
+	flag.StringVar(&c.brokers, "kafka-brokers", "", "measure a running sagad through these brokers instead of an embedded system")
+	flag.StringVar(&c.workflow, "workflow", "", "workflow of the orders (default: bench on embedded, order otherwise)")
+	flag.StringVar(&c.data, "data", "", "data directory of the embedded system (default: a new temporary one)")
+	flag.StringVar(&c.jsonOut, "json", "", "write the result as JSON to this file")
+	flag.StringVar(&c.svgOut, "svg", "", "write a latency histogram to this SVG file")
+	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured run (embedded: the whole system) to this file")
+	flag.BoolVar(&c.kafkaFsync, "kafka-fsync", false, "make the embedded Kafka fsync every batch too (the event store always does)")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	app.TuneGC() // the embedded system runs in this process, as in sagad
+	if err := run(ctx, c); err != nil {
+		fmt.Fprintln(os.Stderr, "sagabench:", err)
+		os.Exit(1)
+	}
+}
+
+// benchWorkflow has n steps over the demo agents, fast backoff, 10 s budgets.
+func benchWorkflow(n int) *domain.Workflow {
+	agents := []string{"inventory", "payment", "shipping"}
+	wf := &domain.Workflow{Name: "bench"}
+	for i := 0; i < n; i++ {
+		wf.Steps = append(wf.Steps, domain.StepDefinition{Name: fmt.Sprintf("step-%d", i+1), Agent: agents[i%len(agents)],
+			Budget: 10 * time.Second, MaxAttempts: 3, Backoff: domain.DefaultBackoff,
+			Compensation: domain.CompensationDefinition{Action: fmt.Sprintf("undo-%d", i+1), Budget: 10 * time.Second, MaxAttempts: 5, Backoff: domain.DefaultBackoff}})
+	}
+	return wf
+}
+
+func run(ctx context.Context, c config) error {
+	res := &Result{Orders: c.orders, Concurrency: c.concurrency, Rate: c.rate, Steps: c.steps, ServiceDelay: c.latency.String(),
+		CPUs: runtime.GOMAXPROCS(0), Embedded: c.brokers == "", KafkaFsync: c.kafkaFsync, Outcomes: map[string]int{}}
+	brokers := kafka.SplitBrokers(c.brokers)
+	if res.Embedded {
+		dir := c.data
+		if dir == "" {
+			tmp, err := os.MkdirTemp("", "sagabench-")
+			if err != nil {
+				return err
+			}
+			defer os.RemoveAll(tmp)
+			dir = tmp
+		}
+		a, err := app.Start(app.Config{DataDir: dir, KafkaListen: "127.0.0.1:0", EventStoreListen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0",
+			DemoAgents: true, KafkaFsync: c.kafkaFsync, Workflows: []*domain.Workflow{domain.OrderWorkflow(), benchWorkflow(c.steps)},
+			Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+		if err != nil {
+			return err
+		}
+		defer a.Close()
+		for _, svc := range a.Services {
+			svc.Latency = c.latency
+		}
+		<-a.Scheduler.Ready()
+		brokers = a.KafkaBrokers
+		if c.workflow == "" {
+			c.workflow = "bench"
+		}
+		fmt.Fprintf(os.Stderr, "embedded system in %s, %d-step workflow, service latency %s\n", dir, c.steps, c.latency)
+	} else if c.workflow == "" {
+		c.workflow = domain.DefaultWorkflow
+	}
+	cl, err := client.New(ctx, client.Config{Brokers: brokers})
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+
+	run := fmt.Sprintf("%x", time.Now().UnixNano())
+	if c.warmup > 0 {
+		fmt.Fprintf(os.Stderr, "warming up with %d orders\n", c.warmup)
+		if _, err := load(ctx, cl, c, "warm-"+run, c.warmup, nil); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(os.Stderr, "submitting %d orders, %s\n", c.orders, pace(c))
+	if c.cpuProfile != "" {
+		f, err := os.Create(c.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	start := time.Now()
+	latencies, err := load(ctx, cl, c, "bench-"+run, c.orders, res.Outcomes)
+	if err != nil {
+		return err
+	}
+	elapsed := time.Since(start)
+	res.latencies = latencies
+	res.Seconds = elapsed.Seconds()
+	res.OrdersPerSec = float64(c.orders) / elapsed.Seconds()
+	res.StepsPerSec = res.OrdersPerSec * float64(c.steps)
+	res.LatencyMillis = percentiles(latencies)
+	report(os.Stdout, res)
+	if c.jsonOut != "" {
+		b, _ := json.MarshalIndent(res, "", "  ")
+		if err := os.WriteFile(c.jsonOut, append(b, '\n'), 0o644); err != nil {
+			return err
+		}
+	}
+	if c.svgOut != "" {
+		if err := os.WriteFile(c.svgOut, []byte(histogramSVG(res)), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func pace(c config) string {
+	if c.rate > 0 {
+		return fmt.Sprintf("at %.0f orders/s", c.rate)
+	}
+	return fmt.Sprintf("%d in flight", c.concurrency)
+}
+
+// load runs n orders and returns their end-to-end latencies.
+func load(ctx context.Context, cl *client.Client, c config, prefix string, n int, outcomes map[string]int) ([]time.Duration, error) {
+	latencies := make([]time.Duration, n)
+	var done atomic.Int64
+	var mu sync.Mutex
+	var firstErr error
+	slots := make(chan struct{}, max(c.concurrency, 1))
+	var wg sync.WaitGroup
+	stopProgress := progress(n, &done)
+	defer stopProgress()
+	var tick <-chan time.Time
+	if c.rate > 0 {
+		ticker := time.NewTicker(time.Duration(float64(time.Second) / c.rate))
+		defer ticker.Stop()
+		tick = ticker.C
+	}
+	for i := 0; i < n; i++ {
+		if tick != nil {
+			select {
+			case <-tick:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		} else {
+			select {
+			case slots <- struct{}{}:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			if tick == nil {
+				defer func() { <-slots }()
+			}
+			id := fmt.Sprintf("%s-%06d", prefix, i)
+			waitCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+			defer cancel()
+			t0 := time.Now()
+			out, err := cl.Run(waitCtx, id, map[string]any{"workflow": c.workflow, "items": []string{"book"}})
+			latencies[i] = time.Since(t0)
+			done.Add(1)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil && firstErr == nil {
+				firstErr = errors.Wrapf(err, "order %s", id)
+			}
+			if outcomes != nil {
+				outcomes[out.Final.Status]++
+			}
+		}(i)
+	}
+	wg.Wait()
+	return latencies, firstErr
+}
+
+// progress prints how far the run is once a second.
+func progress(total int, done *atomic.Int64) func() {
+	stop := make(chan struct{})
+	go func() {
+		start := time.Now()
+		ticker := time.NewTicker(time.Second)
+		defer ticker.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-ticker.C:
+				d := done.Load()
+				fmt.Fprintf(os.Stderr, "  %6d / %d orders finished, %.0f orders/s\n", d, total, float64(d)/time.Since(start).Seconds())
+			}
+		}
+	}()
+	return func() { close(stop) }
+}
+
+func percentiles(lat []time.Duration) map[string]float64 {
+	s := append([]time.Duration(nil), lat...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	at := func(p float64) float64 {
+		if len(s) == 0 {
+			return 0
+		}
+		i := int(p * float64(len(s)-1))
+		return float64(s[i].Microseconds()) / 1000
+	}
+	return map[string]float64{"p50": at(0.50), "p90": at(0.90), "p99": at(0.99), "max": at(1)}
+}
+
+func report(w io.Writer, r *Result) {
+	fmt.Fprintf(w, "orders %d (%s), %d steps each, service latency %s, %d CPUs\n", r.Orders, paceOf(r), r.Steps, r.ServiceDelay, r.CPUs)
+	fmt.Fprintf(w, "  %.1f s: %.0f orders/s, %.0f steps/s\n", r.Seconds, r.OrdersPerSec, r.StepsPerSec)
+	fmt.Fprintf(w, "  latency ms: p50 %.2f  p90 %.2f  p99 %.2f  max %.2f\n", r.LatencyMillis["p50"], r.LatencyMillis["p90"], r.LatencyMillis["p99"], r.LatencyMillis["max"])
+	fmt.Fprintf(w, "  outcomes: %v\n", r.Outcomes)
+}
+
+func paceOf(r *Result) string {
+	if r.Rate > 0 {
+		return fmt.Sprintf("%.0f/s", r.Rate)
+	}
+	return fmt.Sprintf("concurrency %d", r.Concurrency)
+}
