@@ -15,8 +15,11 @@ import (
 // Append and ReadStream through.
 //
 // Followers must all have called SubscribeAll before Run starts delivering;
-// Run waits for the number it is told. A follower whose handler fails is
-// dropped (its SubscribeAll returns the error); the others go on.
+// Run waits for the number it is told. Each follower has a bounded queue and
+// goroutine of its own, so a follower that pauses (a status publisher waiting
+// for its broker) holds up the others only once its queue is full. A
+// follower whose handler fails is dropped (its SubscribeAll returns the
+// error); the others go on.
 type Fanout struct {
 	*Store
 	prefix string
@@ -27,12 +30,15 @@ type Fanout struct {
 	joined    chan struct{}
 }
 
+// followerQueue bounds how far one follower may lag the others.
+const followerQueue = 4096
+
 type follower struct {
 	after    uint64
 	hasAfter bool
 	prefix   string
 	handle   func(domain.SubscriptionItem) error
-	done     chan error
+	queue    chan domain.SubscriptionItem
 	ctx      context.Context
 }
 
@@ -52,15 +58,22 @@ func (f *Fanout) SubscribeAll(ctx context.Context, from domain.SubscribeFrom, st
 		return f.Store.SubscribeAll(ctx, from, streamPrefix, handle)
 	}
 	after, hasAfter := from.After()
-	fl := &follower{after: after, hasAfter: hasAfter, prefix: streamPrefix, handle: handle, done: make(chan error, 1), ctx: ctx}
+	fl := &follower{after: after, hasAfter: hasAfter, prefix: streamPrefix, handle: handle,
+		queue: make(chan domain.SubscriptionItem, followerQueue), ctx: ctx}
 	f.followers = append(f.followers, fl)
 	f.mu.Unlock()
 	f.joined <- struct{}{}
-	select {
-	case err := <-fl.done:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
+	for {
+		select {
+		case it := <-fl.queue:
+			if err := fl.handle(it); err != nil {
+				f.drop(fl)
+				return err
+			}
+		case <-ctx.Done():
+			f.drop(fl)
+			return ctx.Err()
+		}
 	}
 }
 
@@ -97,28 +110,26 @@ func (f *Fanout) Run(ctx context.Context, want int) error {
 	return err
 }
 
+// deliver queues an item for a follower, waiting while its queue is full.
 func (f *Fanout) deliver(fl *follower, it domain.SubscriptionItem) {
-	if fl.ctx.Err() != nil {
-		f.drop(fl, fl.ctx.Err())
-		return
-	}
 	if e := it.Event; e != nil {
 		if !strings.HasPrefix(e.Stream, fl.prefix) || (fl.hasAfter && e.Position <= fl.after) {
 			return
 		}
 	}
-	if err := fl.handle(it); err != nil {
-		f.drop(fl, err)
+	select {
+	case fl.queue <- it:
+	case <-fl.ctx.Done():
 	}
 }
 
-func (f *Fanout) drop(fl *follower, err error) {
+// drop stops delivering to a follower.
+func (f *Fanout) drop(fl *follower) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for i, other := range f.followers {
 		if other == fl {
 			f.followers = append(f.followers[:i:i], f.followers[i+1:]...)
-			fl.done <- err
 			return
 		}
 	}

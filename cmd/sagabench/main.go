@@ -20,6 +20,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -102,6 +103,7 @@ func run(ctx context.Context, c config) error {
 	res := &Result{Orders: c.orders, Concurrency: c.concurrency, Rate: c.rate, Steps: c.steps, ServiceDelay: c.latency.String(),
 		CPUs: runtime.GOMAXPROCS(0), Embedded: c.brokers == "", KafkaFsync: c.kafkaFsync, Outcomes: map[string]int{}}
 	brokers := kafka.SplitBrokers(c.brokers)
+	var embedded *app.App
 	if res.Embedded {
 		dir := c.data
 		if dir == "" {
@@ -119,6 +121,7 @@ func run(ctx context.Context, c config) error {
 			return err
 		}
 		defer a.Close()
+		embedded = a
 		for _, svc := range a.Services {
 			svc.Latency = c.latency
 		}
@@ -168,6 +171,16 @@ func run(ctx context.Context, c config) error {
 	res.StepsPerSec = res.OrdersPerSec * float64(c.steps)
 	res.LatencyMillis = percentiles(latencies)
 	report(os.Stdout, res)
+	if embedded != nil {
+		fmt.Fprintln(os.Stderr, "metrics of the embedded system:")
+		var b strings.Builder
+		embedded.WriteMetrics(&b)
+		for _, line := range strings.Split(b.String(), "\n") {
+			if line != "" && !strings.HasPrefix(line, "#") {
+				fmt.Fprintln(os.Stderr, "  "+line)
+			}
+		}
+	}
 	if c.jsonOut != "" {
 		b, _ := json.MarshalIndent(res, "", "  ")
 		if err := os.WriteFile(c.jsonOut, append(b, '\n'), 0o644); err != nil {
