@@ -28,6 +28,10 @@ func TestMain(m *testing.M) {
 		runChild(spec)
 		return
 	}
+	if spec := os.Getenv(chaosEnv); spec != "" {
+		runChaosChild(spec)
+		return
+	}
 	code := m.Run()
 	_ = os.RemoveAll("../tmp-test-bin")
 	os.Exit(code)

@@ -224,7 +224,7 @@ func (s *Store) SubscribeAll(ctx context.Context, from domain.SubscribeFrom, str
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		s.logger.Warn("event store subscription dropped; resubscribing", "err", err, "in", backoff)
+		s.logger.Warn("event store subscription dropped; resubscribing", "err", err.Error(), "in", backoff)
 		select {
 		case <-time.After(backoff):
 		case <-ctx.Done():

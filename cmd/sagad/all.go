@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cockroachdb/errors"
+
 	"github.com/sagaengine/saga/adapters/demo"
 	"github.com/sagaengine/saga/adapters/kafka"
 	"github.com/sagaengine/saga/cmd/sagad/app"
@@ -24,6 +26,20 @@ func (f faultFlags) Set(spec string) error {
 		return err
 	}
 	f[agent] = append(f[agent], fault)
+	return nil
+}
+
+// serviceFlags collects repeated --demo-service AGENT=URL flags.
+type serviceFlags map[string]string
+
+func (f serviceFlags) String() string { return "" }
+
+func (f serviceFlags) Set(spec string) error {
+	agent, url, ok := strings.Cut(spec, "=")
+	if !ok || agent == "" || url == "" {
+		return errors.Newf("demo service %q: want AGENT=URL", spec)
+	}
+	f[agent] = url
 	return nil
 }
 
@@ -48,6 +64,8 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	demoAgents := fs.Bool("demo-agents", true, "run the demo remote services and their agents")
 	rolesFlag := fs.String("roles", envOr("SAGA_ROLES", "all"), "parts to run, comma-separated: submitter, scheduler, supervisor, agents, api, status, or all [$SAGA_ROLES]")
 	supervisorInterval := fs.Duration("supervisor-interval", time.Second, "how often the supervisor looks for attempts past their complete-by")
+	services := serviceFlags{}
+	fs.Var(services, "demo-service", "let the demo agent AGENT call a demo service at URL instead of one in this process: AGENT=URL (repeatable)")
 	faults := faultFlags{}
 	fs.Var(faults, "fault", "inject a fault into a demo service: AGENT=MODE[:RATE], MODE transient, permanent or hang (repeatable)")
 	if err := fs.Parse(args); err != nil {
@@ -62,7 +80,7 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 		DataDir: *data, KafkaBrokers: kafka.SplitBrokers(*brokers), KafkaListen: *kafkaListen,
 		EventStoreURL: strings.TrimSpace(*esURL), EventStoreListen: *esListen, HTTPListen: *httpListen,
 		Partitions: int32(*partitions), Instance: *instance, DemoAgents: *demoAgents, Faults: faults, Logger: logger,
-		Roles: roles, SupervisorInterval: *supervisorInterval, KafkaFsync: *kafkaFsync,
+		Roles: roles, SupervisorInterval: *supervisorInterval, KafkaFsync: *kafkaFsync, DemoServiceURLs: services,
 	})
 	if err != nil {
 		return err

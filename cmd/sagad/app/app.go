@@ -56,6 +56,9 @@ type Config struct {
 	DemoAgents bool
 	// ExternalAgents are agents that run elsewhere: no demo agent for them.
 	ExternalAgents []string
+	// DemoServiceURLs points demo agents at demo services running
+	// elsewhere, by agent name, instead of starting them in this process.
+	DemoServiceURLs map[string]string
 	// SupervisorInterval is how often the supervisor scans; default 1 s.
 	SupervisorInterval time.Duration
 	// Faults injects failures into demo services, by agent name.
@@ -361,19 +364,23 @@ func (a *App) startDemoAgents(ctx context.Context) error {
 		if slices.Contains(a.cfg.ExternalAgents, agentName) {
 			continue
 		}
-		svc := demo.NewService(agentName, a.logger)
-		if faults := a.cfg.Faults[agentName]; len(faults) > 0 {
-			svc.SetFaults(faults...)
-			for _, f := range faults {
-				a.logger.Warn("fault injected", "agent", agentName, "mode", f.Mode, "rate", f.Rate)
+		url, external := a.cfg.DemoServiceURLs[agentName]
+		if !external {
+			svc := demo.NewService(agentName, a.logger)
+			if faults := a.cfg.Faults[agentName]; len(faults) > 0 {
+				svc.SetFaults(faults...)
+				for _, f := range faults {
+					a.logger.Warn("fault injected", "agent", agentName, "mode", f.Mode, "rate", f.Rate)
+				}
 			}
+			if err := svc.Start("127.0.0.1:0"); err != nil {
+				return err
+			}
+			a.Services[agentName] = svc
+			url = svc.URL()
 		}
-		if err := svc.Start("127.0.0.1:0"); err != nil {
-			return err
-		}
-		a.Services[agentName] = svc
 		replies := a.newProducer("agent-" + agentName)
-		agent := &processes.Agent{Name: agentName, Handler: demo.HTTPStep(svc.URL(), httpClient), Replies: replies,
+		agent := &processes.Agent{Name: agentName, Handler: demo.HTTPStep(url, httpClient), Replies: replies,
 			DeadLetters: replies, Clock: a.cfg.Clock, Logger: a.logger,
 			Breaker: processes.NewBreaker(2*time.Second, a.cfg.Clock)}
 		a.AgentProcs[agentName] = agent
