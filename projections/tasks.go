@@ -90,6 +90,7 @@ func (v *Tasks) Apply(e domain.RecordedEvent) {
 	before := t.State
 	t.Revision = int64(e.Revision) - 1
 	t.Apply(ev)
+	t.Order = nil // the order's body stays in the store; the view does not serve it
 	if t.State != before {
 		delete(v.byState[before], id)
 		if v.byState[t.State] == nil {

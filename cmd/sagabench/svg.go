@@ -10,7 +10,7 @@ import (
 // histogramSVG draws the latency distribution on logarithmic buckets, with
 // the percentiles marked.
 func histogramSVG(r *Result) string {
-	const w, h, left, bottom, top = 760.0, 360.0, 60.0, 50.0, 40.0
+	const w, h, left, bottom, top = 760.0, 380.0, 60.0, 50.0, 70.0
 	lat := r.latencies
 	lo, hi := math.Inf(1), 0.0
 	for _, d := range lat {
@@ -48,25 +48,32 @@ func histogramSVG(r *Result) string {
 		fmt.Fprintf(&b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="#4a7fb5"/>`+"\n", left+float64(i)*barW, h-bottom-bh, barW-1, bh)
 	}
 	fmt.Fprintf(&b, `<line x1="%.0f" y1="%.0f" x2="%.0f" y2="%.0f" stroke="black"/>`+"\n", left, h-bottom, w-20, h-bottom)
+	tick := func(ms float64, label string) {
+		fmt.Fprintf(&b, `<line x1="%.1f" y1="%.0f" x2="%.1f" y2="%.0f" stroke="black"/><text x="%.1f" y="%.0f" text-anchor="middle">%s</text>`+"\n",
+			x(ms), h-bottom, x(ms), h-bottom+5, x(ms), h-bottom+18, label)
+	}
+	tick(lo, fmt.Sprintf("%.3g", lo))
+	tick(hi, fmt.Sprintf("%.3g", hi))
 	for e := math.Floor(minL); e <= math.Ceil(maxL); e++ {
-		for _, m := range []float64{1, 2, 5} {
+		for _, m := range []float64{1, 2, 3, 5, 7} {
 			ms := m * math.Pow(10, e)
-			if ms < lo || ms > hi*1.0001 {
+			// Skip ticks outside the range or crowding the end labels.
+			if ms < lo || ms > hi || x(ms)-x(lo) < 30 || x(hi)-x(ms) < 30 {
 				continue
 			}
-			fmt.Fprintf(&b, `<line x1="%.1f" y1="%.0f" x2="%.1f" y2="%.0f" stroke="black"/><text x="%.1f" y="%.0f" text-anchor="middle">%g</text>`+"\n",
-				x(ms), h-bottom, x(ms), h-bottom+5, x(ms), h-bottom+18, ms)
+			tick(ms, fmt.Sprintf("%g", ms))
 		}
 	}
 	fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" text-anchor="middle">latency, ms (log scale)</text>`+"\n", (w+left)/2, h-12)
 	fmt.Fprintf(&b, `<text x="16" y="%.0f" transform="rotate(-90 16 %.0f)" text-anchor="middle">orders</text>`+"\n", (h-bottom+top)/2, (h-bottom+top)/2)
-	for _, p := range []string{"p50", "p90", "p99"} {
+	for i, p := range []string{"p50", "p90", "p99"} {
 		ms := r.LatencyMillis[p]
 		if ms < lo || ms > hi {
 			continue
 		}
-		fmt.Fprintf(&b, `<line x1="%.1f" y1="%.0f" x2="%.1f" y2="%.0f" stroke="#c0392b" stroke-dasharray="4 3"/><text x="%.1f" y="%.0f" fill="#c0392b">%s %.2f</text>`+"\n",
-			x(ms), top, x(ms), h-bottom, x(ms)+3, top+12, p, ms)
+		labelY := top - 30 + float64(i)*12 // above the bars, one row each
+		fmt.Fprintf(&b, `<line x1="%.1f" y1="%.0f" x2="%.1f" y2="%.0f" stroke="#c0392b" stroke-dasharray="4 3"/><text x="%.1f" y="%.0f" fill="#c0392b" text-anchor="middle">%s %.2f ms</text>`+"\n",
+			x(ms), labelY+3, x(ms), h-bottom, x(ms), labelY, p, ms)
 	}
 	b.WriteString("</svg>\n")
 	return b.String()
