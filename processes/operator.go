@@ -63,14 +63,9 @@ func (o *Operator) act(ctx context.Context, taskID, by string, decide func(*doma
 		if err != nil {
 			return err
 		}
-		batch := make([]domain.NewEvent, len(events))
-		for i, e := range events {
-			data, err := domain.EncodeEvent(e)
-			if err != nil {
-				return err
-			}
-			batch[i] = domain.NewEvent{Type: e.EventType(), Data: data,
-				Metadata: domain.EventMetadata{CorrelationID: taskID, CausationID: "operator/" + by, Actor: "operator/" + by}}
+		batch, err := toNewEvents(events, domain.EventMetadata{CorrelationID: taskID, CausationID: "operator/" + by, Actor: "operator/" + by})
+		if err != nil {
+			return err
 		}
 		_, err = o.Store.Append(ctx, domain.TaskStream(taskID), domain.ExpectAfter(t.Revision), batch...)
 		if !errors.Is(err, domain.ErrConcurrencyConflict) {

@@ -80,7 +80,7 @@ type shard struct {
 	done map[string]int64
 	live bool
 	// wakes holds the times at which retries of tasks fall due.
-	wakes wakeHeap
+	wakes dueHeap[wakeEntry]
 	timer *time.Timer
 }
 
@@ -296,25 +296,14 @@ func (sh *shard) armTimer() {
 	}
 }
 
+// wakeEntry is a retry falling due. One whose task has moved on is
+// harmless: waking it decides nothing new.
 type wakeEntry struct {
 	at     time.Time
 	taskID string
 }
 
-// wakeHeap orders retry times, earliest first. An entry whose task has
-// moved on is harmless: waking it decides nothing new.
-type wakeHeap []wakeEntry
-
-func (h wakeHeap) Len() int           { return len(h) }
-func (h wakeHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
-func (h wakeHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *wakeHeap) Push(x any)        { *h = append(*h, x.(wakeEntry)) }
-func (h *wakeHeap) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return e
-}
+func (w wakeEntry) dueAt() time.Time { return w.at }
 
 func (sh *shard) onEvent(ctx context.Context, e *domain.RecordedEvent) {
 	id, _ := domain.TaskIDFromStream(e.Stream)
@@ -453,14 +442,9 @@ func (sh *shard) onReply(ctx context.Context, r domain.StepReply, source string)
 // commit appends the decided events on the revision they were decided on,
 // folds them into the task and then carries out their effects.
 func (sh *shard) commit(ctx context.Context, t *domain.Task, events []domain.Event, causation string) error {
-	batch := make([]domain.NewEvent, len(events))
-	for i, e := range events {
-		data, err := domain.EncodeEvent(e)
-		if err != nil {
-			return err
-		}
-		batch[i] = domain.NewEvent{Type: e.EventType(), Data: data,
-			Metadata: domain.EventMetadata{CorrelationID: t.ID, CausationID: causation, Actor: sh.s.Actor}}
+	batch, err := toNewEvents(events, domain.EventMetadata{CorrelationID: t.ID, CausationID: causation, Actor: sh.s.Actor})
+	if err != nil {
+		return err
 	}
 	if _, err := sh.s.Store.Append(ctx, domain.TaskStream(t.ID), domain.ExpectAfter(t.Revision), batch...); err != nil {
 		if errors.Is(err, domain.ErrConcurrencyConflict) {

@@ -40,7 +40,7 @@ type Supervisor struct {
 
 	mu        sync.Mutex
 	tasks     map[string]*domain.Task
-	deadlines deadlineHeap
+	deadlines dueHeap[deadline]
 	// failed holds the tasks in Error and the revision of their failure;
 	// alerted what this instance has alerted.
 	failed  map[string]*domain.Task
@@ -66,20 +66,9 @@ type deadline struct {
 	attempt      int
 }
 
-// deadlineHeap orders attempts in flight by CompleteBy. Entries whose
-// attempt was answered stay until they surface and are dropped then.
-type deadlineHeap []deadline
-
-func (h deadlineHeap) Len() int           { return len(h) }
-func (h deadlineHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
-func (h deadlineHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *deadlineHeap) Push(x any)        { *h = append(*h, x.(deadline)) }
-func (h *deadlineHeap) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return e
-}
+// dueAt orders attempts in flight by CompleteBy. Entries whose attempt was
+// answered stay until they surface and are dropped then.
+func (d deadline) dueAt() time.Time { return d.at }
 
 func (s *Supervisor) init() {
 	s.once.Do(func() {
@@ -243,15 +232,10 @@ func (s *Supervisor) timeOut(ctx context.Context, a dueAttempt, now time.Time) {
 		s.Logger.Warn("supervisor timeout decision", "task", t.ID, "err", err.Error())
 		return
 	}
-	batch := make([]domain.NewEvent, len(events))
-	for i, e := range events {
-		data, err := domain.EncodeEvent(e)
-		if err != nil {
-			s.Logger.Error("encode timeout", "err", err.Error())
-			return
-		}
-		batch[i] = domain.NewEvent{Type: e.EventType(), Data: data,
-			Metadata: domain.EventMetadata{CorrelationID: t.ID, CausationID: "timeout/" + d.step + "/" + itoa(int64(d.attempt)), Actor: s.Actor}}
+	batch, err := toNewEvents(events, domain.EventMetadata{CorrelationID: t.ID, CausationID: "timeout/" + d.step + "/" + itoa(int64(d.attempt)), Actor: s.Actor})
+	if err != nil {
+		s.Logger.Error("encode timeout", "err", err.Error())
+		return
 	}
 	_, err = s.Store.Append(ctx, domain.TaskStream(t.ID), domain.ExpectAfter(t.Revision), batch...)
 	if err != nil {
