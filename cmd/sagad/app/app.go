@@ -120,7 +120,6 @@ type App struct {
 	Store   *eventstore.Store
 	// followers shares one subscription among this process's followers.
 	followers  *eventstore.Fanout
-	Producer   *kafka.Producer
 	Tasks      *projections.Tasks
 	Scheduler  *processes.Scheduler
 	Supervisor *processes.Supervisor
@@ -245,7 +244,6 @@ func (a *App) startKafka(ctx context.Context) error {
 	if err := kafka.EnsureTopics(topicCtx, client, a.cfg.Partitions, a.Topics()...); err != nil {
 		return err
 	}
-	a.Producer = a.newProducer("sagad")
 	return nil
 }
 
