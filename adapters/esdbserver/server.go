@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net"
 	"runtime"
+	"sync"
 	"time"
 
 	"github.com/EventStore/EventStore-Client-Go/v4/protos/serverfeatures"
@@ -77,6 +78,8 @@ type Server struct {
 	// closing ends subscriptions, which never end by themselves, so that a
 	// graceful stop does not wait for them.
 	closing chan struct{}
+	once    sync.Once
+	err     error
 }
 
 // Start opens the store and starts serving. The listener is bound before
@@ -123,19 +126,22 @@ func (s *Server) Store() *eslog.Store { return s.store }
 
 // Close stops accepting calls, ends open subscriptions (clients see
 // Unavailable and resubscribe), waits for calls in flight and closes the
-// store.
+// store. Calling it again does nothing.
 func (s *Server) Close() error {
-	close(s.closing)
-	stopped := make(chan struct{})
-	go func() { s.grpc.GracefulStop(); close(stopped) }()
-	select {
-	case <-stopped:
-	case <-time.After(2 * time.Second):
-		s.grpc.Stop()
-		<-stopped
-	}
-	<-s.done
-	return s.store.Close()
+	s.once.Do(func() {
+		close(s.closing)
+		stopped := make(chan struct{})
+		go func() { s.grpc.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-time.After(2 * time.Second):
+			s.grpc.Stop()
+			<-stopped
+		}
+		<-s.done
+		s.err = s.store.Close()
+	})
+	return s.err
 }
 
 type featuresService struct {
