@@ -67,6 +67,7 @@ func TestHungAgentTimesOutRetriesThenCompensatesInReverseOrder(t *testing.T) {
 	}
 
 	// The API shows each attempt's failure count and the compensations.
+	s.awaitView("hung-1", domain.StateCompensated)
 	resp, err := http.Get("http://" + s.app.HTTPAddr + "/api/tasks/hung-1")
 	require.NoError(t, err)
 	defer resp.Body.Close()

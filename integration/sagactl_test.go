@@ -67,11 +67,7 @@ func TestSagactlAuditAndReplay(t *testing.T) {
 		Faults: faults("shipping", demo.Fault{Mode: demo.FaultHang, Rate: 1})})
 	s.publish("audit-1", []byte(`{"orderId":"audit-1"}`))
 	s.awaitTerminal([]string{"audit-1"}, 30*time.Second)
-	// The live view may lag the store by a moment: wait for it, then audit.
-	require.Eventually(t, func() bool {
-		tk, ok := s.app.Tasks.Get("audit-1")
-		return ok && tk.State == domain.StateCompensated
-	}, 10*time.Second, 10*time.Millisecond)
+	s.awaitView("audit-1", domain.StateCompensated)
 
 	out, code := s.sagactl("audit", "audit-1")
 	require.Equal(t, 0, code, out)

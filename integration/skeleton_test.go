@@ -48,6 +48,9 @@ func TestTwoHundredOrdersAreProcessed(t *testing.T) {
 	}
 
 	// The HTTP API shows the same state.
+	for _, id := range ids {
+		s.awaitView(id, domain.StateProcessed)
+	}
 	resp, err := http.Get("http://" + s.app.HTTPAddr + "/api/tasks/" + ids[0])
 	require.NoError(t, err)
 	defer resp.Body.Close()

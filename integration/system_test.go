@@ -227,3 +227,13 @@ func (s *system) consumeTopic(topic string, n int, timeout time.Duration) []*kgo
 	}
 	return out
 }
+
+// awaitView waits until the HTTP API's projection shows the task in state:
+// it follows the store a moment behind the event store itself.
+func (s *system) awaitView(id string, state domain.TaskState) {
+	s.t.Helper()
+	require.Eventually(s.t, func() bool {
+		task, ok := s.app.Tasks.Get(id)
+		return ok && task.State == state
+	}, 10*time.Second, 5*time.Millisecond, "the projection shows %s %s", id, state)
+}
