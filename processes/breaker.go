@@ -107,6 +107,14 @@ func (b *Breaker) Record(err error) {
 	}
 }
 
+// IsOpen reports whether calls are being refused now, without taking the
+// trial call.
+func (b *Breaker) IsOpen() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.open && (b.Clock().Before(b.openUntil) || b.trial)
+}
+
 // Opened counts how often the breaker opened.
 func (b *Breaker) Opened() int64 {
 	b.mu.Lock()

@@ -37,9 +37,11 @@ func TestBreakerOpensOnOutagesNotOnFlakiness(t *testing.T) {
 	}
 	assert.Equal(t, 20, failures, "the breaker opened once the window held enough calls, all failed")
 	assert.ErrorIs(t, b.Allow(), processes.ErrCircuitOpen, "an unreachable service is left alone")
+	assert.True(t, b.IsOpen())
 	assert.Equal(t, int64(1), b.Opened())
 
 	now = now.Add(time.Second)
+	assert.False(t, b.IsOpen(), "after OpenFor a trial may go through")
 	require.NoError(t, b.Allow(), "after OpenFor one trial goes through")
 	assert.ErrorIs(t, b.Allow(), processes.ErrCircuitOpen, "only one trial at a time")
 	b.Record(boom)
