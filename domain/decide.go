@@ -52,7 +52,7 @@ func CompensationKey(taskID, step string) string { return taskID + "/" + step + 
 // traceParent is the order's trace context.
 func Submit(order OrderPlaced, wf *Workflow, traceParent string, now time.Time) TaskSubmitted {
 	return TaskSubmitted{
-		TaskID: order.OrderID, Workflow: wf.Name, Steps: wf.StepNames(),
+		TaskID: order.OrderID, Workflow: wf.Name, WorkflowVersion: wf.Version, Steps: wf.StepNames(),
 		ReplyTo: order.ReplyTo, Order: order.Raw, SubmittedAt: now, TraceParent: traceParent,
 	}
 }
@@ -114,7 +114,7 @@ func (t *Task) nextCompensation(wf *Workflow, d Decision) []Event {
 			}
 		case s.State == StepStateProcessing:
 			return nil
-		case s.mayHaveEffect():
+		case s.mayHaveEffect() && hasCompensation(wf, s.Name):
 			return []Event{t.dispatchCompensation(wf, s, d)}
 		}
 	}
@@ -132,7 +132,7 @@ func (t *Task) afterFailure(wf *Workflow, s *Step, compensation bool, d Decision
 	if compensation {
 		c := s.Compensation
 		used := c.Attempt - c.AttemptBase
-		if c.LastFailure != FailurePermanent && used < def.Compensation.MaxAttempts {
+		if def.Compensation != nil && c.LastFailure != FailurePermanent && used < def.Compensation.MaxAttempts {
 			return []Event{t.retry(s.Name, true, c.Attempt+1, d.Now.Add(def.Compensation.Backoff.Delay(used, d.Random)), d)}
 		}
 		return []Event{TaskFailed{TaskID: t.ID, Step: s.Name, At: d.Now,
@@ -172,10 +172,17 @@ func (t *Task) dispatch(wf *Workflow, s *Step, d Decision) Event {
 	}
 }
 
+// hasCompensation reports whether the workflow says how to undo the step;
+// a step without one is left as it is when the task compensates.
+func hasCompensation(wf *Workflow, step string) bool {
+	def, ok := wf.Step(step)
+	return !ok || def.Compensation != nil
+}
+
 func (t *Task) dispatchCompensation(wf *Workflow, s *Step, d Decision) Event {
 	def, ok := wf.Step(s.Name)
-	if !ok {
-		return TaskFailed{TaskID: t.ID, Step: s.Name, Reason: "step " + s.Name + " is not in workflow " + wf.Name, At: d.Now}
+	if !ok || def.Compensation == nil {
+		return TaskFailed{TaskID: t.ID, Step: s.Name, Reason: "step " + s.Name + " of workflow " + wf.Name + " has no compensation", At: d.Now}
 	}
 	attempt := 1
 	if s.Compensation != nil {
@@ -236,6 +243,10 @@ func (t *Task) RecordReply(wf *Workflow, r StepReply, d Decision) ([]Event, erro
 		kind = FailureTransient
 	}
 	var outcome Event
+	if r.Outcome == OutcomeSucceeded && len(r.Result) > MaxResultBytes {
+		r.Reason = "result of " + strconv.Itoa(len(r.Result)) + " bytes is over the limit of " + strconv.Itoa(MaxResultBytes)
+		r.Outcome, r.Failure, r.Result, kind = OutcomeFailed, FailureTransient, nil, FailureTransient
+	}
 	switch {
 	case !compensation && r.Outcome == OutcomeSucceeded:
 		outcome = StepSucceeded{TaskID: t.ID, Step: r.Step, Attempt: r.Attempt, Result: r.Result, At: d.Now}

@@ -57,9 +57,12 @@ type Event interface {
 // TaskSubmitted records an accepted order. It snapshots the workflow's step
 // names, so a task folds the same even if the workflow changes later.
 type TaskSubmitted struct {
-	TaskID      string          `json:"taskId"`
-	Workflow    string          `json:"workflow"`
-	Steps       []string        `json:"steps"`
+	TaskID   string `json:"taskId"`
+	Workflow string `json:"workflow"`
+	// WorkflowVersion is the registered version the task runs to its end;
+	// 0 in tasks recorded before workflows had versions, read as 1.
+	WorkflowVersion int             `json:"workflowVersion,omitempty"`
+	Steps           []string        `json:"steps"`
 	ReplyTo     string          `json:"replyTo,omitempty"`
 	Order       json.RawMessage `json:"order"`
 	SubmittedAt time.Time       `json:"submittedAt"`

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -41,13 +43,16 @@ var (
 	topicPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,249}$`)
 )
 
-// OrderPlaced is the message that starts a task. Its JSON body must carry
-// orderId; workflow defaults to DefaultWorkflow; replyTo names a topic that
-// receives the task's status messages. The whole body is kept as the order.
+// OrderPlaced is a message that starts a task, as read through its
+// workflow's trigger. In saga's own shape its JSON body carries orderId,
+// and may carry workflow (default DefaultWorkflow), workflowVersion (default
+// the newest) and replyTo, a topic that receives the task's status
+// messages. The whole body is kept as the order.
 type OrderPlaced struct {
-	OrderID  string `json:"orderId"`
-	Workflow string `json:"workflow,omitempty"`
-	ReplyTo  string `json:"replyTo,omitempty"`
+	OrderID         string `json:"orderId"`
+	Workflow        string `json:"workflow,omitempty"`
+	WorkflowVersion int    `json:"workflowVersion,omitempty"`
+	ReplyTo         string `json:"replyTo,omitempty"`
 	// Raw is the whole message body.
 	Raw json.RawMessage `json:"-"`
 }
@@ -56,53 +61,184 @@ func invalidf(format string, args ...any) error {
 	return errors.Wrapf(ErrInvalidMessage, format, args...)
 }
 
-// ParseOrder decodes and validates an order message body.
-func ParseOrder(body []byte, maxSize int) (OrderPlaced, error) {
-	var o OrderPlaced
+// OrderDocument is the decoded body of a message that may start a task,
+// before a workflow is chosen for it.
+type OrderDocument struct {
+	raw  json.RawMessage
+	tree map[string]any
+}
+
+// ParseOrderDocument checks that body is a JSON object of at most maxSize
+// bytes (no limit if maxSize is 0) and decodes it.
+func ParseOrderDocument(body []byte, maxSize int) (OrderDocument, error) {
+	var d OrderDocument
 	if maxSize > 0 && len(body) > maxSize {
-		return o, invalidf("order is %d bytes, over the limit of %d", len(body), maxSize)
+		return d, invalidf("order is %d bytes, over the limit of %d", len(body), maxSize)
 	}
 	trimmed := bytes.TrimSpace(body)
 	if len(trimmed) == 0 || trimmed[0] != '{' {
-		return o, invalidf("order is not a JSON object")
+		return d, invalidf("order is not a JSON object")
 	}
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(trimmed, &fields); err != nil {
-		return o, invalidf("order is not valid JSON: %v", err)
+	dec := json.NewDecoder(bytes.NewReader(trimmed))
+	dec.UseNumber()
+	if err := dec.Decode(&d.tree); err != nil {
+		return d, invalidf("order is not valid JSON: %s", strings.TrimPrefix(err.Error(), "json: "))
 	}
-	if err := stringField(fields, "orderId", &o.OrderID); err != nil {
-		return o, err
+	if dec.More() {
+		return d, invalidf("order is not valid JSON: data after the object")
 	}
-	if err := stringField(fields, "workflow", &o.Workflow); err != nil {
-		return o, err
+	d.raw = json.RawMessage(trimmed)
+	return d, nil
+}
+
+// Lookup returns the value at a JSON pointer (RFC 6901).
+func (d OrderDocument) Lookup(pointer string) (any, bool) {
+	if pointer == "" || pointer[0] != '/' {
+		return nil, false
 	}
-	if err := stringField(fields, "replyTo", &o.ReplyTo); err != nil {
+	var v any = d.tree
+	for _, seg := range strings.Split(pointer[1:], "/") {
+		seg = strings.ReplaceAll(strings.ReplaceAll(seg, "~1", "/"), "~0", "~")
+		switch node := v.(type) {
+		case map[string]any:
+			next, ok := node[seg]
+			if !ok {
+				return nil, false
+			}
+			v = next
+		case []any:
+			i, err := strconv.Atoi(seg)
+			if err != nil || i < 0 || i >= len(node) {
+				return nil, false
+			}
+			v = node[i]
+		default:
+			return nil, false
+		}
+	}
+	return v, true
+}
+
+// text returns the string (or number, as text) at a pointer; absent and
+// null are empty.
+func (d OrderDocument) text(pointer, name string) (string, error) {
+	v, ok := d.Lookup(pointer)
+	switch v := v.(type) {
+	case nil:
+		_ = ok
+		return "", nil
+	case string:
+		return v, nil
+	case json.Number:
+		return string(v), nil
+	}
+	return "", invalidf("%s at %s must be a string", name, pointer)
+}
+
+// Requested returns the workflow and version a saga-shaped order asks for
+// in its workflow and workflowVersion fields; empty and 0 when it does not.
+func (d OrderDocument) Requested() (workflow string, version int, err error) {
+	if workflow, err = d.text("/workflow", "workflow"); err != nil {
+		return "", 0, err
+	}
+	if v, ok := d.Lookup("/workflowVersion"); ok && v != nil {
+		n, isNum := v.(json.Number)
+		i, convErr := strconv.Atoi(string(n))
+		if !isNum || convErr != nil || i < 1 {
+			return "", 0, invalidf("workflowVersion must be a whole number from 1")
+		}
+		version = i
+	}
+	return workflow, version, nil
+}
+
+// ReplyTo returns the reply topic the order names at the trigger's
+// ReplyToField (default /replyTo), if it names a valid one; it lets a
+// rejection reach a caller even before a workflow is chosen.
+func (d OrderDocument) ReplyTo(tr Trigger) string {
+	pointer := tr.ReplyToField
+	if pointer == "" {
+		pointer = DefaultReplyToField
+	}
+	s, err := d.text(pointer, "replyTo")
+	if err != nil || !topicPattern.MatchString(s) {
+		return ""
+	}
+	return s
+}
+
+// Matches reports whether the message, arrived on topic with CloudEvents
+// type ceType (may be empty), is one the trigger starts a task for.
+func (d OrderDocument) Matches(tr Trigger, topic, ceType string) bool {
+	if !slices.Contains(tr.TopicsOrDefault(), topic) {
+		return false
+	}
+	if tr.Type == "" {
+		return true
+	}
+	if tr.TypeField != "" {
+		got, err := d.text(tr.TypeField, "type")
+		return err == nil && got == tr.Type
+	}
+	return ceType == tr.Type
+}
+
+// Order reads the order as the workflow's trigger says: the task id from
+// IDField (or the record key), the reply topic from ReplyToField.
+func (d OrderDocument) Order(wf *Workflow, key string) (OrderPlaced, error) {
+	o := OrderPlaced{Workflow: wf.Name, WorkflowVersion: wf.Version, Raw: d.raw}
+	var err error
+	switch idField := wf.Trigger.IDField; idField {
+	case KeyIDField:
+		o.OrderID = key
+		if key == "" {
+			return o, invalidf("order has no record key to use as its id")
+		}
+	default:
+		if idField == "" {
+			idField = DefaultIDField
+		}
+		if o.OrderID, err = d.text(idField, "the order id"); err != nil {
+			return o, err
+		}
+		if o.OrderID == "" {
+			if idField == DefaultIDField {
+				return o, invalidf("order has no orderId")
+			}
+			return o, invalidf("order has no id at %s", idField)
+		}
+	}
+	replyField := wf.Trigger.ReplyToField
+	if replyField == "" {
+		replyField = DefaultReplyToField
+	}
+	if o.ReplyTo, err = d.text(replyField, "replyTo"); err != nil {
 		return o, err
 	}
 	switch {
-	case o.OrderID == "":
-		return o, invalidf("order has no orderId")
 	case len(o.OrderID) > maxIDLength || !idPattern.MatchString(o.OrderID):
 		return o, invalidf("orderId %q must be 1 to %d letters, digits or ._:@- and start with a letter or digit", truncate(o.OrderID), maxIDLength)
 	case o.ReplyTo != "" && !topicPattern.MatchString(o.ReplyTo):
 		return o, invalidf("replyTo %q is not a valid topic name", truncate(o.ReplyTo))
 	}
-	if o.Workflow == "" {
-		o.Workflow = DefaultWorkflow
-	}
-	o.Raw = json.RawMessage(trimmed)
 	return o, nil
 }
 
-func stringField(fields map[string]json.RawMessage, name string, into *string) error {
-	raw, ok := fields[name]
-	if !ok || string(raw) == "null" {
-		return nil
+// ParseOrder decodes and validates an order in saga's own shape, on the
+// default trigger, for the workflow it names (DefaultWorkflow if none).
+func ParseOrder(body []byte, maxSize int) (OrderPlaced, error) {
+	doc, err := ParseOrderDocument(body, maxSize)
+	if err != nil {
+		return OrderPlaced{}, err
 	}
-	if err := json.Unmarshal(raw, into); err != nil {
-		return invalidf("%s must be a string", name)
+	name, version, err := doc.Requested()
+	if err != nil {
+		return OrderPlaced{}, err
 	}
-	return nil
+	if name == "" {
+		name = DefaultWorkflow
+	}
+	return doc.Order(&Workflow{Name: name, Version: version}, "")
 }
 
 func truncate(s string) string {
@@ -132,7 +268,16 @@ type ExecuteStep struct {
 	Attempt        int             `json:"attempt"`
 	CompleteBy     time.Time       `json:"completeBy"`
 	IdempotencyKey string          `json:"idempotencyKey"`
-	Order          json.RawMessage `json:"order,omitempty"`
+	// WorkflowVersion is the version of the workflow the task runs.
+	WorkflowVersion int             `json:"workflowVersion,omitempty"`
+	Order           json.RawMessage `json:"order,omitempty"`
+	// Results are the results of the task's steps that succeeded before
+	// this one (for a compensation: of every step that succeeded), by step.
+	Results map[string]json.RawMessage `json:"results,omitempty"`
+	// Result is, in a compensation, the result of the step being undone.
+	Result json.RawMessage `json:"result,omitempty"`
+	// HTTP is the call to make, for steps run by the built-in HTTP agent.
+	HTTP *HTTPCall `json:"http,omitempty"`
 	// TraceParent travels as the traceparent header, not in the body.
 	TraceParent string `json:"-"`
 }
@@ -259,6 +404,9 @@ const (
 	StatusProcessed              = "processed"
 	StatusCompensated            = "compensated"
 	StatusFailed                 = "failed"
+	// StatusRejected is sent for an order that did not become a task
+	// (unknown workflow or version, invalid input); Reason says why.
+	StatusRejected = "rejected"
 )
 
 // TaskStatus is the status message saga produces for every event of a task,
@@ -272,8 +420,13 @@ type TaskStatus struct {
 	Step     string    `json:"step,omitempty"`
 	Attempt  int       `json:"attempt,omitempty"`
 	Reason   string    `json:"reason,omitempty"`
-	Revision uint64    `json:"revision"`
-	Time     time.Time `json:"time"`
+	// Workflow and WorkflowVersion name what the task runs (on received).
+	Workflow        string `json:"workflow,omitempty"`
+	WorkflowVersion int    `json:"workflowVersion,omitempty"`
+	// Result is a step's result (on step-succeeded).
+	Result   json.RawMessage `json:"result,omitempty"`
+	Revision uint64          `json:"revision"`
+	Time     time.Time       `json:"time"`
 	// ReplyTo and TraceParent route the message; they are not in the body.
 	ReplyTo     string `json:"-"`
 	TraceParent string `json:"-"`
@@ -293,7 +446,7 @@ func ParseTaskStatus(body []byte) (TaskStatus, error) {
 
 // Final reports whether no status follows this one unless an operator acts.
 func (s TaskStatus) Final() bool {
-	return s.Status == StatusProcessed || s.Status == StatusCompensated || s.Status == StatusFailed
+	return s.Status == StatusProcessed || s.Status == StatusCompensated || s.Status == StatusFailed || s.Status == StatusRejected
 }
 
 // StatusOf is the status message of event e, given the task's state after
@@ -302,11 +455,11 @@ func StatusOf(t *Task, e Event, revision uint64, at time.Time) TaskStatus {
 	s := TaskStatus{OrderID: t.ID, State: t.State, Revision: revision, Time: at, ReplyTo: t.ReplyTo, TraceParent: t.TraceParent}
 	switch e := e.(type) {
 	case TaskSubmitted:
-		s.Status = StatusReceived
+		s.Status, s.Workflow, s.WorkflowVersion = StatusReceived, e.Workflow, e.WorkflowVersion
 	case StepDispatched:
 		s.Status, s.Step, s.Attempt = StatusStepDispatched, e.Step, e.Attempt
 	case StepSucceeded:
-		s.Status, s.Step, s.Attempt = StatusStepSucceeded, e.Step, e.Attempt
+		s.Status, s.Step, s.Attempt, s.Result = StatusStepSucceeded, e.Step, e.Attempt, e.Result
 	case StepFailed:
 		s.Status, s.Step, s.Attempt, s.Reason = StatusStepFailed, e.Step, e.Attempt, e.Reason
 	case StepTimedOut:

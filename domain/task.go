@@ -105,7 +105,9 @@ type Step struct {
 	Name  string `json:"name"`
 	Agent string `json:"agent,omitempty"`
 	Leg
-	Compensation *Leg `json:"compensation,omitempty"`
+	// Result is what the step's agent returned when it succeeded.
+	Result       json.RawMessage `json:"result,omitempty"`
+	Compensation *Leg            `json:"compensation,omitempty"`
 }
 
 // mayHaveEffect reports whether the step may have changed something at its
@@ -117,9 +119,11 @@ func (s *Step) mayHaveEffect() bool {
 
 // Task is the state of a task, folded from its events.
 type Task struct {
-	ID       string          `json:"id"`
-	Workflow string          `json:"workflow"`
-	State    TaskState       `json:"state"`
+	ID       string `json:"id"`
+	Workflow string `json:"workflow"`
+	// WorkflowVersion is the version of the workflow the task runs.
+	WorkflowVersion int       `json:"workflowVersion"`
+	State           TaskState `json:"state"`
 	Steps    []*Step         `json:"steps"`
 	ReplyTo  string          `json:"replyTo,omitempty"`
 	Order    json.RawMessage `json:"-"`
@@ -187,6 +191,7 @@ func (t *Task) Apply(e Event) {
 	switch e := e.(type) {
 	case TaskSubmitted:
 		t.Workflow, t.ReplyTo, t.Order, t.TraceParent = e.Workflow, e.ReplyTo, e.Order, e.TraceParent
+		t.WorkflowVersion = max(e.WorkflowVersion, 1)
 		t.State, t.SubmittedAt, t.UpdatedAt = StatePending, e.SubmittedAt, e.SubmittedAt
 		t.Steps = make([]*Step, len(e.Steps))
 		for i, name := range e.Steps {
@@ -203,7 +208,7 @@ func (t *Task) Apply(e Event) {
 		t.UpdatedAt = e.DispatchedAt
 	case StepSucceeded:
 		if s := t.Step(e.Step); s != nil {
-			s.State, s.CompleteBy = StepStateProcessed, nil
+			s.State, s.CompleteBy, s.Result = StepStateProcessed, nil, e.Result
 		}
 		t.UpdatedAt = e.At
 	case StepFailed:
@@ -319,4 +324,22 @@ type InFlightAttempt struct {
 	Compensation bool
 	Attempt      int
 	CompleteBy   time.Time
+}
+
+// Results returns the results of the steps that succeeded, by step name,
+// of the steps before the named one (all of them if before is empty).
+func (t *Task) Results(before string) map[string]json.RawMessage {
+	var out map[string]json.RawMessage
+	for _, s := range t.Steps {
+		if s.Name == before {
+			break
+		}
+		if len(s.Result) > 0 {
+			if out == nil {
+				out = map[string]json.RawMessage{}
+			}
+			out[s.Name] = s.Result
+		}
+	}
+	return out
 }

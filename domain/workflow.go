@@ -1,23 +1,84 @@
 package domain
 
 import (
-	"sort"
+	"encoding/json"
+	"slices"
 	"time"
 
 	"github.com/cockroachdb/errors"
 )
 
-// ErrUnknownWorkflow is returned when an order names a workflow the engine
-// does not define.
+// ErrUnknownWorkflow is returned when an order names a workflow, or a
+// version of one, that is not registered.
 var ErrUnknownWorkflow = errors.New("unknown workflow")
+
+// ErrInvalidWorkflow is returned for a workflow definition with problems;
+// the error lists every one of them (see Problems).
+var ErrInvalidWorkflow = errors.New("invalid workflow definition")
 
 // DefaultWorkflow is the workflow of an order that names none.
 const DefaultWorkflow = "order"
 
+// HTTPAgent is the agent of steps that declare an HTTP call and name no
+// agent: saga's built-in HTTP agent.
+const HTTPAgent = "http"
+
+// Limits of a workflow definition.
+const (
+	// MaxSteps bounds the steps of a workflow.
+	MaxSteps = 100
+	// MaxResultBytes bounds a step's result; a larger result fails the
+	// attempt as a transient failure.
+	MaxResultBytes = 64 << 10
+)
+
 // Workflow is an ordered list of steps that succeed or fail as a whole.
+// Definitions are data (see ParseDefinition); a registered definition is
+// immutable and identified by its name and version.
 type Workflow struct {
-	Name  string
-	Steps []StepDefinition
+	Name string
+	// Version is set when the definition is registered, from 1; 0 means
+	// not registered yet.
+	Version     int
+	Description string
+	// Trigger says which messages start a task of this workflow.
+	Trigger Trigger
+	Steps   []StepDefinition
+}
+
+// Trigger says which messages start a workflow and how to read them. The
+// zero value is saga's own order shape on OrdersTopic, whose workflow field
+// names the workflow.
+type Trigger struct {
+	// Topics the messages arrive on; default OrdersTopic.
+	Topics []string
+	// Type, when set, is the event type that starts the workflow: the
+	// CloudEvents ce_type header, or the value at TypeField.
+	Type string
+	// TypeField is a JSON pointer (RFC 6901) to the event type in the body.
+	TypeField string
+	// IDField is a JSON pointer to the task id in the body, or "key" for
+	// the record key; default /orderId.
+	IDField string
+	// ReplyToField is a JSON pointer to the reply topic; default /replyTo.
+	ReplyToField string
+}
+
+// KeyIDField makes the record key the task id.
+const KeyIDField = "key"
+
+// Default trigger fields.
+const (
+	DefaultIDField      = "/orderId"
+	DefaultReplyToField = "/replyTo"
+)
+
+// TopicsOrDefault returns the trigger's topics, OrdersTopic if none.
+func (t Trigger) TopicsOrDefault() []string {
+	if len(t.Topics) == 0 {
+		return []string{OrdersTopic}
+	}
+	return t.Topics
 }
 
 // ExhaustedPolicy says what happens when a step has used its attempts (or
@@ -63,10 +124,31 @@ func (b Backoff) Delay(n int, random float64) time.Duration {
 	return time.Duration(d - jitter + random*jitter)
 }
 
+// HTTPCall is a step's (or compensation's) call for the built-in HTTP
+// agent. URL, header values and Body are templates over the task's data
+// (see Template); the agent renders them for each attempt.
+type HTTPCall struct {
+	Method  string            `json:"method"`
+	URL     string            `json:"url"`
+	Headers map[string]string `json:"headers,omitempty"`
+	// Body is a JSON value whose strings are templates; a string that is
+	// exactly one placeholder becomes the referenced JSON value. Empty
+	// means the default body: the command's task id, step, order and
+	// results.
+	Body json.RawMessage `json:"body,omitempty"`
+	// TransientStatus and PermanentStatus override how answers with these
+	// status codes are classified (by default 2xx succeed; 408, 429 and 5xx
+	// are transient; other 4xx are permanent).
+	TransientStatus []int `json:"transientStatus,omitempty"`
+	PermanentStatus []int `json:"permanentStatus,omitempty"`
+}
+
 // CompensationDefinition says how a step is undone.
 type CompensationDefinition struct {
 	// Action names the compensating action the agent carries out.
 	Action string
+	// HTTP is the call that undoes the step, for the built-in HTTP agent.
+	HTTP *HTTPCall
 	// Budget, MaxAttempts and Backoff work as for the step; a compensation
 	// that uses its attempts puts the task in Error for an operator.
 	Budget      time.Duration
@@ -81,6 +163,8 @@ type StepDefinition struct {
 	// Agent names the agent that carries the step out; its commands go to
 	// the topic CommandTopic(Agent).
 	Agent string
+	// HTTP is the call the built-in HTTP agent makes, if the step is one.
+	HTTP *HTTPCall
 	// Budget is how long an attempt may take: CompleteBy = dispatch + Budget.
 	Budget time.Duration
 	// MaxAttempts is the failure threshold: how many attempts transient
@@ -91,8 +175,9 @@ type StepDefinition struct {
 	// OnExhausted applies once the attempts are used or a permanent failure
 	// is reported. Default CompensateOnExhausted.
 	OnExhausted ExhaustedPolicy
-	// Compensation undoes the step.
-	Compensation CompensationDefinition
+	// Compensation undoes the step; nil for a step that cannot or need not
+	// be undone (a welcome email cannot be unsent).
+	Compensation *CompensationDefinition
 }
 
 // Step returns the definition of the named step.
@@ -114,99 +199,6 @@ func (w *Workflow) StepNames() []string {
 	return out
 }
 
-// Validate reports every problem with the definition.
-func (w *Workflow) Validate() error {
-	var errs error
-	if w.Name == "" {
-		errs = errors.CombineErrors(errs, errors.New("workflow has no name"))
-	}
-	if len(w.Steps) == 0 {
-		errs = errors.CombineErrors(errs, errors.Newf("workflow %q has no steps", w.Name))
-	}
-	seen := map[string]bool{}
-	for i, s := range w.Steps {
-		if s.Name == "" || seen[s.Name] {
-			errs = errors.CombineErrors(errs, errors.Newf("workflow %q: step %d has an empty or repeated name %q", w.Name, i, s.Name))
-		}
-		seen[s.Name] = true
-		if s.Agent == "" {
-			errs = errors.CombineErrors(errs, errors.Newf("workflow %q: step %q names no agent", w.Name, s.Name))
-		}
-		if s.Budget <= 0 || s.MaxAttempts < 1 {
-			errs = errors.CombineErrors(errs, errors.Newf("workflow %q: step %q needs a positive budget and at least one attempt", w.Name, s.Name))
-		}
-		if s.Compensation.Budget <= 0 || s.Compensation.MaxAttempts < 1 {
-			errs = errors.CombineErrors(errs, errors.Newf("workflow %q: step %q: its compensation needs a positive budget and at least one attempt", w.Name, s.Name))
-		}
-		switch s.OnExhausted {
-		case "", CompensateOnExhausted, ErrorOnExhausted, WaitOnExhausted:
-		default:
-			errs = errors.CombineErrors(errs, errors.Newf("workflow %q: step %q: onExhausted %q is not compensate, error or wait", w.Name, s.Name, s.OnExhausted))
-		}
-	}
-	return errs
-}
-
-// Catalog holds the workflows an engine runs, by name.
-type Catalog map[string]*Workflow
-
-// NewCatalog validates the workflows and indexes them.
-func NewCatalog(workflows ...*Workflow) (Catalog, error) {
-	c := Catalog{}
-	var errs error
-	for _, w := range workflows {
-		if err := w.Validate(); err != nil {
-			errs = errors.CombineErrors(errs, err)
-			continue
-		}
-		c[w.Name] = w
-	}
-	return c, errs
-}
-
-// Lookup returns the named workflow or ErrUnknownWorkflow.
-func (c Catalog) Lookup(name string) (*Workflow, error) {
-	if w, ok := c[name]; ok {
-		return w, nil
-	}
-	return nil, errors.Wrapf(ErrUnknownWorkflow, "%q", name)
-}
-
-// Agents lists every agent the catalog's steps use, sorted.
-func (c Catalog) Agents() []string {
-	set := map[string]bool{}
-	for _, w := range c {
-		for _, s := range w.Steps {
-			set[s.Agent] = true
-		}
-	}
-	out := make([]string, 0, len(set))
-	for a := range set {
-		out = append(out, a)
-	}
-	sort.Strings(out)
-	return out
-}
-
-// DefaultBackoff starts at 200 ms and doubles up to 5 s, a fifth of it random.
-var DefaultBackoff = Backoff{Initial: 200 * time.Millisecond, Multiplier: 2, Max: 5 * time.Second, Jitter: 0.2}
-
-// OrderWorkflow is the demo workflow: reserve stock, take payment, book
-// shipping, each undone by its compensation. Each attempt has 5 s, three
-// attempts, and exhausted steps compensate the task.
-func OrderWorkflow() *Workflow {
-	step := func(name, agent, compensation string) StepDefinition {
-		return StepDefinition{Name: name, Agent: agent, Budget: 5 * time.Second, MaxAttempts: 3, Backoff: DefaultBackoff,
-			OnExhausted:  CompensateOnExhausted,
-			Compensation: CompensationDefinition{Action: compensation, Budget: 5 * time.Second, MaxAttempts: 5, Backoff: DefaultBackoff}}
-	}
-	return &Workflow{Name: DefaultWorkflow, Steps: []StepDefinition{
-		step("reserve-inventory", "inventory", "release-inventory"),
-		step("charge-payment", "payment", "refund-payment"),
-		step("schedule-shipping", "shipping", "cancel-shipping"),
-	}}
-}
-
 // WithBudget returns a copy of w whose steps and compensations all have the
 // given budget and backoff; tests and demos use it to make time pass quickly.
 func (w *Workflow) WithBudget(budget time.Duration, backoff Backoff) *Workflow {
@@ -214,7 +206,25 @@ func (w *Workflow) WithBudget(budget time.Duration, backoff Backoff) *Workflow {
 	c.Steps = append([]StepDefinition(nil), w.Steps...)
 	for i := range c.Steps {
 		c.Steps[i].Budget, c.Steps[i].Backoff = budget, backoff
-		c.Steps[i].Compensation.Budget, c.Steps[i].Compensation.Backoff = budget, backoff
+		if comp := c.Steps[i].Compensation; comp != nil {
+			cc := *comp
+			cc.Budget, cc.Backoff = budget, backoff
+			c.Steps[i].Compensation = &cc
+		}
 	}
 	return &c
 }
+
+// Agents lists the agents the workflow's steps use, in step order, once each.
+func (w *Workflow) Agents() []string {
+	var out []string
+	for _, s := range w.Steps {
+		if !slices.Contains(out, s.Agent) {
+			out = append(out, s.Agent)
+		}
+	}
+	return out
+}
+
+// DefaultBackoff starts at 200 ms and doubles up to 5 s, a fifth of it random.
+var DefaultBackoff = Backoff{Initial: 200 * time.Millisecond, Multiplier: 2, Max: 5 * time.Second, Jitter: 0.2}
