@@ -505,7 +505,7 @@ func validateTiming(path string, budget time.Duration, attempts int, b Backoff, 
 
 func validateHTTP(path string, h *HTTPCall, scope templateScope, add func(string, string, ...any)) {
 	switch h.Method {
-	case http.MethodGet, "POST", http.MethodPut, http.MethodPatch, http.MethodDelete:
+	case "GET", "POST", "PUT", "PATCH", "DELETE":
 	default:
 		add(path+".method", "%q is not GET, POST, PUT, PATCH or DELETE", truncate(h.Method))
 	}
