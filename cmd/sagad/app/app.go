@@ -316,7 +316,8 @@ func (a *App) startProcesses(ctx context.Context) error {
 		producer := a.newProducer("submitter")
 		a.Submitter = &processes.Submitter{Store: a.Store, DeadLetters: producer, Rejections: producer, Workflows: a.Workflows,
 			Actor: "submitter/" + cfg.Instance, Clock: cfg.Clock, Logger: a.logger, MaxOrderSize: cfg.MaxOrderSize}
-		a.consume(ctx, "saga-submitter", a.triggerTopics, a.Submitter.HandleOrder)
+		a.consumeWith(ctx, kafka.ConsumerConfig{Group: "saga-submitter", Topics: a.triggerTopics, MoreTopics: a.Workflows.Topics},
+			a.Submitter.HandleOrder)
 	}
 	if cfg.has(RoleStatus) {
 		a.Status = &processes.StatusPublisher{Store: a.followers, Checkpoints: a.Store, Sink: a.newProducer("status"), Logger: a.logger, Name: "status"}
