@@ -1,0 +1,18 @@
+// Package httpagent is saga's built-in HTTP agent: the step handler that
+// carries out steps (and compensations) by calling an HTTP service, so that
+// a workflow can reach a service without anyone writing an agent for it.
+//
+// A step that declares an http call (domain.HTTPCall) has its method, URL,
+// headers and body rendered from the task's data for every attempt (see
+// domain.RenderText and domain.RenderJSON). A step without one is sent, in
+// base-URL mode, as a POST of the default body to {BaseURL}/{action}: that
+// is what the demo agents do.
+//
+// Every request carries the command's idempotency key in the
+// Idempotency-Key header, which stays the same across attempts: the service
+// must make a repeated key have no second effect. The call ends when the
+// context does; processes.Agent sets its deadline from the command's
+// CompleteBy. Answers are classified by Classify: 2xx succeed, 408, 429, 5xx
+// and network errors are transient, other answers permanent. A Handler keeps
+// a circuit breaker per host and is safe for concurrent use.
+package httpagent

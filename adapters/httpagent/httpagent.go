@@ -1,0 +1,446 @@
+package httpagent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/cockroachdb/errors"
+
+	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/processes"
+)
+
+// Headers the agent sends with every request.
+const (
+	// IdempotencyKeyHeader carries the command's idempotency key
+	// (<taskId>/<step>), the same for every attempt.
+	IdempotencyKeyHeader = "Idempotency-Key"
+	// ActionHeader says whether a call executes a step or compensates one:
+	// domain.ActionExecute or domain.ActionCompensate.
+	ActionHeader = "Saga-Action"
+	// TraceParentHeader carries the W3C trace context of the command.
+	TraceParentHeader = "traceparent"
+)
+
+// ErrNoBaseURL is returned (as a permanent failure) for a command without
+// an HTTP call when the Handler has no BaseURL to send it to.
+var ErrNoBaseURL = errors.New("step has no http call and the agent has no base URL")
+
+// ErrResponseTooLarge is returned (as a transient failure) when a service
+// answers with a body over Config.MaxResponseBytes.
+var ErrResponseTooLarge = errors.New("response over the limit")
+
+// Config configures a Handler. The zero value works for steps that declare
+// an HTTP call.
+type Config struct {
+	// Client makes the calls. Default: a client with MaxIdleConnsPerHost
+	// 256 and no timeout of its own, since each call's context carries the
+	// command's deadline.
+	Client *http.Client
+	// BaseURL is where commands without an HTTP call go: a POST to
+	// {BaseURL}/{action}. Empty refuses such commands.
+	BaseURL string
+	// BreakerOpenFor is how long a host's circuit breaker stays open;
+	// default 2s.
+	BreakerOpenFor time.Duration
+	// Clock tells the time to the breakers and to Retry-After dates;
+	// default time.Now.
+	Clock func() time.Time
+	// MaxResponseBytes bounds a response body; default
+	// domain.MaxResultBytes. A larger answer is a transient failure.
+	MaxResponseBytes int
+}
+
+// Defaults of Config.
+const (
+	DefaultBreakerOpenFor = 2 * time.Second
+	// maxBreakers bounds the per-host breakers kept; URLs are templates, so
+	// hosts come from data.
+	maxBreakers = 4096
+	// maxErrorBody bounds the part of an answer quoted in an error.
+	maxErrorBody = 512
+)
+
+// Handler is the built-in HTTP agent's step handler. It is safe for
+// concurrent use.
+type Handler struct {
+	cfg Config
+
+	mu       sync.Mutex
+	breakers map[string]*processes.Breaker
+}
+
+// New returns a Handler with cfg's defaults filled in.
+func New(cfg Config) *Handler {
+	if cfg.Client == nil {
+		cfg.Client = DefaultClient()
+	}
+	if cfg.BreakerOpenFor <= 0 {
+		cfg.BreakerOpenFor = DefaultBreakerOpenFor
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	if cfg.MaxResponseBytes <= 0 {
+		cfg.MaxResponseBytes = domain.MaxResultBytes
+	}
+	cfg.BaseURL = strings.TrimRight(cfg.BaseURL, "/")
+	return &Handler{cfg: cfg, breakers: map[string]*processes.Breaker{}}
+}
+
+// DefaultClient returns the client a Handler uses when given none: keep-alive
+// connections, up to 256 idle per host, and no timeout of its own.
+func DefaultClient() *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = 1024
+	t.MaxIdleConnsPerHost = 256
+	return &http.Client{Transport: t}
+}
+
+// Class is how an answer is treated.
+type Class int
+
+// The classes.
+const (
+	// Succeeded answers complete the step.
+	Succeeded Class = iota + 1
+	// Transient answers are retried.
+	Transient
+	// Permanent answers fail the step for good.
+	Permanent
+)
+
+// Classify decides how an answer with the given status code is treated:
+// 2xx succeed; 408, 429 and 5xx are transient; anything else is permanent.
+// The call's TransientStatus and then PermanentStatus lists, when they
+// hold the status, win over these rules. (Network errors and timeouts,
+// which have no status, are transient.)
+func Classify(status int, call *domain.HTTPCall) Class {
+	if call != nil {
+		if slices.Contains(call.TransientStatus, status) {
+			return Transient
+		}
+		if slices.Contains(call.PermanentStatus, status) {
+			return Permanent
+		}
+	}
+	switch {
+	case status >= 200 && status < 300:
+		return Succeeded
+	case status == http.StatusRequestTimeout, status == http.StatusTooManyRequests, status >= 500:
+		return Transient
+	}
+	return Permanent
+}
+
+// StatusError is a failure answer from a service.
+type StatusError struct {
+	// Target is the method and URL called, without the query.
+	Target string
+	Status int
+	// Body is the start of the answer, at most 512 bytes.
+	Body string
+}
+
+func (e *StatusError) Error() string {
+	s := e.Target + " answered " + strconv.Itoa(e.Status)
+	if e.Body != "" {
+		s += ": " + e.Body
+	}
+	return s
+}
+
+// RetryAfterError is a transient failure whose answer (429 or 503) said,
+// in a Retry-After header, how long to wait before trying again.
+// processes.Agent honours it through the RetryAfter method.
+type RetryAfterError struct {
+	Wait time.Duration
+	Err  error
+}
+
+func (e *RetryAfterError) Error() string {
+	return e.Err.Error() + " (retry after " + e.Wait.String() + ")"
+}
+
+// Unwrap returns the failure.
+func (e *RetryAfterError) Unwrap() error { return e.Err }
+
+// RetryAfter returns how long the service asked the caller to wait.
+func (e *RetryAfterError) RetryAfter() time.Duration { return e.Wait }
+
+// Handle carries out one command: it implements processes.StepHandler.
+// Template errors, invalid headers and permanent answers are returned as
+// processes.Permanent failures; any other error is transient.
+func (h *Handler) Handle(ctx context.Context, cmd domain.ExecuteStep) (json.RawMessage, error) {
+	req, call, err := h.request(ctx, cmd)
+	if err != nil {
+		return nil, err
+	}
+	breaker := h.breaker(req.URL.Host)
+	if err := breaker.Allow(); err != nil {
+		return nil, errors.Wrapf(err, "host %s", req.URL.Host)
+	}
+	result, err := h.do(req, call)
+	breaker.Record(err)
+	return result, err
+}
+
+// request builds the request of a command.
+func (h *Handler) request(ctx context.Context, cmd domain.ExecuteStep) (*http.Request, *domain.HTTPCall, error) {
+	call := cmd.HTTP
+	var method, target string
+	var headers http.Header
+	var body []byte
+	what := "step " + cmd.Step
+	if cmd.Action == domain.ActionCompensate {
+		what = "compensation of step " + cmd.Step
+	}
+	if call != nil {
+		data := domain.TemplateDataOf(cmd)
+		method = strings.ToUpper(call.Method)
+		if method == "" {
+			method = http.MethodPost
+		}
+		var err error
+		if target, err = domain.RenderText(call.URL, data, domain.EscapeURLValue); err != nil {
+			return nil, nil, processes.Permanent(errors.Wrapf(err, "%s: render url", what))
+		}
+		headers = http.Header{}
+		for name, tmpl := range call.Headers {
+			if !validHeaderName(name) {
+				return nil, nil, processes.Permanent(errors.Newf("%s: header name %q is not valid", what, name))
+			}
+			value, err := domain.RenderText(tmpl, data, nil)
+			if err != nil {
+				return nil, nil, processes.Permanent(errors.Wrapf(err, "%s: render header %s", what, name))
+			}
+			if strings.ContainsAny(value, "\r\n") {
+				return nil, nil, processes.Permanent(errors.Newf("%s: header %s would contain a line break (CR or LF); refused", what, name))
+			}
+			if !validHeaderValue(value) {
+				return nil, nil, processes.Permanent(errors.Newf("%s: header %s would contain a control character; refused", what, name))
+			}
+			headers.Set(name, value)
+		}
+		switch {
+		case len(call.Body) > 0:
+			if body, err = domain.RenderJSON(call.Body, data); err != nil {
+				return nil, nil, processes.Permanent(errors.Wrapf(err, "%s: render body", what))
+			}
+		case method != http.MethodGet && method != http.MethodDelete:
+			if body, err = DefaultBody(cmd); err != nil {
+				return nil, nil, processes.Permanent(err)
+			}
+		}
+	} else {
+		if h.cfg.BaseURL == "" {
+			return nil, nil, processes.Permanent(errors.Wrap(ErrNoBaseURL, what))
+		}
+		action := cmd.Step
+		if cmd.Action == domain.ActionCompensate {
+			action = cmd.Compensation
+			if action == "" {
+				action = "undo-" + cmd.Step
+			}
+		}
+		method, target = http.MethodPost, h.cfg.BaseURL+"/"+url.PathEscape(action)
+		var err error
+		if body, err = DefaultBody(cmd); err != nil {
+			return nil, nil, processes.Permanent(err)
+		}
+	}
+	u, err := url.Parse(target)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, nil, processes.Permanent(errors.Newf("%s: %q is not an http or https URL", what, truncate(target, 200)))
+	}
+	var reader io.Reader
+	if body != nil {
+		reader = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), reader)
+	if err != nil {
+		return nil, nil, processes.Permanent(errors.Wrapf(err, "%s: build request", what))
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for name, values := range headers {
+		if name == "Host" {
+			req.Host = values[0]
+			continue
+		}
+		req.Header[name] = values
+	}
+	req.Header.Set(IdempotencyKeyHeader, cmd.IdempotencyKey)
+	action := cmd.Action
+	if action == "" {
+		action = domain.ActionExecute
+	}
+	req.Header.Set(ActionHeader, action)
+	if cmd.TraceParent != "" {
+		req.Header.Set(TraceParentHeader, cmd.TraceParent)
+	}
+	return req, call, nil
+}
+
+// defaultBody is the body of a call that gives none.
+type defaultBody struct {
+	TaskID          string                     `json:"taskId,omitempty"`
+	Workflow        string                     `json:"workflow,omitempty"`
+	WorkflowVersion int                        `json:"workflowVersion,omitempty"`
+	Step            string                     `json:"step,omitempty"`
+	Action          string                     `json:"action,omitempty"`
+	Attempt         int                        `json:"attempt,omitempty"`
+	IdempotencyKey  string                     `json:"idempotencyKey,omitempty"`
+	Order           json.RawMessage            `json:"order,omitempty"`
+	Results         map[string]json.RawMessage `json:"results,omitempty"`
+	Result          json.RawMessage            `json:"result,omitempty"`
+}
+
+// DefaultBody is the JSON body sent when a call gives none: the command's
+// taskId, workflow, workflowVersion, step, action, attempt, idempotencyKey,
+// order, results and result, leaving out the empty ones.
+func DefaultBody(cmd domain.ExecuteStep) ([]byte, error) {
+	body, err := json.Marshal(defaultBody{TaskID: cmd.TaskID, Workflow: cmd.Workflow, WorkflowVersion: cmd.WorkflowVersion,
+		Step: cmd.Step, Action: cmd.Action, Attempt: cmd.Attempt, IdempotencyKey: cmd.IdempotencyKey,
+		Order: cmd.Order, Results: cmd.Results, Result: cmd.Result})
+	return body, errors.Wrapf(err, "encode the default body of %s/%s", cmd.TaskID, cmd.Step)
+}
+
+// do sends the request and classifies the outcome.
+func (h *Handler) do(req *http.Request, call *domain.HTTPCall) (json.RawMessage, error) {
+	target := req.Method + " " + req.URL.Scheme + "://" + req.URL.Host + req.URL.EscapedPath()
+	resp, err := h.cfg.Client.Do(req)
+	if err != nil {
+		// url.Error quotes the whole URL, query included; name the target
+		// without it, since the text is stored in events.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, errors.Wrapf(err, "%s", target)
+	}
+	defer resp.Body.Close()
+	limit := h.cfg.MaxResponseBytes
+	body, err := io.ReadAll(io.LimitReader(resp.Body, int64(limit)+1))
+	class := Classify(resp.StatusCode, call)
+	if class == Succeeded {
+		switch {
+		case err != nil:
+			return nil, errors.Wrapf(err, "%s: read answer", target)
+		case len(body) > limit:
+			return nil, errors.Wrapf(ErrResponseTooLarge, "%s answered %d with over %d bytes", target, resp.StatusCode, limit)
+		}
+		var compact bytes.Buffer
+		if len(bytes.TrimSpace(body)) == 0 || json.Compact(&compact, body) != nil {
+			return nil, nil
+		}
+		return compact.Bytes(), nil
+	}
+	failure := error(&StatusError{Target: target, Status: resp.StatusCode, Body: truncate(strings.TrimSpace(string(body)), maxErrorBody)})
+	if class == Permanent {
+		return nil, processes.Permanent(failure)
+	}
+	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
+		if wait, ok := retryAfter(resp.Header.Get("Retry-After"), h.cfg.Clock()); ok {
+			return nil, &RetryAfterError{Wait: wait, Err: failure}
+		}
+	}
+	return nil, failure
+}
+
+// retryAfter parses a Retry-After header: delay-seconds or an HTTP date.
+func retryAfter(value string, now time.Time) (time.Duration, bool) {
+	value = strings.TrimSpace(value)
+	if value == "" {
+		return 0, false
+	}
+	if secs, err := strconv.ParseInt(value, 10, 64); err == nil {
+		if secs < 0 {
+			return 0, false
+		}
+		return time.Duration(min(secs, int64(24*time.Hour/time.Second))) * time.Second, true
+	}
+	at, err := http.ParseTime(value)
+	if err != nil {
+		return 0, false
+	}
+	return max(at.Sub(now), 0), true
+}
+
+// breaker returns the circuit breaker of a host.
+func (h *Handler) breaker(host string) *processes.Breaker {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	b, ok := h.breakers[host]
+	if ok {
+		return b
+	}
+	if len(h.breakers) >= maxBreakers {
+		for k, other := range h.breakers {
+			if !other.IsOpen() {
+				delete(h.breakers, k)
+			}
+		}
+	}
+	b = processes.NewBreaker(h.cfg.BreakerOpenFor, processes.Clock(h.cfg.Clock))
+	h.breakers[host] = b
+	return b
+}
+
+// BreakerOpen reports whether the circuit breaker of host (host[:port], as
+// in a URL) is refusing calls now.
+func (h *Handler) BreakerOpen(host string) bool {
+	h.mu.Lock()
+	b, ok := h.breakers[host]
+	h.mu.Unlock()
+	return ok && b.IsOpen()
+}
+
+// validHeaderName reports whether name is an HTTP token (RFC 9110).
+func validHeaderName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// validHeaderValue reports whether value has no control characters but tab.
+func validHeaderValue(value string) bool {
+	for i := 0; i < len(value); i++ {
+		if c := value[i]; (c < 0x20 && c != '\t') || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// truncate cuts s to at most n bytes on a character boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
+var _ processes.StepHandler = (*Handler)(nil).Handle
