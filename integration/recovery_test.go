@@ -161,7 +161,7 @@ func TestCompensationThatKeepsFailingEndsInErrorThenRetryResumes(t *testing.T) {
 	// again: with this test's fast backoff, a retry while the agent's
 	// breaker is still open would use all five attempts within its 2 s.
 	s.app.Services["inventory"].SetFaults()
-	require.Eventually(t, func() bool { return !s.app.AgentProcs["inventory"].Breaker.IsOpen() }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return !s.app.HTTPHandlers["inventory"].AnyBreakerOpen() }, 10*time.Second, 10*time.Millisecond)
 	out, err := exec.Command(sagactl(t), "retry", "--api", "http://"+s.app.HTTPAddr, "--by", "alice", "stuck-1").CombinedOutput()
 	require.NoError(t, err, string(out))
 	task = s.awaitTasks([]string{"stuck-1"}, 30*time.Second, func(t *domain.Task) bool { return t.State == domain.StateCompensated })["stuck-1"]

@@ -1,6 +1,6 @@
-// Package demo provides the demo remote services of the order workflow
-// (inventory, payment, shipping) as small HTTP servers on loopback, and the
-// step handler with which demo agents call them.
+// Package demo provides the demo workflow (order.json) and its remote
+// services (inventory, payment, shipping) as small HTTP servers on
+// loopback; saga's built-in HTTP agent calls them ({url}/{action}).
 //
 // A service honours the Idempotency-Key header: a repeated key returns the
 // first answer and has no second effect. Faults can be injected per service:
@@ -9,10 +9,8 @@
 package demo
 
 import (
-	"context"
 	_ "embed"
 	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -26,8 +24,8 @@ import (
 
 	"github.com/cockroachdb/errors"
 
+	"github.com/sagaengine/saga/adapters/httpagent"
 	"github.com/sagaengine/saga/domain"
-	"github.com/sagaengine/saga/processes"
 )
 
 //go:embed order.json
@@ -66,9 +64,6 @@ type Fault struct {
 // compensationSuffix marks a fault for compensations in a fault spec.
 const compensationSuffix = ".compensation"
 
-// ActionHeader tells a demo service whether a call executes a step or
-// compensates one.
-const ActionHeader = "Saga-Action"
 
 // ParseFault parses AGENT=MODE[:RATE] (faults in the agent's step actions)
 // or AGENT.compensation=MODE[:RATE] (faults in its compensations), e.g.
@@ -194,7 +189,7 @@ func (s *Service) serveAction(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, 1<<20))
-	if mode := s.drawFault(r.Header.Get(ActionHeader) == domain.ActionCompensate); mode != FaultNone {
+	if mode := s.drawFault(r.Header.Get(httpagent.ActionHeader) == domain.ActionCompensate); mode != FaultNone {
 		switch mode {
 		case FaultHang:
 			<-r.Context().Done()
@@ -228,44 +223,4 @@ func (s *Service) serveAction(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Idempotent-Replayed", "true")
 	}
 	_, _ = w.Write(answer)
-}
-
-// HTTPStep returns the step handler of a demo agent: it POSTs the order to
-// baseURL/<step>, or baseURL/<compensation> to undo it, with the command's
-// idempotency key. 4xx answers are
-// permanent failures; 5xx, timeouts and connection errors are transient.
-func HTTPStep(baseURL string, client *http.Client) processes.StepHandler {
-	return func(ctx context.Context, cmd domain.ExecuteStep) (json.RawMessage, error) {
-		action := cmd.Step
-		if cmd.Action == domain.ActionCompensate {
-			action = cmd.Compensation
-			if action == "" {
-				action = "undo-" + cmd.Step
-			}
-		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, baseURL+"/"+action, strings.NewReader(string(cmd.Order)))
-		if err != nil {
-			return nil, processes.Permanent(err)
-		}
-		req.Header.Set("Idempotency-Key", cmd.IdempotencyKey)
-		req.Header.Set(ActionHeader, cmd.Action)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := client.Do(req)
-		if err != nil {
-			return nil, errors.Wrapf(err, "call %s", action)
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		switch {
-		case resp.StatusCode >= 200 && resp.StatusCode < 300:
-			if !json.Valid(body) {
-				return nil, nil
-			}
-			return body, nil
-		case resp.StatusCode >= 400 && resp.StatusCode < 500:
-			return nil, processes.Permanent(fmt.Errorf("%s answered %d: %s", action, resp.StatusCode, strings.TrimSpace(string(body))))
-		default:
-			return nil, fmt.Errorf("%s answered %d: %s", action, resp.StatusCode, strings.TrimSpace(string(body)))
-		}
-	}
 }

@@ -444,3 +444,27 @@ func truncate(s string, n int) string {
 }
 
 var _ processes.StepHandler = (*Handler)(nil).Handle
+
+// AnyBreakerOpen reports whether the breaker of any host refuses calls now.
+func (h *Handler) AnyBreakerOpen() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, b := range h.breakers {
+		if b.IsOpen() {
+			return true
+		}
+	}
+	return false
+}
+
+// BreakersOpened counts how often the breakers of the hosts it knows
+// opened.
+func (h *Handler) BreakersOpened() int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var n int64
+	for _, b := range h.breakers {
+		n += b.Opened()
+	}
+	return n
+}

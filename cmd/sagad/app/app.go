@@ -22,6 +22,7 @@ import (
 	"github.com/sagaengine/saga/adapters/demo"
 	"github.com/sagaengine/saga/adapters/esdbserver"
 	"github.com/sagaengine/saga/adapters/eventstore"
+	"github.com/sagaengine/saga/adapters/httpagent"
 	"github.com/sagaengine/saga/adapters/httpapi"
 	"github.com/sagaengine/saga/adapters/kafka"
 	"github.com/sagaengine/saga/domain"
@@ -56,6 +57,10 @@ type Config struct {
 	DemoAgents bool
 	// ExternalAgents are agents that run elsewhere: no demo agent for them.
 	ExternalAgents []string
+	// HTTPAgents are agents, besides domain.HTTPAgent, whose steps the
+	// built-in HTTP agent carries out (with the agents role), so that HTTP
+	// steps of different services can be scaled apart.
+	HTTPAgents []string
 	// DemoServiceURLs points demo agents at demo services running
 	// elsewhere, by agent name, instead of starting them in this process.
 	DemoServiceURLs map[string]string
@@ -130,6 +135,8 @@ type App struct {
 	Submitter  *processes.Submitter
 	Services   map[string]*demo.Service
 	AgentProcs map[string]*processes.Agent
+	// HTTPHandlers are the built-in HTTP agent's handlers, by agent.
+	HTTPHandlers map[string]*httpagent.Handler
 
 	esServer *esdbserver.Server
 	broker   *kafka.Broker
@@ -176,7 +183,8 @@ func Start(cfg Config) (*App, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	a := &App{cfg: cfg, logger: cfg.Logger, cancel: cancel, errs: make(chan error, 16),
-		Services: map[string]*demo.Service{}, AgentProcs: map[string]*processes.Agent{}}
+		Services: map[string]*demo.Service{}, AgentProcs: map[string]*processes.Agent{},
+		HTTPHandlers: map[string]*httpagent.Handler{}}
 	for _, start := range []func() error{a.startEventStore, func() error { return a.registerWorkflows(ctx) },
 		func() error { return a.startKafka(ctx) }, func() error { return a.startProcesses(ctx) }} {
 		if err := start(); err != nil {
@@ -245,8 +253,10 @@ func (a *App) registerWorkflows(ctx context.Context) error {
 func (a *App) Topics() []string {
 	topics := []string{domain.RepliesTopic, domain.StatusTopic, domain.DeadLetterTopic, domain.AlertsTopic}
 	topics = append(topics, a.triggerTopics...)
-	for _, agent := range a.agents {
-		topics = append(topics, domain.CommandTopic(agent))
+	for _, agent := range append(append([]string{domain.HTTPAgent}, a.cfg.HTTPAgents...), a.agents...) {
+		if !slices.Contains(topics, domain.CommandTopic(agent)) {
+			topics = append(topics, domain.CommandTopic(agent))
+		}
 	}
 	return topics
 }
@@ -323,8 +333,8 @@ func (a *App) startProcesses(ctx context.Context) error {
 		a.Status = &processes.StatusPublisher{Store: a.followers, Checkpoints: a.Store, Sink: a.newProducer("status"), Logger: a.logger, Name: "status"}
 		a.run("status publisher", func() error { return a.Status.Run(ctx) })
 	}
-	if cfg.has(RoleAgents) && cfg.DemoAgents {
-		if err := a.startDemoAgents(ctx); err != nil {
+	if cfg.has(RoleAgents) {
+		if err := a.startAgents(ctx); err != nil {
 			return err
 		}
 	}
@@ -391,10 +401,19 @@ func (a *App) startAPI(ctx context.Context) error {
 	return nil
 }
 
-func (a *App) startDemoAgents(ctx context.Context) error {
-	httpClient := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
+// startAgents runs the built-in HTTP agent for domain.HTTPAgent and the
+// configured HTTP agents and, with DemoAgents, the demo services with an
+// HTTP agent in front of each.
+func (a *App) startAgents(ctx context.Context) error {
+	client := httpagent.DefaultClient()
+	for _, name := range append([]string{domain.HTTPAgent}, a.cfg.HTTPAgents...) {
+		a.startAgent(ctx, name, httpagent.New(httpagent.Config{Client: client, Clock: a.cfg.Clock}))
+	}
+	if !a.cfg.DemoAgents {
+		return nil
+	}
 	for _, agentName := range a.agents {
-		if slices.Contains(a.cfg.ExternalAgents, agentName) {
+		if agentName == domain.HTTPAgent || slices.Contains(a.cfg.HTTPAgents, agentName) || slices.Contains(a.cfg.ExternalAgents, agentName) {
 			continue
 		}
 		url, external := a.cfg.DemoServiceURLs[agentName]
@@ -412,14 +431,20 @@ func (a *App) startDemoAgents(ctx context.Context) error {
 			a.Services[agentName] = svc
 			url = svc.URL()
 		}
-		replies := a.newProducer("agent-" + agentName)
-		agent := &processes.Agent{Name: agentName, Handler: demo.HTTPStep(url, httpClient), Replies: replies,
-			DeadLetters: replies, Clock: a.cfg.Clock, Logger: a.logger,
-			Breaker: processes.NewBreaker(2*time.Second, a.cfg.Clock)}
-		a.AgentProcs[agentName] = agent
-		a.consume(ctx, "saga-agent-"+agentName, []string{domain.CommandTopic(agentName)}, agent.HandleCommand)
+		// One breaker per agent, as before: the demo service is one host.
+		a.startAgent(ctx, agentName, httpagent.New(httpagent.Config{Client: client, BaseURL: url, Clock: a.cfg.Clock}))
 	}
 	return nil
+}
+
+// startAgent consumes an agent's command topic with the agent runtime and
+// the built-in HTTP agent's handler.
+func (a *App) startAgent(ctx context.Context, name string, handler *httpagent.Handler) {
+	a.HTTPHandlers[name] = handler
+	replies := a.newProducer("agent-" + name)
+	agent := &processes.Agent{Name: name, Handler: handler.Handle, Replies: replies, DeadLetters: replies, Clock: a.cfg.Clock, Logger: a.logger}
+	a.AgentProcs[name] = agent
+	a.consume(ctx, "saga-agent-"+name, []string{domain.CommandTopic(name)}, agent.HandleCommand)
 }
 
 func (a *App) consume(ctx context.Context, group string, topics []string, h kafka.Handler) {

@@ -69,8 +69,8 @@ func (a *App) WriteMetrics(w io.Writer) {
 				sample{label("agent", n) + "," + label("outcome", "expired"), float64(st.Expired)},
 				sample{label("agent", n) + "," + label("outcome", "dead_lettered"), float64(st.Rejected)})
 			retries = append(retries, sample{label("agent", n), float64(st.Retries)})
-			if ag.Breaker != nil {
-				opened = append(opened, sample{label("agent", n), float64(ag.Breaker.Opened())})
+			if h := a.HTTPHandlers[n]; h != nil {
+				opened = append(opened, sample{label("agent", n), float64(h.BreakersOpened())})
 			}
 		}
 		writeMetric(w, "saga_agent_commands_total", "counter", "Commands agents finished, by outcome; expired ones arrived or ended past their completeBy.", outcomes...)
