@@ -48,7 +48,7 @@ func watch(ctx context.Context, args []string) error {
 	fs, c := flags("watch")
 	topic := fs.String("topic", "", "follow this status topic (e.g. saga.status or a reply topic) instead of one order")
 	timeout := fs.Duration("timeout", 0, "give up after this long (exit code 4); 0 waits for ever")
-	if err := fs.Parse(args); err != nil {
+	if err := parseInterspersed(fs, args); err != nil {
 		return err
 	}
 	if *timeout > 0 {
@@ -157,7 +157,7 @@ func audit(ctx context.Context, args []string) error {
 	at := fs.String("at", "", "show the state at this revision or RFC 3339 time")
 	asJSON := fs.Bool("json", false, "print JSON")
 	noLive := fs.Bool("no-live", false, "do not compare with the live projection of the API")
-	if err := fs.Parse(args); err != nil {
+	if err := parseInterspersed(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
@@ -222,7 +222,7 @@ func fetchTask(ctx context.Context, api, id string) (*domain.Task, error) {
 // its speed.
 func replay(ctx context.Context, args []string) error {
 	fs, c := flags("replay")
-	if err := fs.Parse(args); err != nil {
+	if err := parseInterspersed(fs, args); err != nil {
 		return err
 	}
 	store, err := openStore(c)

@@ -36,6 +36,10 @@ commands:
   audit TASK_ID            the task's timeline and state replayed from its stream
                            (--at REVISION|TIME, --json), compared with the live view
   replay                   rebuild the task projection from the store; report events/s
+  workflows COMMAND        apply, validate, list, get or diff workflow definitions
+                           ('sagactl workflows help')
+
+Flags may come before or after the arguments.
 
 common flags:
   --kafka-brokers   Kafka brokers, comma-separated [$SAGA_KAFKA_BROKERS] (default 127.0.0.1:9092)
@@ -68,6 +72,8 @@ func main() {
 		err = audit(ctx, args)
 	case "replay":
 		err = replay(ctx, args)
+	case "workflows", "workflow":
+		err = workflowsCmd(ctx, args)
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 		return
@@ -83,6 +89,29 @@ func main() {
 		fmt.Fprintln(os.Stderr, "sagactl:", err)
 		os.Exit(exitError)
 	}
+}
+
+// parseInterspersed parses flags wherever they stand among the arguments,
+// as kubectl and most CLIs do: "audit o-1 --json" and "audit --json o-1"
+// mean the same. After "--" everything is an argument.
+func parseInterspersed(fs *flag.FlagSet, args []string) error {
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			positional = append(positional, rest...)
+			break
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
+	}
+	return fs.Parse(append([]string{"--"}, positional...))
 }
 
 func envOr(name, def string) string {
@@ -112,7 +141,7 @@ func submit(ctx context.Context, args []string) error {
 	workflow := fs.String("workflow", "", "workflow to run (default order)")
 	replyTo := fs.String("reply-to", "", "topic to receive the task's status messages")
 	topic := fs.String("topic", domain.OrdersTopic, "orders topic")
-	if err := fs.Parse(args); err != nil {
+	if err := parseInterspersed(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() < 1 || fs.NArg() > 2 {
@@ -152,7 +181,7 @@ func submit(ctx context.Context, args []string) error {
 
 func get(ctx context.Context, args []string) error {
 	fs, c := flags("get")
-	if err := fs.Parse(args); err != nil {
+	if err := parseInterspersed(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
@@ -164,7 +193,7 @@ func get(ctx context.Context, args []string) error {
 func tasks(ctx context.Context, args []string) error {
 	fs, c := flags("tasks")
 	state := fs.String("state", "", "only tasks in this state")
-	if err := fs.Parse(args); err != nil {
+	if err := parseInterspersed(fs, args); err != nil {
 		return err
 	}
 	q := url.Values{}
@@ -184,7 +213,7 @@ func operatorName() string {
 func retry(ctx context.Context, args []string) error {
 	fs, c := flags("retry")
 	by := fs.String("by", operatorName(), "who retries, recorded in the task's events")
-	if err := fs.Parse(args); err != nil {
+	if err := parseInterspersed(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() < 1 || fs.NArg() > 2 {
@@ -198,7 +227,7 @@ func cancel(ctx context.Context, args []string) error {
 	fs, c := flags("cancel")
 	by := fs.String("by", operatorName(), "who cancels, recorded in the task's events")
 	reason := fs.String("reason", "", "why")
-	if err := fs.Parse(args); err != nil {
+	if err := parseInterspersed(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
