@@ -386,4 +386,3 @@ func TestParseStepReply(t *testing.T) {
 		assert.ErrorIs(t, err, domain.ErrInvalidMessage, body)
 	}
 }
-

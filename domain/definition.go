@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"regexp"
 	"sort"
 	"strconv"
@@ -360,7 +359,7 @@ func (p *defParser) compensation(path string, v any, s StepDefinition) *Compensa
 }
 
 func (p *defParser) http(path string, v any) *HTTPCall {
-	h := &HTTPCall{Method: http.MethodPost}
+	h := &HTTPCall{Method: "POST"}
 	m := p.object(path, v, "method", "url", "headers", "body", "transientStatus", "permanentStatus")
 	if m == nil {
 		return h
@@ -506,7 +505,7 @@ func validateTiming(path string, budget time.Duration, attempts int, b Backoff, 
 
 func validateHTTP(path string, h *HTTPCall, scope templateScope, add func(string, string, ...any)) {
 	switch h.Method {
-	case http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
+	case "GET", "POST", "PUT", "PATCH", "DELETE":
 	default:
 		add(path+".method", "%q is not GET, POST, PUT, PATCH or DELETE", truncate(h.Method))
 	}

@@ -63,9 +63,9 @@ type TaskSubmitted struct {
 	// 0 in tasks recorded before workflows had versions, read as 1.
 	WorkflowVersion int             `json:"workflowVersion,omitempty"`
 	Steps           []string        `json:"steps"`
-	ReplyTo     string          `json:"replyTo,omitempty"`
-	Order       json.RawMessage `json:"order"`
-	SubmittedAt time.Time       `json:"submittedAt"`
+	ReplyTo         string          `json:"replyTo,omitempty"`
+	Order           json.RawMessage `json:"order"`
+	SubmittedAt     time.Time       `json:"submittedAt"`
 	// TraceParent is the W3C trace context of the order; the task's
 	// commands and status messages continue its trace.
 	TraceParent string `json:"traceparent,omitempty"`

@@ -264,10 +264,10 @@ type ExecuteStep struct {
 	Agent    string `json:"agent"`
 	Action   string `json:"action"`
 	// Compensation names the compensating action when Action is compensate.
-	Compensation   string          `json:"compensation,omitempty"`
-	Attempt        int             `json:"attempt"`
-	CompleteBy     time.Time       `json:"completeBy"`
-	IdempotencyKey string          `json:"idempotencyKey"`
+	Compensation   string    `json:"compensation,omitempty"`
+	Attempt        int       `json:"attempt"`
+	CompleteBy     time.Time `json:"completeBy"`
+	IdempotencyKey string    `json:"idempotencyKey"`
 	// WorkflowVersion is the version of the workflow the task runs.
 	WorkflowVersion int             `json:"workflowVersion,omitempty"`
 	Order           json.RawMessage `json:"order,omitempty"`
@@ -414,12 +414,12 @@ const (
 // once: Revision (the event's revision in the task stream) lets a consumer
 // drop repeats and restore order.
 type TaskStatus struct {
-	OrderID  string    `json:"orderId"`
-	Status   string    `json:"status"`
-	State    TaskState `json:"state"`
-	Step     string    `json:"step,omitempty"`
-	Attempt  int       `json:"attempt,omitempty"`
-	Reason   string    `json:"reason,omitempty"`
+	OrderID string    `json:"orderId"`
+	Status  string    `json:"status"`
+	State   TaskState `json:"state"`
+	Step    string    `json:"step,omitempty"`
+	Attempt int       `json:"attempt,omitempty"`
+	Reason  string    `json:"reason,omitempty"`
 	// Workflow and WorkflowVersion name what the task runs (on received).
 	Workflow        string `json:"workflow,omitempty"`
 	WorkflowVersion int    `json:"workflowVersion,omitempty"`

@@ -122,11 +122,11 @@ type Task struct {
 	ID       string `json:"id"`
 	Workflow string `json:"workflow"`
 	// WorkflowVersion is the version of the workflow the task runs.
-	WorkflowVersion int       `json:"workflowVersion"`
-	State           TaskState `json:"state"`
-	Steps    []*Step         `json:"steps"`
-	ReplyTo  string          `json:"replyTo,omitempty"`
-	Order    json.RawMessage `json:"-"`
+	WorkflowVersion int             `json:"workflowVersion"`
+	State           TaskState       `json:"state"`
+	Steps           []*Step         `json:"steps"`
+	ReplyTo         string          `json:"replyTo,omitempty"`
+	Order           json.RawMessage `json:"-"`
 	// Reason says why the task compensates or stopped in Error.
 	Reason string `json:"reason,omitempty"`
 	// FailedStep names the step whose failure or failed compensation put

@@ -228,3 +228,39 @@ func (w *Workflow) Agents() []string {
 
 // DefaultBackoff starts at 200 ms and doubles up to 5 s, a fifth of it random.
 var DefaultBackoff = Backoff{Initial: 200 * time.Millisecond, Multiplier: 2, Max: 5 * time.Second, Jitter: 0.2}
+
+// Workflow streams: a stream per workflow with one WorkflowRegistered event
+// per version, and a catalog stream that names every workflow once.
+const (
+	// WorkflowStreamPrefix starts the stream of every workflow.
+	WorkflowStreamPrefix = "workflow-"
+	// WorkflowCatalogStream names each registered workflow once.
+	WorkflowCatalogStream = "saga-workflows"
+	// WorkflowRegisteredType records a new version of a workflow; its
+	// revision in the workflow's stream is the version minus one.
+	WorkflowRegisteredType = "WorkflowRegistered"
+	// WorkflowNamedType records a workflow's name in the catalog stream.
+	WorkflowNamedType = "WorkflowNamed"
+)
+
+// WorkflowStream names the stream of a workflow's versions.
+func WorkflowStream(name string) string { return WorkflowStreamPrefix + name }
+
+// WorkflowRegistered records a version of a workflow definition.
+type WorkflowRegistered struct {
+	Name    string `json:"name"`
+	Version int    `json:"version"`
+	// Definition is the JSON document (MarshalDefinition).
+	Definition   json.RawMessage `json:"definition"`
+	RegisteredBy string          `json:"registeredBy,omitempty"`
+	RegisteredAt time.Time       `json:"registeredAt"`
+}
+
+// WorkflowNamed records, in the catalog stream, that a workflow exists.
+type WorkflowNamed struct {
+	Name string `json:"name"`
+}
+
+// EventType implementations.
+func (WorkflowRegistered) EventType() string { return WorkflowRegisteredType }
+func (WorkflowNamed) EventType() string      { return WorkflowNamedType }

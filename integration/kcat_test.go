@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sagaengine/saga/adapters/demo"
 	"github.com/sagaengine/saga/cmd/sagad/app"
 	"github.com/sagaengine/saga/domain"
 )
@@ -37,9 +38,9 @@ func TestShellAgentAndKcatConsumer(t *testing.T) {
 	requireTools(t, "kcat", "jq", "bash")
 	bell := &domain.Workflow{Name: "bell", Steps: []domain.StepDefinition{{
 		Name: "ring-bell", Agent: "bell", Budget: 20 * time.Second, MaxAttempts: 1, Backoff: fastBackoff,
-		Compensation: domain.CompensationDefinition{Action: "unring-bell", Budget: time.Second, MaxAttempts: 1},
+		Compensation: &domain.CompensationDefinition{Action: "unring-bell", Budget: time.Second, MaxAttempts: 1},
 	}}}
-	s := startSystem(t, app.Config{Workflows: []*domain.Workflow{domain.OrderWorkflow(), bell}, ExternalAgents: []string{"bell"}})
+	s := startSystem(t, app.Config{Workflows: []*domain.Workflow{demo.Workflow(), bell}, ExternalAgents: []string{"bell"}})
 	brokers := strings.Join(s.app.KafkaBrokers, ",")
 
 	agent := exec.Command("bash", "testdata/kcat-agent.sh", brokers, "bell")

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sagaengine/saga/adapters/demo"
 	"github.com/sagaengine/saga/adapters/esdbserver"
 	"github.com/sagaengine/saga/adapters/eventstore"
 	"github.com/sagaengine/saga/domain"
@@ -39,7 +40,7 @@ func BenchmarkProjectionRebuild(b *testing.B) {
 			id := fmt.Sprintf("r-%06d", i)
 			var batch []domain.NewEvent
 			task := domain.NewTask(id)
-			wf := domain.OrderWorkflow()
+			wf := demo.Workflow()
 			now := time.Now()
 			events := []domain.Event{domain.Submit(domain.OrderPlaced{OrderID: id, Raw: []byte(`{}`)}, wf, "", now)}
 			task.Apply(events[0])

@@ -32,6 +32,10 @@ func TestMain(m *testing.M) {
 		runChaosChild(spec)
 		return
 	}
+	if os.Getenv(shopEnv) != "" {
+		runShop()
+		return
+	}
 	code := m.Run()
 	_ = os.RemoveAll("../tmp-test-bin")
 	os.Exit(code)

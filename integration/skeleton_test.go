@@ -93,7 +93,7 @@ func TestDuplicateAndInvalidOrders(t *testing.T) {
 		"missing-id":       `{"workflow":"order"}`,
 		"unknown-workflow": `{"orderId":"wf-1","workflow":"teleport"}`,
 		"oversized":        `{"orderId":"big-1","pad":"` + strings.Repeat("x", 10<<10) + `"}`,
-		"wrong-type":       `{"orderId":17}`,
+		"wrong-type":       `{"orderId":true}`,
 	}
 	for key, body := range bad {
 		s.publish(key, []byte(body))

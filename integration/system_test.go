@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/sagaengine/saga/adapters/demo"
 	"github.com/sagaengine/saga/adapters/eventstore"
 	"github.com/sagaengine/saga/adapters/kafka"
 	"github.com/sagaengine/saga/cmd/sagad/app"
@@ -40,7 +41,7 @@ var fastBackoff = domain.Backoff{Initial: 20 * time.Millisecond, Multiplier: 2, 
 // fastWorkflow is the order workflow with budgets short enough for tests of
 // failures.
 func fastWorkflow(budget time.Duration) *domain.Workflow {
-	return domain.OrderWorkflow().WithBudget(budget, fastBackoff)
+	return demo.Workflow().WithBudget(budget, fastBackoff)
 }
 
 func startSystem(t *testing.T, cfg app.Config) *system {

@@ -97,6 +97,11 @@ func (a *Agent) HandleCommand(ctx context.Context, msg Inbound) error {
 			return a.reply(ctx, cmd, domain.StepReply{Outcome: domain.OutcomeFailed, Failure: domain.FailurePermanent, Reason: err.Error()})
 		}
 		pause := wait(backoff, try)
+		var hinted interface{ RetryAfter() time.Duration }
+		if errors.As(err, &hinted) {
+			// The service said when to come back (Retry-After).
+			pause = max(pause, hinted.RetryAfter())
+		}
 		if a.Clock().Add(pause).After(cmd.CompleteBy.Add(-reserve)) {
 			return a.reply(ctx, cmd, domain.StepReply{Outcome: domain.OutcomeFailed, Failure: domain.FailureTransient,
 				Reason: "gave up after " + itoa(int64(try)) + " tries: " + err.Error()})

@@ -13,9 +13,9 @@ import (
 // or cancel a task (it compensates). It records the request; the scheduler
 // dispatches what follows.
 type Operator struct {
-	Store   EventStore
-	Catalog domain.Catalog
-	Clock   Clock
+	Store     EventStore
+	Workflows Workflows
+	Clock     Clock
 }
 
 // Retry resubmits the failed step, or the failed compensation, of a task in
@@ -55,7 +55,7 @@ func (o *Operator) act(ctx context.Context, taskID, by string, decide func(*doma
 		if !t.Exists() {
 			return errors.Wrapf(domain.ErrTaskNotFound, "%q", taskID)
 		}
-		wf, err := o.Catalog.Lookup(t.Workflow)
+		wf, err := o.Workflows.Workflow(ctx, t.Workflow, t.WorkflowVersion)
 		if err != nil {
 			return err
 		}

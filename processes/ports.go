@@ -19,6 +19,11 @@ type EventStore interface {
 	SubscribeAll(ctx context.Context, from domain.SubscribeFrom, streamPrefix string, handle func(domain.SubscriptionItem) error) error
 }
 
+// WorkflowSelector chooses the workflow a message starts (Registry.Select).
+type WorkflowSelector interface {
+	Select(ctx context.Context, topic string, doc domain.OrderDocument, ceType string) (*domain.Workflow, error)
+}
+
 // Inbound is a message from a topic, as a handler sees it.
 type Inbound struct {
 	Topic     string

@@ -33,7 +33,7 @@ type Scheduler struct {
 	Store       EventStore
 	Commands    CommandSender
 	DeadLetters DeadLetters
-	Catalog     domain.Catalog
+	Workflows   Workflows
 	// Actor names this instance; it is the LockedBy of its dispatches.
 	Actor  string
 	Clock  Clock
@@ -390,15 +390,20 @@ const maxConflicts = 10
 func (sh *shard) advance(ctx context.Context, t *domain.Task, causation string) {
 	for i := 0; i < maxConflicts; i++ {
 		var events []domain.Event
-		if wf, err := sh.s.Catalog.Lookup(t.Workflow); err != nil {
+		wf, err := sh.s.Workflows.Workflow(ctx, t.Workflow, t.WorkflowVersion)
+		switch {
+		case errors.Is(err, domain.ErrUnknownWorkflow):
 			events = []domain.Event{domain.TaskFailed{TaskID: t.ID, Reason: err.Error(), At: sh.s.Clock()}}
-		} else {
+		case err != nil:
+			sh.s.Logger.Error("read the workflow of a task", "task", t.ID, "err", err.Error())
+			return
+		default:
 			events = t.Next(wf, sh.decision())
 		}
 		if len(events) == 0 {
 			return
 		}
-		err := sh.commit(ctx, t, events, causation)
+		err = sh.commit(ctx, t, events, causation)
 		if !errors.Is(err, domain.ErrConcurrencyConflict) {
 			return
 		}
@@ -417,9 +422,12 @@ func (sh *shard) onReply(ctx context.Context, r domain.StepReply, source string)
 				return err
 			}
 		}
-		wf, err := sh.s.Catalog.Lookup(t.Workflow)
-		if err != nil && t.Exists() {
-			return errors.Wrapf(err, "task %s", t.ID)
+		var wf *domain.Workflow
+		if t.Exists() {
+			var err error
+			if wf, err = sh.s.Workflows.Workflow(ctx, t.Workflow, t.WorkflowVersion); err != nil {
+				return errors.Wrapf(err, "task %s", t.ID)
+			}
 		}
 		events, err := t.RecordReply(wf, r, sh.decision())
 		if errors.Is(err, domain.ErrStaleReply) {
@@ -472,20 +480,12 @@ func (sh *shard) commit(ctx context.Context, t *domain.Task, events []domain.Eve
 }
 
 func (sh *shard) send(ctx context.Context, t *domain.Task, a domain.InFlightAttempt) {
+	cmd, err := commandFor(ctx, sh.s.Workflows, t, a)
+	if err != nil {
+		sh.s.Logger.Error("build command", "task", t.ID, "step", a.Step, "err", err.Error())
+		return
+	}
 	st := t.Step(a.Step)
-	cmd := domain.ExecuteStep{
-		TaskID: t.ID, Workflow: t.Workflow, Step: st.Name, Agent: st.Agent, Action: domain.ActionExecute,
-		Attempt: a.Attempt, CompleteBy: a.CompleteBy, IdempotencyKey: st.IdempotencyKey, Order: t.Order,
-		TraceParent: t.TraceParent,
-	}
-	if a.Compensation {
-		cmd.Action, cmd.IdempotencyKey = domain.ActionCompensate, st.Compensation.IdempotencyKey
-		if wf, err := sh.s.Catalog.Lookup(t.Workflow); err == nil {
-			if def, ok := wf.Step(st.Name); ok {
-				cmd.Compensation = def.Compensation.Action
-			}
-		}
-	}
 	if err := sh.s.Commands.SendCommand(ctx, cmd); err != nil {
 		// The dispatch is recorded; a restart re-sends it and the
 		// supervisor retries it once CompleteBy passes.
@@ -493,4 +493,33 @@ func (sh *shard) send(ctx context.Context, t *domain.Task, a domain.InFlightAtte
 		return
 	}
 	sh.s.dispatched.Add(1)
+}
+
+// commandFor builds the command of an attempt in flight: the order, the
+// results of the steps before (for a compensation, of every step, and the
+// result of the step it undoes) and, for HTTP steps, the call to make.
+func commandFor(ctx context.Context, workflows Workflows, t *domain.Task, a domain.InFlightAttempt) (domain.ExecuteStep, error) {
+	st := t.Step(a.Step)
+	cmd := domain.ExecuteStep{
+		TaskID: t.ID, Workflow: t.Workflow, WorkflowVersion: t.WorkflowVersion, Step: st.Name, Agent: st.Agent,
+		Action: domain.ActionExecute, Attempt: a.Attempt, CompleteBy: a.CompleteBy, IdempotencyKey: st.IdempotencyKey,
+		Order: t.Order, Results: t.Results(st.Name), TraceParent: t.TraceParent,
+	}
+	wf, err := workflows.Workflow(ctx, t.Workflow, t.WorkflowVersion)
+	if err != nil {
+		return cmd, err
+	}
+	def, ok := wf.Step(st.Name)
+	if !ok {
+		return cmd, errors.Wrapf(domain.ErrUnknownStep, "workflow %s version %d has no step %q", wf.Name, wf.Version, st.Name)
+	}
+	cmd.HTTP = def.HTTP
+	if a.Compensation {
+		cmd.Action, cmd.IdempotencyKey = domain.ActionCompensate, st.Compensation.IdempotencyKey
+		cmd.Results, cmd.Result = t.Results(""), st.Result
+		if def.Compensation != nil {
+			cmd.Compensation, cmd.HTTP = def.Compensation.Action, def.Compensation.HTTP
+		}
+	}
+	return cmd, nil
 }

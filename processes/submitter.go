@@ -20,10 +20,13 @@ const DefaultMaxOrderSize = 1 << 20
 type Submitter struct {
 	Store       EventStore
 	DeadLetters DeadLetters
-	Catalog     domain.Catalog
-	Actor       string
-	Clock       Clock
-	Logger      *slog.Logger
+	Workflows   WorkflowSelector
+	// Rejections, when set, tells the caller of a refused order through its
+	// reply topic (a status "rejected"), besides the dead letter.
+	Rejections StatusSink
+	Actor      string
+	Clock      Clock
+	Logger     *slog.Logger
 	// MaxOrderSize bounds an order's body; default DefaultMaxOrderSize.
 	MaxOrderSize int
 
@@ -46,13 +49,20 @@ func (s *Submitter) HandleOrder(ctx context.Context, msg Inbound) error {
 	if maxSize == 0 {
 		maxSize = DefaultMaxOrderSize
 	}
-	order, err := domain.ParseOrder(msg.Value, maxSize)
+	doc, err := domain.ParseOrderDocument(msg.Value, maxSize)
 	if err != nil {
-		return s.reject(ctx, msg, err)
+		return s.reject(ctx, msg, "", err)
 	}
-	wf, err := s.Catalog.Lookup(order.Workflow)
+	wf, err := s.Workflows.Select(ctx, msg.Topic, doc, msg.Headers["ce_type"])
 	if err != nil {
-		return s.reject(ctx, msg, err)
+		if errors.Is(err, domain.ErrUnknownWorkflow) || errors.Is(err, domain.ErrInvalidMessage) {
+			return s.reject(ctx, msg, doc.ReplyTo(domain.Trigger{}), err)
+		}
+		return errors.Wrap(err, "choose the workflow of an order")
+	}
+	order, err := doc.Order(wf, msg.Key)
+	if err != nil {
+		return s.reject(ctx, msg, doc.ReplyTo(wf.Trigger), err)
 	}
 	trace := msg.Headers["traceparent"]
 	if trace == "" {
@@ -61,7 +71,7 @@ func (s *Submitter) HandleOrder(ctx context.Context, msg Inbound) error {
 	submitted := domain.Submit(order, wf, trace, s.Clock())
 	data, err := domain.EncodeEvent(submitted)
 	if err != nil {
-		return s.reject(ctx, msg, err)
+		return s.reject(ctx, msg, order.ReplyTo, err)
 	}
 	meta := domain.EventMetadata{CorrelationID: order.OrderID, CausationID: causation(msg), Actor: s.Actor, TraceParent: trace}
 	_, err = s.Store.Append(ctx, domain.TaskStream(order.OrderID), domain.ExpectNoStream(),
@@ -78,10 +88,28 @@ func (s *Submitter) HandleOrder(ctx context.Context, msg Inbound) error {
 	return nil
 }
 
-func (s *Submitter) reject(ctx context.Context, msg Inbound, reason error) error {
+// reject dead-letters an order that cannot become a task and, when it names
+// a reply topic, tells the caller there at once.
+func (s *Submitter) reject(ctx context.Context, msg Inbound, replyTo string, reason error) error {
 	s.rejected.Add(1)
 	s.Logger.Warn("order rejected to dead letters", "source", msg.Source(), "reason", reason.Error())
-	return errors.Wrap(s.DeadLetters.DeadLetter(ctx, msg, reason.Error()), "dead-letter rejected order")
+	if err := s.DeadLetters.DeadLetter(ctx, msg, reason.Error()); err != nil {
+		return errors.Wrap(err, "dead-letter rejected order")
+	}
+	if s.Rejections == nil || replyTo == "" {
+		return nil
+	}
+	id := msg.Key
+	if doc, err := domain.ParseOrderDocument(msg.Value, 0); err == nil {
+		if v, ok := doc.Lookup(domain.DefaultIDField); ok {
+			if text, isText := v.(string); isText {
+				id = text
+			}
+		}
+	}
+	s.Rejections.PublishStatus(ctx, domain.TaskStatus{OrderID: id, Status: domain.StatusRejected, Reason: reason.Error(),
+		Time: s.Clock(), ReplyTo: replyTo, TraceParent: msg.Headers["traceparent"]})
+	return errors.Wrap(s.Rejections.Flush(ctx), "tell the caller of a rejected order")
 }
 
 // causation is the id of the message that caused an event: its CloudEvents

@@ -23,9 +23,9 @@ import (
 // depends on the election: a timeout is appended on the revision it was
 // decided on, so two supervisors can never both time out the same attempt.
 type Supervisor struct {
-	Store   EventStore
-	Alerts  Alerts
-	Catalog domain.Catalog
+	Store     EventStore
+	Alerts    Alerts
+	Workflows Workflows
 	// Actor names this instance; it is the DetectedBy of its timeouts.
 	Actor  string
 	Clock  Clock
@@ -219,9 +219,9 @@ func (s *Supervisor) scan(ctx context.Context) {
 
 func (s *Supervisor) timeOut(ctx context.Context, a dueAttempt, now time.Time) {
 	t, d := a.task, a.d
-	wf, err := s.Catalog.Lookup(t.Workflow)
+	wf, err := s.Workflows.Workflow(ctx, t.Workflow, t.WorkflowVersion)
 	if err != nil {
-		s.Logger.Error("supervisor cannot time out a task of an unknown workflow", "task", t.ID, "err", err.Error())
+		s.Logger.Error("supervisor cannot read the workflow of a task", "task", t.ID, "err", err.Error())
 		return
 	}
 	events, err := t.TimeOut(wf, d.step, d.compensation, d.attempt, domain.Decision{Now: now, Actor: s.Actor, Random: rand.Float64()})

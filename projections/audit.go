@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -111,7 +112,7 @@ const (
 func describe(e domain.Event) (string, int, string) {
 	switch e := e.(type) {
 	case domain.TaskSubmitted:
-		d := "workflow " + e.Workflow + "; steps " + strings.Join(e.Steps, ", ")
+		d := "workflow " + e.Workflow + " v" + strconv.Itoa(max(e.WorkflowVersion, 1)) + "; steps " + strings.Join(e.Steps, ", ")
 		if e.ReplyTo != "" {
 			d += "; replyTo " + e.ReplyTo
 		}
@@ -119,6 +120,9 @@ func describe(e domain.Event) (string, int, string) {
 	case domain.StepDispatched:
 		return e.Step, e.Attempt, "to " + e.Agent + ", completeBy " + e.CompleteBy.UTC().Format(stamp) + ", key " + e.IdempotencyKey
 	case domain.StepSucceeded:
+		if len(e.Result) > 0 {
+			return e.Step, e.Attempt, "result " + clip(string(e.Result), 200)
+		}
 		return e.Step, e.Attempt, ""
 	case domain.StepFailed:
 		return e.Step, e.Attempt, string(e.Failure) + ": " + e.Reason
@@ -154,6 +158,14 @@ func describe(e domain.Event) (string, int, string) {
 		return e.Step, 0, e.Reason
 	}
 	return "", 0, ""
+}
+
+// clip shortens s to at most n bytes, marking the cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }
 
 // CompareWith records where a live view of the task (the projection the API

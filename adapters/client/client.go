@@ -14,21 +14,28 @@ import (
 	"encoding/json"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sagaengine/saga/adapters/kafka"
 	"github.com/sagaengine/saga/domain"
 )
 
+// ErrRejected is returned by Wait and Run for an order saga refused: an
+// unknown workflow or version, or invalid input. The error says why.
+var ErrRejected = errors.New("order rejected")
+
 // Config configures a Client.
 type Config struct {
 	Brokers []string
 	// ReplyTopic receives the statuses; default a new topic named
-	// saga.reply.<uuid>. A topic given here is read from its start, so it
-	// should be private to this client.
+	// saga.reply.<uuid>, deleted again by Close. A topic given here is read
+	// from its start, so it should be private to this client; Close leaves
+	// it.
 	ReplyTopic string
 	// OrdersTopic is where orders go; default domain.OrdersTopic.
 	OrdersTopic string
@@ -47,6 +54,7 @@ type Outcome struct {
 // Client submits orders and follows them.
 type Client struct {
 	cfg      Config
+	ownTopic bool
 	client   *kgo.Client
 	producer *kafka.Producer
 	cancel   context.CancelFunc
@@ -60,7 +68,8 @@ type Client struct {
 
 // New creates the reply topic if needed and starts following it.
 func New(ctx context.Context, cfg Config) (*Client, error) {
-	if cfg.ReplyTopic == "" {
+	ownTopic := cfg.ReplyTopic == ""
+	if ownTopic {
 		cfg.ReplyTopic = "saga.reply." + uuid.NewString()
 	}
 	if cfg.OrdersTopic == "" {
@@ -75,7 +84,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, err
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
-	c := &Client{cfg: cfg, client: kc, producer: kafka.NewProducer(kc, "saga/client", nil), cancel: cancel, done: make(chan struct{}),
+	c := &Client{cfg: cfg, client: kc, ownTopic: ownTopic, producer: kafka.NewProducer(kc, "saga/client", nil), cancel: cancel, done: make(chan struct{}),
 		statuses: map[string]map[uint64]domain.TaskStatus{}, waiters: map[string][]chan struct{}{}}
 	go c.follow(runCtx)
 	return c, nil
@@ -84,10 +93,16 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 // ReplyTopic is the topic this client receives statuses on.
 func (c *Client) ReplyTopic() string { return c.cfg.ReplyTopic }
 
-// Close stops following the reply topic.
+// Close stops following the reply topic and deletes it if the client
+// created it.
 func (c *Client) Close() {
 	c.cancel()
 	<-c.done
+	if c.ownTopic {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, _ = kadm.NewClient(c.client).DeleteTopics(ctx, c.cfg.ReplyTopic)
+		cancel()
+	}
 	c.client.Close()
 }
 
@@ -118,6 +133,9 @@ func (c *Client) Wait(ctx context.Context, orderID string) (Outcome, error) {
 			c.waiters[orderID] = append(c.waiters[orderID], ch)
 		}
 		c.mu.Unlock()
+		if final && outcome.Final.Status == domain.StatusRejected {
+			return outcome, errors.Wrapf(ErrRejected, "order %s: %s", orderID, outcome.Final.Reason)
+		}
 		if final {
 			return outcome, nil
 		}

@@ -10,6 +10,7 @@ package demo
 
 import (
 	"context"
+	_ "embed"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -28,6 +29,20 @@ import (
 	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/processes"
 )
+
+//go:embed order.json
+var orderDefinition []byte
+
+// Workflow returns the demo workflow, read from its definition file
+// (order.json beside this package): reserve stock, take payment, book
+// shipping, each undone by its compensation.
+func Workflow() *domain.Workflow {
+	w, err := domain.ParseDefinition(orderDefinition)
+	if err != nil {
+		panic("the demo workflow's definition is invalid: " + err.Error())
+	}
+	return w
+}
 
 // FaultMode is the kind of failure a service injects.
 type FaultMode string

@@ -5,6 +5,11 @@
 //	GET  /api/tasks?state=S       tasks in state S (all when omitted), &limit=N
 //	POST /api/tasks/{id}/retry    {"step": "...", "by": "..."}: retry a task in Error
 //	POST /api/tasks/{id}/cancel   {"by": "...", "reason": "..."}: cancel (compensate) a task
+//	GET  /api/workflows           the newest version of every workflow
+//	GET  /api/workflows/{name}    one workflow: ?version=N, newest when omitted
+//	GET  /api/workflows/{name}/versions  every version, oldest first
+//	POST /api/workflows           register a definition (JSON document);
+//	                              ?dryRun=true only validates it
 //	GET  /healthz                 200 once the projection has caught up
 //	GET  /metrics                 counters in the Prometheus text format
 //
@@ -34,14 +39,40 @@ type Operations interface {
 	Cancel(ctx context.Context, taskID, by, reason string) error
 }
 
+// Workflows registers and reads workflow definitions.
+type Workflows interface {
+	Apply(ctx context.Context, w *domain.Workflow, by string) (*domain.Workflow, bool, error)
+	Workflow(ctx context.Context, name string, version int) (*domain.Workflow, error)
+	Versions(ctx context.Context, name string) ([]*domain.Workflow, error)
+	List(ctx context.Context) ([]*domain.Workflow, error)
+}
+
+// WorkflowView is a registered workflow as the API shows it.
+type WorkflowView struct {
+	Name    string `json:"name"`
+	Version int    `json:"version"`
+	// Definition is the JSON document, every default spelled out.
+	Definition json.RawMessage `json:"definition"`
+}
+
+// ViewOf returns the API's view of a workflow.
+func ViewOf(w *domain.Workflow) (WorkflowView, error) {
+	def, err := w.MarshalDefinition()
+	return WorkflowView{Name: w.Name, Version: w.Version, Definition: def}, err
+}
+
+// maxWorkflowBytes bounds a definition sent to the API.
+const maxWorkflowBytes = 1 << 20
+
 // Metrics writes counters in the Prometheus text format.
 type Metrics interface {
 	WriteMetrics(w io.Writer)
 }
 
 // Handler returns the API's handler over the task projection.
-func Handler(tasks *projections.Tasks, ops Operations, metrics Metrics) http.Handler {
+func Handler(tasks *projections.Tasks, ops Operations, workflows Workflows, metrics Metrics) http.Handler {
 	mux := http.NewServeMux()
+	handleWorkflows(mux, workflows)
 	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
 		metrics.WriteMetrics(w)
@@ -112,10 +143,12 @@ func operator(r *http.Request, by string) string {
 	return "api@" + r.RemoteAddr
 }
 
+// maxActionBytes bounds the body of an operator's action.
+const maxActionBytes = 64 << 10
+
 func decodeBody(w http.ResponseWriter, r *http.Request, into any) bool {
-	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<10))
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "read body: "+err.Error())
+	body, ok := readBody(w, r, maxActionBytes)
+	if !ok {
 		return false
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
@@ -151,4 +184,110 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 func writeError(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, map[string]string{"error": msg})
+}
+
+// readBody reads a request body of at most limit bytes; a larger one is
+// refused with 413 rather than cut.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		writeError(w, http.StatusRequestEntityTooLarge, "body is over the limit of "+strconv.FormatInt(limit, 10)+" bytes")
+		return nil, false
+	case err != nil:
+		writeError(w, http.StatusBadRequest, "read body: "+err.Error())
+		return nil, false
+	}
+	return body, true
+}
+
+func handleWorkflows(mux *http.ServeMux, workflows Workflows) {
+	mux.HandleFunc("GET /api/workflows", func(w http.ResponseWriter, r *http.Request) {
+		list, err := workflows.List(r.Context())
+		if err != nil {
+			writeError(w, http.StatusInternalServerError, err.Error())
+			return
+		}
+		writeWorkflows(w, list)
+	})
+	mux.HandleFunc("GET /api/workflows/{name}", func(w http.ResponseWriter, r *http.Request) {
+		version := 0
+		if v := r.URL.Query().Get("version"); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				writeError(w, http.StatusBadRequest, "version must be a whole number from 1")
+				return
+			}
+			version = n
+		}
+		wf, err := workflows.Workflow(r.Context(), r.PathValue("name"), version)
+		if err != nil {
+			writeWorkflowError(w, err)
+			return
+		}
+		view, err := ViewOf(wf)
+		if err != nil {
+			writeError(w, http.StatusInternalServerError, err.Error())
+			return
+		}
+		writeJSON(w, http.StatusOK, view)
+	})
+	mux.HandleFunc("GET /api/workflows/{name}/versions", func(w http.ResponseWriter, r *http.Request) {
+		versions, err := workflows.Versions(r.Context(), r.PathValue("name"))
+		if err != nil {
+			writeWorkflowError(w, err)
+			return
+		}
+		writeWorkflows(w, versions)
+	})
+	mux.HandleFunc("POST /api/workflows", func(w http.ResponseWriter, r *http.Request) {
+		body, ok := readBody(w, r, maxWorkflowBytes)
+		if !ok {
+			return
+		}
+		wf, err := domain.ParseDefinition(body)
+		if err != nil {
+			writeWorkflowError(w, err)
+			return
+		}
+		if r.URL.Query().Get("dryRun") == "true" {
+			writeJSON(w, http.StatusOK, map[string]any{"name": wf.Name, "valid": true})
+			return
+		}
+		registered, changed, err := workflows.Apply(r.Context(), wf, operator(r, ""))
+		if err != nil {
+			writeWorkflowError(w, err)
+			return
+		}
+		status := http.StatusOK
+		if changed {
+			status = http.StatusCreated
+		}
+		writeJSON(w, status, map[string]any{"name": registered.Name, "version": registered.Version, "changed": changed})
+	})
+}
+
+func writeWorkflows(w http.ResponseWriter, list []*domain.Workflow) {
+	views := make([]WorkflowView, 0, len(list))
+	for _, wf := range list {
+		view, err := ViewOf(wf)
+		if err != nil {
+			writeError(w, http.StatusInternalServerError, err.Error())
+			return
+		}
+		views = append(views, view)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"workflows": views})
+}
+
+func writeWorkflowError(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, domain.ErrUnknownWorkflow):
+		writeError(w, http.StatusNotFound, err.Error())
+	case errors.Is(err, domain.ErrInvalidWorkflow):
+		writeJSON(w, http.StatusUnprocessableEntity, map[string]any{"error": err.Error(), "problems": domain.ProblemsOf(err)})
+	default:
+		writeError(w, http.StatusInternalServerError, err.Error())
+	}
 }

@@ -34,6 +34,12 @@ type ConsumerConfig struct {
 	OnAssigned, OnRevoked func(map[string][]int32)
 	// Opts are extra client options.
 	Opts []kgo.Opt
+	// MoreTopics, when set, is asked every TopicsInterval (default 2 s)
+	// for topics to consume besides Topics; new ones are added while the
+	// loop runs (workflows registered at run time bring their trigger
+	// topics).
+	MoreTopics     func(ctx context.Context) ([]string, error)
+	TopicsInterval time.Duration
 }
 
 // commitInterval is how often finished records' offsets are committed.
@@ -126,6 +132,9 @@ func Consume(ctx context.Context, cfg ConsumerConfig, handler Handler) error {
 	c.client = client
 	committerDone := make(chan struct{})
 	go func() { defer close(committerDone); c.commitLoop(ctx) }()
+	if cfg.MoreTopics != nil {
+		go c.followTopics(ctx)
+	}
 
 	for ctx.Err() == nil {
 		room := c.awaitRoom(ctx)
@@ -150,6 +159,43 @@ func Consume(ctx context.Context, cfg ConsumerConfig, handler Handler) error {
 	cancel()
 	client.Close()
 	return nil
+}
+
+// followTopics adds the topics MoreTopics names to the consumer as they
+// appear.
+func (c *consumer) followTopics(ctx context.Context) {
+	interval := c.cfg.TopicsInterval
+	if interval <= 0 {
+		interval = 2 * time.Second
+	}
+	known := map[string]bool{}
+	for _, t := range c.cfg.Topics {
+		known[t] = true
+	}
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	for {
+		topics, err := c.cfg.MoreTopics(ctx)
+		if err != nil && ctx.Err() == nil {
+			c.cfg.Logger.Warn("list topics to consume", "group", c.cfg.Group, "err", err.Error())
+		}
+		var added []string
+		for _, t := range topics {
+			if !known[t] {
+				known[t] = true
+				added = append(added, t)
+			}
+		}
+		if len(added) > 0 {
+			c.cfg.Logger.Info("consuming more topics", "group", c.cfg.Group, "topics", added)
+			c.client.AddConsumeTopics(added...)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+	}
 }
 
 // awaitRoom waits until fewer than MaxInFlight records are in flight and

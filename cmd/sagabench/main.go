@@ -29,6 +29,7 @@ import (
 	"github.com/cockroachdb/errors"
 
 	"github.com/sagaengine/saga/adapters/client"
+	"github.com/sagaengine/saga/adapters/demo"
 	"github.com/sagaengine/saga/adapters/kafka"
 	"github.com/sagaengine/saga/cmd/sagad/app"
 	"github.com/sagaengine/saga/domain"
@@ -94,7 +95,7 @@ func benchWorkflow(n int) *domain.Workflow {
 	for i := 0; i < n; i++ {
 		wf.Steps = append(wf.Steps, domain.StepDefinition{Name: fmt.Sprintf("step-%d", i+1), Agent: agents[i%len(agents)],
 			Budget: 10 * time.Second, MaxAttempts: 3, Backoff: domain.DefaultBackoff,
-			Compensation: domain.CompensationDefinition{Action: fmt.Sprintf("undo-%d", i+1), Budget: 10 * time.Second, MaxAttempts: 5, Backoff: domain.DefaultBackoff}})
+			Compensation: &domain.CompensationDefinition{Action: fmt.Sprintf("undo-%d", i+1), Budget: 10 * time.Second, MaxAttempts: 5, Backoff: domain.DefaultBackoff}})
 	}
 	return wf
 }
@@ -115,7 +116,7 @@ func run(ctx context.Context, c config) error {
 			dir = tmp
 		}
 		a, err := app.Start(app.Config{DataDir: dir, KafkaListen: "127.0.0.1:0", EventStoreListen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0",
-			DemoAgents: true, KafkaFsync: c.kafkaFsync, Workflows: []*domain.Workflow{domain.OrderWorkflow(), benchWorkflow(c.steps)},
+			DemoAgents: true, KafkaFsync: c.kafkaFsync, Workflows: []*domain.Workflow{demo.Workflow(), benchWorkflow(c.steps)},
 			Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 		if err != nil {
 			return err

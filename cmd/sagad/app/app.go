@@ -63,7 +63,9 @@ type Config struct {
 	SupervisorInterval time.Duration
 	// Faults injects failures into demo services, by agent name.
 	Faults map[string][]demo.Fault
-	// Workflows to run; default the demo order workflow.
+	// Workflows are registered at start (a new version for each one that
+	// differs from its newest registered version); with none, and demo
+	// agents on, the demo order workflow.
 	Workflows []*domain.Workflow
 	// MaxOrderSize bounds an order message; default 1 MiB.
 	MaxOrderSize int
@@ -116,8 +118,8 @@ type App struct {
 	EventStoreURL string
 	HTTPAddr      string
 
-	Catalog domain.Catalog
-	Store   *eventstore.Store
+	Workflows *processes.Registry
+	Store     *eventstore.Store
 	// followers shares one subscription among this process's followers.
 	followers  *eventstore.Fanout
 	Tasks      *projections.Tasks
@@ -137,6 +139,9 @@ type App struct {
 	clients []*kgo.Client
 	http    *http.Server
 	lease   *kafka.Lease
+
+	// agents and triggerTopics are those of the workflows registered at start.
+	agents, triggerTopics []string
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -159,17 +164,21 @@ func Start(cfg Config) (*App, error) {
 	if cfg.Partitions <= 0 {
 		cfg.Partitions = 4
 	}
-	if len(cfg.Workflows) == 0 {
-		cfg.Workflows = []*domain.Workflow{domain.OrderWorkflow()}
+	if len(cfg.Workflows) == 0 && cfg.DemoAgents {
+		cfg.Workflows = []*domain.Workflow{demo.Workflow()}
 	}
-	catalog, err := domain.NewCatalog(cfg.Workflows...)
-	if err != nil {
-		return nil, err
+	var problems error
+	for _, w := range cfg.Workflows {
+		problems = errors.CombineErrors(problems, errors.Wrapf(w.Validate(), "workflow %s", w.Name))
+	}
+	if problems != nil {
+		return nil, problems
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	a := &App{cfg: cfg, logger: cfg.Logger, Catalog: catalog, cancel: cancel, errs: make(chan error, 16),
+	a := &App{cfg: cfg, logger: cfg.Logger, cancel: cancel, errs: make(chan error, 16),
 		Services: map[string]*demo.Service{}, AgentProcs: map[string]*processes.Agent{}}
-	for _, start := range []func() error{a.startEventStore, func() error { return a.startKafka(ctx) }, func() error { return a.startProcesses(ctx) }} {
+	for _, start := range []func() error{a.startEventStore, func() error { return a.registerWorkflows(ctx) },
+		func() error { return a.startKafka(ctx) }, func() error { return a.startProcesses(ctx) }} {
 		if err := start(); err != nil {
 			a.Close()
 			return nil, err
@@ -209,10 +218,34 @@ func (a *App) startEventStore() error {
 	return nil
 }
 
+// registerWorkflows registers the configured workflows and reads back
+// the agents and trigger topics of every registered one.
+func (a *App) registerWorkflows(ctx context.Context) error {
+	a.Workflows = processes.NewRegistry(a.Store, a.cfg.Clock)
+	regCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for _, w := range a.cfg.Workflows {
+		registered, changed, err := a.Workflows.Apply(regCtx, w, "sagad/"+a.cfg.Instance)
+		if err != nil {
+			return errors.Wrapf(err, "register workflow %s", w.Name)
+		}
+		if changed {
+			a.logger.Info("workflow registered", "workflow", registered.Name, "version", registered.Version)
+		}
+	}
+	var err error
+	if a.agents, err = a.Workflows.Agents(regCtx); err != nil {
+		return err
+	}
+	a.triggerTopics, err = a.Workflows.Topics(regCtx)
+	return err
+}
+
 // Topics lists the topics saga creates at start.
 func (a *App) Topics() []string {
-	topics := []string{domain.OrdersTopic, domain.RepliesTopic, domain.StatusTopic, domain.DeadLetterTopic, domain.AlertsTopic}
-	for _, agent := range a.Catalog.Agents() {
+	topics := []string{domain.RepliesTopic, domain.StatusTopic, domain.DeadLetterTopic, domain.AlertsTopic}
+	topics = append(topics, a.triggerTopics...)
+	for _, agent := range a.agents {
 		topics = append(topics, domain.CommandTopic(agent))
 	}
 	return topics
@@ -280,9 +313,11 @@ func (a *App) startProcesses(ctx context.Context) error {
 		}
 	}
 	if cfg.has(RoleSubmitter) {
-		a.Submitter = &processes.Submitter{Store: a.Store, DeadLetters: a.newProducer("submitter"), Catalog: a.Catalog,
+		producer := a.newProducer("submitter")
+		a.Submitter = &processes.Submitter{Store: a.Store, DeadLetters: producer, Rejections: producer, Workflows: a.Workflows,
 			Actor: "submitter/" + cfg.Instance, Clock: cfg.Clock, Logger: a.logger, MaxOrderSize: cfg.MaxOrderSize}
-		a.consume(ctx, "saga-submitter", []string{domain.OrdersTopic}, a.Submitter.HandleOrder)
+		a.consumeWith(ctx, kafka.ConsumerConfig{Group: "saga-submitter", Topics: a.triggerTopics, MoreTopics: a.Workflows.Topics},
+			a.Submitter.HandleOrder)
 	}
 	if cfg.has(RoleStatus) {
 		a.Status = &processes.StatusPublisher{Store: a.followers, Checkpoints: a.Store, Sink: a.newProducer("status"), Logger: a.logger, Name: "status"}
@@ -309,7 +344,7 @@ func (a *App) startScheduler(ctx context.Context) error {
 		return errors.Wrap(err, "scheduler ownership")
 	}
 	commands := a.newProducer("scheduler")
-	a.Scheduler = &processes.Scheduler{Store: a.followers, Commands: commands, DeadLetters: commands, Catalog: a.Catalog,
+	a.Scheduler = &processes.Scheduler{Store: a.followers, Commands: commands, DeadLetters: commands, Workflows: a.Workflows,
 		Actor: "scheduler/" + a.cfg.Instance, Clock: a.cfg.Clock, Logger: a.logger, Ownership: ownership}
 	a.run("scheduler", func() error { return a.Scheduler.Run(ctx) })
 	a.consumeWith(ctx, kafka.ConsumerConfig{Group: "saga-scheduler", Topics: []string{domain.RepliesTopic},
@@ -329,7 +364,7 @@ func (a *App) startSupervisor(ctx context.Context) error {
 		return err
 	}
 	a.lease = lease
-	a.Supervisor = &processes.Supervisor{Store: a.followers, Alerts: a.newProducer("supervisor"), Catalog: a.Catalog, Actor: "supervisor/" + a.cfg.Instance,
+	a.Supervisor = &processes.Supervisor{Store: a.followers, Alerts: a.newProducer("supervisor"), Workflows: a.Workflows, Actor: "supervisor/" + a.cfg.Instance,
 		Clock: a.cfg.Clock, Logger: a.logger, Interval: a.cfg.SupervisorInterval, Leader: lease}
 	a.run("supervisor", func() error { return a.Supervisor.Run(ctx) })
 	return nil
@@ -338,14 +373,14 @@ func (a *App) startSupervisor(ctx context.Context) error {
 // startAPI serves the task projection and the operators' actions over HTTP.
 func (a *App) startAPI(ctx context.Context) error {
 	a.Tasks = projections.NewTasks(a.logger)
-	a.Operator = &processes.Operator{Store: a.Store, Catalog: a.Catalog, Clock: a.cfg.Clock}
+	a.Operator = &processes.Operator{Store: a.Store, Workflows: a.Workflows, Clock: a.cfg.Clock}
 	a.run("task projection", func() error { return a.Tasks.Run(ctx, a.followers) })
 	lis, err := net.Listen("tcp", listenOr(a.cfg.HTTPListen, httpapi.DefaultListen))
 	if err != nil {
 		return errors.Wrap(err, "http api listen")
 	}
 	a.HTTPAddr = lis.Addr().String()
-	a.http = &http.Server{Handler: httpapi.Handler(a.Tasks, a.Operator, a), ReadHeaderTimeout: 5 * time.Second}
+	a.http = &http.Server{Handler: httpapi.Handler(a.Tasks, a.Operator, a.Workflows, a), ReadHeaderTimeout: 5 * time.Second}
 	a.run("http api", func() error {
 		if err := a.http.Serve(lis); !errors.Is(err, http.ErrServerClosed) {
 			return err
@@ -358,7 +393,7 @@ func (a *App) startAPI(ctx context.Context) error {
 
 func (a *App) startDemoAgents(ctx context.Context) error {
 	httpClient := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
-	for _, agentName := range a.Catalog.Agents() {
+	for _, agentName := range a.agents {
 		if slices.Contains(a.cfg.ExternalAgents, agentName) {
 			continue
 		}

@@ -1,0 +1,369 @@
+package processes
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/errors"
+
+	"github.com/sagaengine/saga/domain"
+)
+
+// Workflows gives the processes the registered workflow definitions.
+type Workflows interface {
+	// Workflow returns a version of the named workflow; version 0 means
+	// the newest. An unknown name or version is domain.ErrUnknownWorkflow.
+	Workflow(ctx context.Context, name string, version int) (*domain.Workflow, error)
+}
+
+// DefaultWorkflowRefresh is how long a registry trusts what it knows of a
+// workflow's newest version, and of the list of workflows, before reading
+// them again: a version registered by another instance is used for new
+// orders within this time.
+const DefaultWorkflowRefresh = time.Second
+
+// Registry keeps workflow definitions in the event store: a stream per
+// workflow with one event per version (domain.WorkflowStream), and a
+// catalog stream naming them. Registered versions never change, so every
+// instance caches them; only the newest version is read again, after
+// Refresh. It is safe for concurrent use.
+type Registry struct {
+	Store EventStore
+	Clock Clock
+	// Refresh defaults to DefaultWorkflowRefresh.
+	Refresh time.Duration
+
+	mu        sync.Mutex
+	versions  map[string][]*domain.Workflow
+	checked   map[string]time.Time
+	names     []string
+	namesRead time.Time
+}
+
+// NewRegistry returns a registry over the store.
+func NewRegistry(store EventStore, clock Clock) *Registry {
+	if clock == nil {
+		clock = time.Now
+	}
+	return &Registry{Store: store, Clock: clock, Refresh: DefaultWorkflowRefresh,
+		versions: map[string][]*domain.Workflow{}, checked: map[string]time.Time{}}
+}
+
+// Apply registers w as the newest version of its workflow, unless it equals
+// the newest version already (then that one is returned and changed is
+// false). A definition is validated first; two workflows may not start on
+// the same topic for the same event type.
+func (r *Registry) Apply(ctx context.Context, w *domain.Workflow, by string) (registered *domain.Workflow, changed bool, err error) {
+	if err := w.Validate(); err != nil {
+		return nil, false, err
+	}
+	if err := r.checkTrigger(ctx, w); err != nil {
+		return nil, false, err
+	}
+	for range maxConflicts {
+		versions, err := r.read(ctx, w.Name)
+		if err != nil {
+			return nil, false, err
+		}
+		if n := len(versions); n > 0 && versions[n-1].Equal(w) {
+			return versions[n-1], false, nil
+		}
+		next := *w
+		next.Version = len(versions) + 1
+		def, err := next.MarshalDefinition()
+		if err != nil {
+			return nil, false, err
+		}
+		event := domain.WorkflowRegistered{Name: w.Name, Version: next.Version, Definition: def, RegisteredBy: by, RegisteredAt: r.Clock().UTC()}
+		batch, err := toNewEvents([]domain.Event{event}, domain.EventMetadata{CorrelationID: domain.WorkflowStream(w.Name), Actor: by})
+		if err != nil {
+			return nil, false, err
+		}
+		_, err = r.Store.Append(ctx, domain.WorkflowStream(w.Name), domain.ExpectAfter(int64(len(versions))-1), batch...)
+		if errors.Is(err, domain.ErrConcurrencyConflict) {
+			r.forget(w.Name)
+			continue
+		}
+		if err != nil {
+			return nil, false, errors.Wrapf(err, "register workflow %s version %d", w.Name, next.Version)
+		}
+		if err := r.name(ctx, w.Name); err != nil {
+			return nil, false, err
+		}
+		r.mu.Lock()
+		r.versions[w.Name] = append(slices.Clip(versions), &next)
+		r.checked[w.Name] = r.Clock()
+		r.mu.Unlock()
+		return &next, true, nil
+	}
+	return nil, false, errors.Newf("workflow %s kept changing while it was registered; try again", w.Name)
+}
+
+// name records the workflow in the catalog stream if it is not there yet.
+func (r *Registry) name(ctx context.Context, name string) error {
+	names, err := r.Names(ctx, true)
+	if err != nil || slices.Contains(names, name) {
+		return err
+	}
+	batch, err := toNewEvents([]domain.Event{domain.WorkflowNamed{Name: name}}, domain.EventMetadata{CorrelationID: domain.WorkflowCatalogStream})
+	if err != nil {
+		return err
+	}
+	if _, err := r.Store.Append(ctx, domain.WorkflowCatalogStream, domain.ExpectAny(), batch...); err != nil {
+		return errors.Wrapf(err, "add workflow %s to the catalog", name)
+	}
+	r.mu.Lock()
+	r.names = append(r.names, name)
+	r.mu.Unlock()
+	return nil
+}
+
+// checkTrigger refuses a workflow that would start on the same topic and
+// event type as another one.
+func (r *Registry) checkTrigger(ctx context.Context, w *domain.Workflow) error {
+	if w.Trigger.Type == "" {
+		return nil
+	}
+	others, err := r.List(ctx)
+	if err != nil {
+		return err
+	}
+	for _, o := range others {
+		if o.Name == w.Name || o.Trigger.Type != w.Trigger.Type {
+			continue
+		}
+		for _, topic := range w.Trigger.TopicsOrDefault() {
+			if slices.Contains(o.Trigger.TopicsOrDefault(), topic) {
+				return &domain.DefinitionError{Problems: []domain.Problem{{Path: "trigger",
+					Message: "workflow " + o.Name + " already starts on topic " + topic + " for type " + w.Trigger.Type}}}
+			}
+		}
+	}
+	return nil
+}
+
+// Workflow implements Workflows.
+func (r *Registry) Workflow(ctx context.Context, name string, version int) (*domain.Workflow, error) {
+	r.mu.Lock()
+	versions := r.versions[name]
+	fresh := r.Clock().Sub(r.checked[name]) < r.refresh()
+	r.mu.Unlock()
+	if version > 0 && version <= len(versions) {
+		return versions[version-1], nil
+	}
+	if version > len(versions) || !fresh {
+		var err error
+		if versions, err = r.read(ctx, name); err != nil {
+			return nil, err
+		}
+	}
+	switch {
+	case len(versions) == 0:
+		return nil, errors.Wrapf(domain.ErrUnknownWorkflow, "%q", name)
+	case version == 0:
+		return versions[len(versions)-1], nil
+	case version > len(versions):
+		return nil, errors.Wrapf(domain.ErrUnknownWorkflow, "%q has no version %d (newest is %d)", name, version, len(versions))
+	}
+	return versions[version-1], nil
+}
+
+// Versions returns every version of the named workflow, oldest first.
+func (r *Registry) Versions(ctx context.Context, name string) ([]*domain.Workflow, error) {
+	versions, err := r.read(ctx, name)
+	if err == nil && len(versions) == 0 {
+		err = errors.Wrapf(domain.ErrUnknownWorkflow, "%q", name)
+	}
+	return versions, err
+}
+
+// Names lists the registered workflows, sorted; fresh reads the catalog
+// again whatever Refresh says.
+func (r *Registry) Names(ctx context.Context, fresh bool) ([]string, error) {
+	r.mu.Lock()
+	if !fresh && r.namesRead.After(time.Time{}) && r.Clock().Sub(r.namesRead) < r.refresh() {
+		names := slices.Clone(r.names)
+		r.mu.Unlock()
+		return names, nil
+	}
+	r.mu.Unlock()
+	recorded, err := r.Store.ReadStream(ctx, domain.WorkflowCatalogStream)
+	if err != nil {
+		return nil, errors.Wrap(err, "read the workflow catalog")
+	}
+	var names []string
+	for _, e := range recorded {
+		var n domain.WorkflowNamed
+		if e.Type != domain.WorkflowNamedType || json.Unmarshal(e.Data, &n) != nil || n.Name == "" || slices.Contains(names, n.Name) {
+			continue
+		}
+		names = append(names, n.Name)
+	}
+	sort.Strings(names)
+	r.mu.Lock()
+	r.names, r.namesRead = names, r.Clock()
+	r.mu.Unlock()
+	return slices.Clone(names), nil
+}
+
+// List returns the newest version of every registered workflow, by name.
+func (r *Registry) List(ctx context.Context) ([]*domain.Workflow, error) {
+	names, err := r.Names(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*domain.Workflow, 0, len(names))
+	for _, name := range names {
+		w, err := r.Workflow(ctx, name, 0)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, w)
+	}
+	return out, nil
+}
+
+// Select chooses the workflow a message starts: the one a saga-shaped order
+// names (in its workflow and workflowVersion fields), else the one whose
+// trigger matches the topic and event type. Nothing matching is
+// domain.ErrUnknownWorkflow.
+func (r *Registry) Select(ctx context.Context, topic string, doc domain.OrderDocument, ceType string) (*domain.Workflow, error) {
+	name, version, err := doc.Requested()
+	if err != nil {
+		return nil, err
+	}
+	if name != "" {
+		w, err := r.Workflow(ctx, name, version)
+		if err != nil {
+			return nil, err
+		}
+		if topic != domain.OrdersTopic && !slices.Contains(w.Trigger.TopicsOrDefault(), topic) {
+			return nil, errors.Wrapf(domain.ErrUnknownWorkflow, "%q does not start on topic %s", name, topic)
+		}
+		return w, nil
+	}
+	all, err := r.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var specific, generic []*domain.Workflow
+	for _, w := range all {
+		if !doc.Matches(w.Trigger, topic, ceType) {
+			continue
+		}
+		if w.Trigger.Type != "" {
+			specific = append(specific, w)
+		} else {
+			generic = append(generic, w)
+		}
+	}
+	switch {
+	case len(specific) == 1:
+		return specific[0], nil
+	case len(specific) == 0 && len(generic) == 1:
+		return generic[0], nil
+	}
+	for _, w := range generic {
+		if w.Name == domain.DefaultWorkflow {
+			return w, nil
+		}
+	}
+	if len(specific)+len(generic) == 0 {
+		what := "topic " + topic
+		if ceType != "" {
+			what += " and type " + ceType
+		}
+		return nil, errors.Wrapf(domain.ErrUnknownWorkflow, "no workflow starts on %s", what)
+	}
+	var names []string
+	for _, w := range append(specific, generic...) {
+		names = append(names, w.Name)
+	}
+	return nil, errors.Wrapf(domain.ErrUnknownWorkflow, "several workflows start on topic %s (%s): name one in the order's workflow field", topic, strings.Join(names, ", "))
+}
+
+// Topics lists the topics that start some registered workflow, and the
+// orders topic, sorted.
+func (r *Registry) Topics(ctx context.Context) ([]string, error) {
+	all, err := r.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	set := []string{domain.OrdersTopic}
+	for _, w := range all {
+		for _, t := range w.Trigger.TopicsOrDefault() {
+			if !slices.Contains(set, t) {
+				set = append(set, t)
+			}
+		}
+	}
+	sort.Strings(set)
+	return set, nil
+}
+
+// Agents lists the agents the newest versions of the workflows use, sorted.
+func (r *Registry) Agents(ctx context.Context) ([]string, error) {
+	all, err := r.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var agents []string
+	for _, w := range all {
+		for _, a := range w.Agents() {
+			if !slices.Contains(agents, a) {
+				agents = append(agents, a)
+			}
+		}
+	}
+	sort.Strings(agents)
+	return agents, nil
+}
+
+// read loads every version of a workflow from its stream.
+func (r *Registry) read(ctx context.Context, name string) ([]*domain.Workflow, error) {
+	recorded, err := r.Store.ReadStream(ctx, domain.WorkflowStream(name))
+	if err != nil {
+		return nil, errors.Wrapf(err, "read workflow %s", name)
+	}
+	versions := make([]*domain.Workflow, 0, len(recorded))
+	for _, e := range recorded {
+		if e.Type != domain.WorkflowRegisteredType {
+			continue
+		}
+		var reg domain.WorkflowRegistered
+		if err := json.Unmarshal(e.Data, &reg); err != nil {
+			return nil, errors.Wrapf(err, "workflow %s revision %d", name, e.Revision)
+		}
+		w, err := domain.ParseDefinition(reg.Definition)
+		if err != nil {
+			return nil, errors.Wrapf(err, "workflow %s version %d as stored", name, reg.Version)
+		}
+		w.Version = len(versions) + 1
+		versions = append(versions, w)
+	}
+	r.mu.Lock()
+	if len(versions) >= len(r.versions[name]) {
+		r.versions[name] = versions
+	}
+	r.checked[name] = r.Clock()
+	r.mu.Unlock()
+	return versions, nil
+}
+
+func (r *Registry) forget(name string) {
+	r.mu.Lock()
+	delete(r.checked, name)
+	r.mu.Unlock()
+}
+
+func (r *Registry) refresh() time.Duration {
+	if r.Refresh <= 0 {
+		return DefaultWorkflowRefresh
+	}
+	return r.Refresh
+}
