@@ -1,0 +1,251 @@
+package integration_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sagaengine/saga/adapters/client"
+	"github.com/sagaengine/saga/adapters/kafka"
+	"github.com/sagaengine/saga/adapters/workflowfile"
+	"github.com/sagaengine/saga/cmd/sagad/app"
+	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/processes"
+	"github.com/sagaengine/saga/projections"
+)
+
+// shopWorkflow reads the user's workflow file, pointed at the shop service.
+func shopWorkflow(t *testing.T, shopURL string) *domain.Workflow {
+	t.Helper()
+	data, err := os.ReadFile("testdata/workflows/shop.yaml")
+	require.NoError(t, err)
+	w, err := workflowfile.Parse("shop.yaml", bytes.ReplaceAll(data, []byte("SHOP"), []byte(shopURL)))
+	require.NoError(t, err)
+	return w
+}
+
+// api calls the system's HTTP API and decodes its JSON answer.
+func (s *system) api(method, path string, body []byte) (int, map[string]any) {
+	s.t.Helper()
+	req, err := http.NewRequest(method, "http://"+s.app.HTTPAddr+path, bytes.NewReader(body))
+	require.NoError(s.t, err)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(s.t, err)
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(s.t, err)
+	var out map[string]any
+	require.NoError(s.t, json.Unmarshal(raw, &out), string(raw))
+	return resp.StatusCode, out
+}
+
+// register applies a definition through the HTTP API, as an operator's
+// tooling would, and returns the version registered.
+func (s *system) register(w *domain.Workflow) int {
+	s.t.Helper()
+	doc, err := w.MarshalDefinition()
+	require.NoError(s.t, err)
+	status, out := s.api(http.MethodPost, "/api/workflows", doc)
+	require.Contains(s.t, []int{http.StatusCreated, http.StatusOK}, status, "%v", out)
+	return int(out["version"].(float64))
+}
+
+// TestUserWorkflowRunsAgainstItsOwnServices drives a user-defined workflow
+// of four HTTP steps, read from a YAML file, against services in another
+// process: one order goes through; one whose shipping is refused for good
+// is undone in reverse order, and each undo is handed the result of the
+// step it undoes (the shop refuses to refund a payment it never took).
+func TestUserWorkflowRunsAgainstItsOwnServices(t *testing.T) {
+	shop := startShop(t)
+	s := startSystem(t, app.Config{})
+	require.Equal(t, 1, s.register(shopWorkflow(t, shop)))
+
+	s.publish("shop-ok", []byte(`{"orderId":"shop-ok","workflow":"shop","amount":42.5}`))
+	s.publish("shop-refused", []byte(`{"orderId":"shop-refused","workflow":"shop","amount":10,"refuseShipping":true}`))
+	tasks := s.awaitTerminal([]string{"shop-ok", "shop-refused"}, 60*time.Second)
+	require.Equal(t, domain.StateProcessed, tasks["shop-ok"].State, tasks["shop-ok"].Reason)
+	require.Equal(t, domain.StateCompensated, tasks["shop-refused"].State, tasks["shop-refused"].Reason)
+
+	assert.Equal(t, []string{domain.TaskSubmittedType,
+		domain.StepDispatchedType, domain.StepSucceededType, domain.StepDispatchedType, domain.StepSucceededType,
+		domain.StepDispatchedType, domain.StepFailedType, domain.CompensationRequestedType,
+		domain.CompensationDispatchedType, domain.StepCompensatedType, domain.CompensationDispatchedType, domain.StepCompensatedType,
+		domain.TaskCompensatedType}, types(s.stream("shop-refused")))
+	var undone []string
+	for _, e := range s.stream("shop-refused") {
+		if e.Type == domain.CompensationDispatchedType {
+			ev, err := e.Decode()
+			require.NoError(t, err)
+			undone = append(undone, ev.(domain.CompensationDispatched).Step)
+		}
+	}
+	assert.Equal(t, []string{"charge", "reserve"}, undone, "undone in reverse order; the refused step had no effect to undo")
+
+	st := shopStateOf(t, shop)
+	payment := st.Payments["shop-refused/charge"]
+	reservation := st.Reservations["shop-refused/reserve"]
+	require.NotEmpty(t, payment)
+	assert.Equal(t, []string{payment}, st.Refunds, "the refund named the payment the charge step returned")
+	assert.Equal(t, []string{reservation}, st.Releases, "the release named the reservation the reserve step returned")
+	assert.Empty(t, st.Refused)
+	assert.Equal(t, 1, st.Emails["shop-ok/confirm"], "the step without a compensation ran once")
+	assert.Equal(t, "track-shop-ok", st.Shipments["shop-ok/ship"], "the URL template took the order id")
+
+	// Results are part of the task's state, in the API and the audit.
+	s.awaitView("shop-refused", domain.StateCompensated)
+	view, _ := s.app.Tasks.Get("shop-ok")
+	var charge map[string]any
+	require.NoError(t, json.Unmarshal(view.Step("charge").Result, &charge))
+	assert.Equal(t, 42.5, charge["amount"])
+	audit, err := projections.BuildAudit("shop-refused", s.stream("shop-refused"), projections.Cut{})
+	require.NoError(t, err)
+	var text strings.Builder
+	require.NoError(t, audit.WriteText(&text))
+	assert.Contains(t, text.String(), "workflow shop v1")
+	assert.Contains(t, text.String(), payment)
+}
+
+// TestNewVersionWhileTasksAreInFlight registers a second version of a
+// workflow while a task of the first waits on its agent: that task finishes
+// on version 1, a new order runs version 2, and the audit shows both.
+func TestNewVersionWhileTasksAreInFlight(t *testing.T) {
+	gate := domain.StepDefinition{Name: "open-gate", Agent: "gate", Budget: 30 * time.Second, MaxAttempts: 1, Backoff: fastBackoff}
+	v1 := &domain.Workflow{Name: "gated", Steps: []domain.StepDefinition{gate}}
+	s := startSystem(t, app.Config{Workflows: []*domain.Workflow{v1}, ExternalAgents: []string{"gate"}})
+	s.publish("gated-old", []byte(`{"orderId":"gated-old","workflow":"gated"}`))
+	s.awaitTasks([]string{"gated-old"}, 30*time.Second, func(t *domain.Task) bool { return t.Step("open-gate").InFlight() })
+
+	v2 := &domain.Workflow{Name: "gated", Steps: []domain.StepDefinition{gate, {Name: "log", Agent: "gate", Budget: 30 * time.Second,
+		MaxAttempts: 1, Backoff: fastBackoff}}}
+	require.Equal(t, 2, s.register(v2))
+	require.Equal(t, 2, s.register(v2), "an identical definition makes no new version")
+	s.publish("gated-new", []byte(`{"orderId":"gated-new","workflow":"gated"}`))
+	s.publish("gated-pinned", []byte(`{"orderId":"gated-pinned","workflow":"gated","workflowVersion":1}`))
+
+	// Now the gate's agent comes up and lets everything through.
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	client, err := kafka.NewClient(s.app.KafkaBrokers)
+	require.NoError(t, err)
+	agent := &processes.Agent{Name: "gate", Replies: kafka.NewProducer(client, "test-gate", nil), DeadLetters: kafka.NewProducer(client, "test-gate", nil),
+		Clock: time.Now, Logger: testLogger(),
+		Handler: func(ctx context.Context, cmd domain.ExecuteStep) (json.RawMessage, error) {
+			return json.RawMessage(`{"opened":"` + cmd.TaskID + `"}`), nil
+		}}
+	go func() {
+		done <- kafka.Consume(runCtx, kafka.ConsumerConfig{Brokers: s.app.KafkaBrokers, Group: "test-gate", Topics: []string{domain.CommandTopic("gate")},
+			Logger: testLogger()}, agent.HandleCommand)
+	}()
+	t.Cleanup(func() { stop(); <-done; client.Close() })
+
+	tasks := s.awaitTerminal([]string{"gated-old", "gated-new", "gated-pinned"}, 60*time.Second)
+	for id, want := range map[string]struct {
+		version int
+		steps   int
+	}{"gated-old": {1, 1}, "gated-new": {2, 2}, "gated-pinned": {1, 1}} {
+		task := tasks[id]
+		assert.Equal(t, domain.StateProcessed, task.State, id)
+		assert.Equal(t, want.version, task.WorkflowVersion, id)
+		assert.Len(t, task.Steps, want.steps, id)
+		audit, err := projections.BuildAudit(id, s.stream(id), projections.Cut{})
+		require.NoError(t, err)
+		assert.Contains(t, audit.Rows[0].Details, "workflow gated v"+string(rune('0'+want.version)), id)
+	}
+	status, out := s.api(http.MethodGet, "/api/workflows/gated/versions", nil)
+	require.Equal(t, http.StatusOK, status)
+	assert.Len(t, out["workflows"], 2)
+}
+
+// TestInvalidDefinitionsAreRefusedWithEveryProblem sends definitions with
+// several problems each: all are listed, and nothing is registered.
+func TestInvalidDefinitionsAreRefusedWithEveryProblem(t *testing.T) {
+	s := startSystem(t, app.Config{})
+	bad := `{"name":"broken","colour":"red","steps":[
+		{"name":"a","agent":"x","budget":"-1s"},
+		{"name":"a","agent":"x"},
+		{"name":"c"},
+		{"name":"d","http":{"url":"http://svc/{{results.nope.id}}"}}]}`
+	status, out := s.api(http.MethodPost, "/api/workflows", []byte(bad))
+	require.Equal(t, http.StatusUnprocessableEntity, status, "%v", out)
+	var paths []string
+	for _, p := range out["problems"].([]any) {
+		paths = append(paths, p.(map[string]any)["path"].(string))
+	}
+	assert.ElementsMatch(t, []string{"colour", "steps[0].budget", "steps[1].name", "steps[2].agent", "steps[3].http.url"}, paths)
+	status, _ = s.api(http.MethodGet, "/api/workflows/broken", nil)
+	assert.Equal(t, http.StatusNotFound, status, "nothing was registered")
+	status, _ = s.api(http.MethodPost, "/api/workflows?dryRun=true", []byte(`{"name":"fine","steps":[{"name":"a","agent":"x"}]}`))
+	assert.Equal(t, http.StatusOK, status)
+	status, _ = s.api(http.MethodGet, "/api/workflows/fine", nil)
+	assert.Equal(t, http.StatusNotFound, status, "a dry run registers nothing")
+}
+
+// TestUnknownWorkflowIsRejectedAtOnce sends an order for a workflow nobody
+// registered through the Go client, which reports the rejection.
+func TestUnknownWorkflowIsRejectedAtOnce(t *testing.T) {
+	s := startSystem(t, app.Config{})
+	c, err := client.New(ctx(t, 10*time.Second), client.Config{Brokers: s.app.KafkaBrokers})
+	require.NoError(t, err)
+	defer c.Close()
+	started := time.Now()
+	outcome, err := c.Run(ctx(t, 20*time.Second), "rej-1", map[string]any{"workflow": "teleport"})
+	require.ErrorIs(t, err, client.ErrRejected)
+	assert.Contains(t, err.Error(), "teleport")
+	assert.Equal(t, domain.StatusRejected, outcome.Final.Status)
+	assert.Less(t, time.Since(started), 10*time.Second)
+	assert.Empty(t, s.stream("rej-1"))
+}
+
+// TestApplicationEventStartsTheWorkflowThatNamesIt registers, at run time, a
+// workflow started by an application's own event on its own topic, with the
+// task id in a nested field, and publishes such an event with kcat.
+func TestApplicationEventStartsTheWorkflowThatNamesIt(t *testing.T) {
+	requireTools(t, "kcat")
+	shop := startShop(t)
+	s := startSystem(t, app.Config{})
+	w, err := workflowfile.Parse("ship-on-order.yaml", []byte(`
+name: ship-on-order
+trigger:
+  topics: [shop.events]
+  type: OrderPlaced
+  typeField: /type
+  idField: /order/id
+steps:
+  - name: charge
+    http: {url: "`+shop+`/charge"}
+    compensation: {http: {url: "`+shop+`/refund", body: {paymentId: "{{result.paymentId}}"}}}
+  - name: confirm
+    http: {url: "`+shop+`/email"}
+`))
+	require.NoError(t, err)
+	s.register(w)
+
+	brokers := strings.Join(s.app.KafkaBrokers, ",")
+	publish := func(key, body string) {
+		cmd := exec.Command("kcat", "-P", "-b", brokers, "-t", "shop.events", "-k", key)
+		cmd.Stdin = strings.NewReader(body + "\n")
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, string(out))
+	}
+	publish("A-17", `{"type":"OrderPlaced","order":{"id":"A-17","amount":3},"at":"2026-11-22T10:00:00Z"}`)
+	task := s.awaitTerminal([]string{"A-17"}, 60*time.Second)["A-17"]
+	require.Equal(t, domain.StateProcessed, task.State, task.Reason)
+	assert.Equal(t, "ship-on-order", task.Workflow)
+	assert.Equal(t, 1, shopStateOf(t, shop).Emails["A-17/confirm"])
+
+	publish("A-18", `{"type":"OrderShipped","order":{"id":"A-18"}}`)
+	dead := s.consumeTopic(domain.DeadLetterTopic, 1, 30*time.Second)
+	assert.Equal(t, "A-18", string(dead[0].Key))
+	assert.Empty(t, s.stream("A-18"), "an event no workflow starts on is dead-lettered, not a task")
+}
