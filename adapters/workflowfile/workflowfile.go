@@ -111,6 +111,9 @@ func decodeYAML(data []byte) (*yaml.Node, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, errors.New("yaml: the file holds no document, only comments")
+		}
 		return nil, err
 	}
 	var second yaml.Node

@@ -245,6 +245,9 @@ func TestLimits(t *testing.T) {
 	de = definitionError(t, func() error { _, err := workflowfile.Parse("empty.yaml", []byte("\n")); return err }())
 	assert.Contains(t, de.Problems[0].Message, "empty")
 
+	de = definitionError(t, func() error { _, err := workflowfile.Parse("c.yaml", []byte("# nothing yet\n")); return err }())
+	assert.Contains(t, de.Problems[0].Message, "only comments")
+
 	_, err := workflowfile.Parse("signup.txt", text(signup))
 	assert.True(t, errors.Is(err, workflowfile.ErrUnsupportedFile))
 }
