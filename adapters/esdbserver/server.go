@@ -89,7 +89,7 @@ func Start(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	store, err := eslog.Open(eslog.Options{Dir: cfg.DataDir, SegmentSize: cfg.SegmentSize, MaxEventSize: cfg.MaxEventSize})
+	store, err := eslog.Open(eslog.Options{Dir: cfg.DataDir, SegmentSize: cfg.SegmentSize, MaxEventSize: cfg.MaxEventSize, Logger: cfg.Logger})
 	if err != nil {
 		return nil, errors.Wrapf(err, "open event store in %s", cfg.DataDir)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,6 +25,9 @@ type Options struct {
 	MaxBatchBytes int
 	// Now is the clock used for created times and $maxAge. Default time.Now.
 	Now func() time.Time
+	// Logger receives what open repairs, such as a cut torn tail. Default
+	// slog.Default().
+	Logger *slog.Logger
 }
 
 func (o *Options) setDefaults() {
@@ -38,6 +42,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
 	}
 }
 
@@ -110,7 +117,7 @@ func Open(opts Options) (*Store, error) {
 		closing:  make(chan struct{}),
 		done:     make(chan struct{}),
 	}
-	log, err := openSegmentLog(opts.Dir, opts.SegmentSize, s.applyFrame)
+	log, err := openSegmentLog(opts.Dir, opts.SegmentSize, opts.Logger, s.applyFrame)
 	if err != nil {
 		return nil, err
 	}

@@ -25,8 +25,10 @@ var ErrInvalidRequest = errors.New("invalid request")
 // ErrClosed is returned once the store is closed.
 var ErrClosed = errors.New("store closed")
 
-// ErrCorrupt is returned when the log on disk is damaged somewhere other than
-// a torn tail, which open cuts silently.
+// ErrCorrupt is returned by Open when the log on disk is damaged somewhere
+// other than a torn tail: a bad frame in an older segment, or one followed by
+// a valid frame. The message names the file and the byte offset. Open cuts a
+// torn tail instead, logs it and keeps its bytes next to the segment.
 var ErrCorrupt = errors.New("log corrupt")
 
 // ErrWriteFailed is returned for every write after a write or fsync to disk
