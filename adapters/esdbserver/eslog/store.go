@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"log/slog"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,6 +52,7 @@ func (o *Options) setDefaults() {
 // Store is the durable event store. It is safe for concurrent use.
 type Store struct {
 	opts Options
+	lock *dirLock
 	log  *segmentLog
 
 	// mu guards the index below. The writer goroutine is its only mutator,
@@ -65,6 +67,7 @@ type Store struct {
 	closing  chan struct{}
 	done     chan struct{}
 	once     sync.Once
+	closeErr error
 
 	failed error // set by the writer only
 
@@ -105,7 +108,9 @@ type response struct {
 }
 
 // Open opens the store in opts.Dir, creating it if needed, and rebuilds the
-// index from the log.
+// index from the log. It holds the directory's LOCK file until Close, so a
+// second Open of the same directory, here or in another process, fails at
+// once with ErrLocked.
 func Open(opts Options) (*Store, error) {
 	opts.setDefaults()
 	s := &Store{
@@ -117,20 +122,33 @@ func Open(opts Options) (*Store, error) {
 		closing:  make(chan struct{}),
 		done:     make(chan struct{}),
 	}
-	log, err := openSegmentLog(opts.Dir, opts.SegmentSize, opts.Logger, s.applyFrame)
+	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+		return nil, errors.Wrapf(err, "create data directory %s", opts.Dir)
+	}
+	lock, err := lockDir(opts.Dir)
 	if err != nil {
 		return nil, err
 	}
-	s.log = log
+	log, err := openSegmentLog(opts.Dir, opts.SegmentSize, opts.Logger, s.applyFrame)
+	if err != nil {
+		_ = lock.release()
+		return nil, err
+	}
+	s.lock, s.log = lock, log
 	go s.writer()
 	return s, nil
 }
 
-// Close stops the writer after the writes already queued and closes the files.
+// Close stops the writer after the writes already queued, closes the files
+// and releases the data directory for another Open. Calling it again does
+// nothing.
 func (s *Store) Close() error {
-	s.once.Do(func() { close(s.closing) })
-	<-s.done
-	return s.log.close()
+	s.once.Do(func() {
+		close(s.closing)
+		<-s.done
+		s.closeErr = errors.CombineErrors(s.log.close(), s.lock.release())
+	})
+	return s.closeErr
 }
 
 // Append writes events to stream if expected matches. An append whose event

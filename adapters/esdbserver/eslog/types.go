@@ -25,6 +25,10 @@ var ErrInvalidRequest = errors.New("invalid request")
 // ErrClosed is returned once the store is closed.
 var ErrClosed = errors.New("store closed")
 
+// ErrLocked is returned by Open when another Store, in this process or in
+// another one, has the data directory open. Only one may write a log.
+var ErrLocked = errors.New("data directory locked")
+
 // ErrCorrupt is returned by Open when the log on disk is damaged somewhere
 // other than a torn tail: a bad frame in an older segment, or one followed by
 // a valid frame. The message names the file and the byte offset. Open cuts a
