@@ -176,6 +176,10 @@ func toStatus(ctx context.Context, err error) error {
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, eslog.ErrClosed):
 		return status.Error(codes.Unavailable, err.Error())
+	case errors.Is(err, eslog.ErrNoSpace):
+		return status.Error(codes.ResourceExhausted, err.Error())
+	case errors.Is(err, eslog.ErrWriteFailed):
+		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, err.Error())
 	case errors.Is(err, context.Canceled):

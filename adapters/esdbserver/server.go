@@ -121,6 +121,11 @@ func Start(cfg Config) (*Server, error) {
 // Addr is the address the server listens on.
 func (s *Server) Addr() string { return s.lis.Addr().String() }
 
+// Health returns nil while the store accepts writes, and otherwise why not
+// (a disk failure that needs a restart, or a closed store). A readiness
+// probe can serve it.
+func (s *Server) Health() error { return s.store.Health() }
+
 // Store gives in-process access to the storage engine.
 func (s *Server) Store() *eslog.Store { return s.store }
 

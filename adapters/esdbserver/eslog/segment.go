@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/cockroachdb/errors"
 )
@@ -31,6 +32,7 @@ type segment struct {
 type segmentLog struct {
 	dir     string
 	maxSize uint64
+	io      fileIO
 
 	mu   sync.RWMutex
 	segs []*segment
@@ -49,7 +51,7 @@ func segmentName(base uint64) string { return fmt.Sprintf("%020d%s", base, segme
 // and open refuses with ErrCorrupt naming the file and byte offset rather
 // than cut it. A cut tail is logged and, unless it is all zeros, kept next to
 // the segment in a file named <segment>.torn-<offset>.
-func openSegmentLog(dir string, maxSize uint64, logger *slog.Logger, visit func(pos uint64, body []byte) error) (*segmentLog, error) {
+func openSegmentLog(dir string, maxSize uint64, fio fileIO, logger *slog.Logger, visit func(pos uint64, body []byte) error) (*segmentLog, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, errors.Wrapf(err, "create data directory %s", dir)
 	}
@@ -71,7 +73,7 @@ func openSegmentLog(dir string, maxSize uint64, logger *slog.Logger, visit func(
 	}
 	sort.Slice(bases, func(i, j int) bool { return bases[i] < bases[j] })
 
-	l := &segmentLog{dir: dir, maxSize: maxSize}
+	l := &segmentLog{dir: dir, maxSize: maxSize, io: fio}
 	fail := func(err error) (*segmentLog, error) {
 		_ = l.close()
 		return nil, err
@@ -312,16 +314,45 @@ func (l *segmentLog) addSegment(base uint64) error {
 	path := filepath.Join(l.dir, segmentName(base))
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
-		return errors.Wrapf(err, "create segment %s", path)
+		if isNoSpace(err) {
+			return errors.Wrapf(ErrNoSpace, "create segment %s: %v", path, err)
+		}
+		return failed(errors.Wrapf(err, "create segment %s", path))
 	}
 	if err := syncDir(l.dir); err != nil {
 		_ = f.Close()
-		return err
+		return failed(err)
 	}
 	l.mu.Lock()
 	l.segs = append(l.segs, &segment{base: base, file: f})
 	l.mu.Unlock()
 	return nil
+}
+
+// failed marks err as a disk failure after which the files' state is unknown.
+func failed(err error) error {
+	return errors.Wrapf(ErrWriteFailed, "%v; the state of the log on disk is unknown, so the store refuses writes: restart to recover", err)
+}
+
+// isNoSpace reports whether err says the disk or the user's quota is full.
+func isNoSpace(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
+}
+
+// fileIO is how the log writes and syncs segment files; tests replace it to
+// inject disk errors.
+type fileIO struct {
+	writeAt func(f *os.File, b []byte, off int64) (int, error)
+	sync    func(f *os.File) error
+}
+
+func (o *fileIO) setDefaults() {
+	if o.writeAt == nil {
+		o.writeAt = func(f *os.File, b []byte, off int64) (int, error) { return f.WriteAt(b, off) }
+	}
+	if o.sync == nil {
+		o.sync = fdatasync
+	}
 }
 
 func syncDir(dir string) error {
@@ -342,25 +373,39 @@ func (l *segmentLog) head() uint64 {
 
 // rollIfFull starts a new segment when the active one has reached its size
 // limit. It never changes head, so positions computed before it stay valid.
+// Its errors wrap ErrNoSpace (nothing changed, try again later) or
+// ErrWriteFailed (restart).
 func (l *segmentLog) rollIfFull() error {
 	last := l.segs[len(l.segs)-1]
 	if last.size < l.maxSize {
 		return nil
 	}
-	if err := last.file.Sync(); err != nil {
-		return errors.Wrap(err, "sync full segment")
+	if err := l.io.sync(last.file); err != nil {
+		return failed(errors.Wrapf(err, "sync full segment %s", last.file.Name()))
 	}
 	return l.addSegment(last.base + last.size)
 }
 
-// write appends buf to the active segment and fsyncs it.
+// write appends buf to the active segment and fsyncs it. A write that fails
+// for lack of space is cut off again, so the file ends at the last committed
+// frame, and the error wraps ErrNoSpace: the next write may succeed. Any
+// other failure, and every failed fsync, wraps ErrWriteFailed: after a failed
+// fsync the kernel may have dropped the dirty pages and marked them clean,
+// so nothing the store could do now would tell what is on disk.
 func (l *segmentLog) write(buf []byte) error {
 	last := l.segs[len(l.segs)-1]
-	if _, err := last.file.WriteAt(buf, int64(last.size)); err != nil {
-		return errors.Wrap(err, "write segment")
+	if _, err := l.io.writeAt(last.file, buf, int64(last.size)); err != nil {
+		err = errors.Wrapf(err, "write %d bytes to segment %s at byte %d", len(buf), last.file.Name(), last.size)
+		if terr := last.file.Truncate(int64(last.size)); terr != nil {
+			return failed(errors.CombineErrors(err, errors.Wrap(terr, "cut the partial write")))
+		}
+		if isNoSpace(err) {
+			return errors.Wrapf(ErrNoSpace, "%v; the partial write was cut and later writes succeed once there is space", err)
+		}
+		return failed(err)
 	}
-	if err := fdatasync(last.file); err != nil {
-		return errors.Wrap(err, "sync segment")
+	if err := l.io.sync(last.file); err != nil {
+		return failed(errors.Wrapf(err, "sync segment %s", last.file.Name()))
 	}
 	l.mu.Lock()
 	last.size += uint64(len(buf))
