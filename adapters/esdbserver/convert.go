@@ -128,7 +128,10 @@ func toReadEvent(e *eslog.RecordedEvent, uuidAsString bool) *streams.ReadResp {
 	}}}
 }
 
-func toFilter(f *streams.ReadReq_Options_FilterOptions) (*eslog.Filter, error) {
+// toFilter converts a read's filter, refusing a regex over maxRegex bytes:
+// Go's regexp runs in linear time, but in time linear in the regex's size
+// for every event examined.
+func toFilter(f *streams.ReadReq_Options_FilterOptions, maxRegex int) (*eslog.Filter, error) {
 	if f == nil {
 		return nil, nil
 	}
@@ -144,6 +147,9 @@ func toFilter(f *streams.ReadReq_Options_FilterOptions) (*eslog.Filter, error) {
 		return nil, invalid("filter names neither stream identifier nor event type")
 	}
 	out.Prefixes = expr.GetPrefix()
+	if n := len(expr.GetRegex()); n > maxRegex {
+		return nil, invalid("filter regex is %d bytes, over the limit of %d (--max-filter-regex)", n, maxRegex)
+	}
 	if expr.GetRegex() != "" {
 		re, err := regexp.Compile(expr.GetRegex())
 		if err != nil {
@@ -175,6 +181,10 @@ func toStatus(ctx context.Context, err error) error {
 	case errors.Is(err, eslog.ErrInvalidRequest):
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, eslog.ErrClosed):
+		return status.Error(codes.Unavailable, err.Error())
+	case errors.Is(err, eslog.ErrNoSpace):
+		return status.Error(codes.ResourceExhausted, err.Error())
+	case errors.Is(err, eslog.ErrWriteFailed):
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, err.Error())

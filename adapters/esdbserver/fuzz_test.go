@@ -78,7 +78,9 @@ func newFuzzService(t testing.TB) *streamsService {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = store.Close() })
-	return &streamsService{store: store, cfg: &Config{MaxEventSize: 1 << 10, MaxAppendSize: 4 << 10}, closing: make(chan struct{})}
+	cfg := &Config{MaxEventSize: 1 << 10, MaxAppendSize: 4 << 10}
+	cfg.setDefaults()
+	return &streamsService{store: store, cfg: cfg, closing: make(chan struct{})}
 }
 
 // FuzzAppend feeds arbitrary message sequences to Append: it must answer with

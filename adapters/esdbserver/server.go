@@ -25,18 +25,59 @@ const DefaultListen = "127.0.0.1:2113"
 // this server implements; clients read it through ServerFeatures.
 const ProtocolVersion = "24.10.0"
 
-// Config configures a Server.
+// Defaults of Config, declared once for the server and for the flags of
+// sagad eventstore.
+const (
+	// DefaultMaxEventSize bounds one event's data plus metadata.
+	DefaultMaxEventSize = 16 << 20
+	// DefaultMaxAppendSize bounds all events of one append.
+	DefaultMaxAppendSize = 64 << 20
+	// DefaultMaxSearchWindow is how many events one page of a filtered $all
+	// read or subscription examines at most: EventStoreDB's max search
+	// window.
+	DefaultMaxSearchWindow = 10_000
+	// DefaultMaxFilterRegex bounds a filter's regular expression, in bytes.
+	DefaultMaxFilterRegex = 1_000
+	// DefaultMaxReadBytes bounds the events one page of a read or
+	// subscription loads and sends.
+	DefaultMaxReadBytes = 4 << 20
+	// DefaultMaxSubscriptions bounds the subscriptions served at once.
+	DefaultMaxSubscriptions = 1_000
+)
+
+// Config configures a Server. A zero limit means its default.
 type Config struct {
 	// Listen is the TCP address to serve on. Default DefaultListen.
 	Listen string
 	// DataDir holds the log. Required.
 	DataDir string
-	// MaxEventSize bounds one event's data plus metadata. Default 16 MiB.
+	// MaxEventSize bounds one event's data plus metadata. Default
+	// DefaultMaxEventSize.
 	MaxEventSize int
-	// MaxAppendSize bounds all events of one append. Default 64 MiB.
+	// MaxAppendSize bounds all events of one append. Default
+	// DefaultMaxAppendSize.
 	MaxAppendSize int
 	// SegmentSize is the size of a log segment file. Default 256 MiB.
 	SegmentSize uint64
+	// MaxSearchWindow bounds how many events one page of a filtered $all
+	// read or subscription examines before it sends what it found; a
+	// subscription sends a checkpoint at least this often, whatever window
+	// the client asked for. A read goes on page by page until it has its
+	// count or reaches the end, as EventStoreDB's does, and stops when the
+	// client cancels. Default DefaultMaxSearchWindow.
+	MaxSearchWindow int
+	// MaxFilterRegex bounds a filter's regular expression, in bytes; a
+	// longer one is refused with InvalidArgument. Default
+	// DefaultMaxFilterRegex.
+	MaxFilterRegex int
+	// MaxReadBytes bounds, by their stored size, the events one page of a
+	// read or subscription holds in memory to send; a page always holds at
+	// least one event. Default DefaultMaxReadBytes.
+	MaxReadBytes int
+	// MaxSubscriptions bounds the catch-up subscriptions served at once;
+	// one more is refused with ResourceExhausted. Default
+	// DefaultMaxSubscriptions.
+	MaxSubscriptions int
 	// Logger receives the server's logs. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -47,8 +88,20 @@ func (c *Config) Validate() error {
 	if c.DataDir == "" {
 		errs = errors.CombineErrors(errs, errors.New("event store: a data directory is required"))
 	}
-	if c.MaxEventSize < 0 || c.MaxAppendSize < 0 {
-		errs = errors.CombineErrors(errs, errors.New("event store: size limits must not be negative"))
+	for _, l := range []struct {
+		name  string
+		value int
+	}{
+		{"max event size", c.MaxEventSize},
+		{"max append size", c.MaxAppendSize},
+		{"max search window", c.MaxSearchWindow},
+		{"max filter regex", c.MaxFilterRegex},
+		{"max read bytes", c.MaxReadBytes},
+		{"max subscriptions", c.MaxSubscriptions},
+	} {
+		if l.value < 0 {
+			errs = errors.CombineErrors(errs, errors.Newf("event store: %s must not be negative, got %d", l.name, l.value))
+		}
 	}
 	return errs
 }
@@ -57,12 +110,17 @@ func (c *Config) setDefaults() {
 	if c.Listen == "" {
 		c.Listen = DefaultListen
 	}
-	if c.MaxEventSize == 0 {
-		c.MaxEventSize = 16 << 20
+	orDefault := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
 	}
-	if c.MaxAppendSize == 0 {
-		c.MaxAppendSize = 64 << 20
-	}
+	orDefault(&c.MaxEventSize, DefaultMaxEventSize)
+	orDefault(&c.MaxAppendSize, DefaultMaxAppendSize)
+	orDefault(&c.MaxSearchWindow, DefaultMaxSearchWindow)
+	orDefault(&c.MaxFilterRegex, DefaultMaxFilterRegex)
+	orDefault(&c.MaxReadBytes, DefaultMaxReadBytes)
+	orDefault(&c.MaxSubscriptions, DefaultMaxSubscriptions)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -70,11 +128,12 @@ func (c *Config) setDefaults() {
 
 // Server is a running embedded event-store server.
 type Server struct {
-	cfg   Config
-	store *eslog.Store
-	grpc  *grpc.Server
-	lis   net.Listener
-	done  chan error
+	cfg     Config
+	store   *eslog.Store
+	streams *streamsService
+	grpc    *grpc.Server
+	lis     net.Listener
+	done    chan error
 	// closing ends subscriptions, which never end by themselves, so that a
 	// graceful stop does not wait for them.
 	closing chan struct{}
@@ -89,7 +148,7 @@ func Start(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	store, err := eslog.Open(eslog.Options{Dir: cfg.DataDir, SegmentSize: cfg.SegmentSize, MaxEventSize: cfg.MaxEventSize})
+	store, err := eslog.Open(eslog.Options{Dir: cfg.DataDir, SegmentSize: cfg.SegmentSize, MaxEventSize: cfg.MaxEventSize, Logger: cfg.Logger})
 	if err != nil {
 		return nil, errors.Wrapf(err, "open event store in %s", cfg.DataDir)
 	}
@@ -111,7 +170,8 @@ func Start(cfg Config) (*Server, error) {
 		// drop idle subscriptions.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	)
-	streams.RegisterStreamsServer(s.grpc, &streamsService{store: store, cfg: &s.cfg, closing: s.closing})
+	s.streams = &streamsService{store: store, cfg: &s.cfg, closing: s.closing}
+	streams.RegisterStreamsServer(s.grpc, s.streams)
 	serverfeatures.RegisterServerFeaturesServer(s.grpc, featuresService{})
 	go func() { s.done <- s.grpc.Serve(lis) }()
 	cfg.Logger.Info("event store listening", "addr", lis.Addr().String(), "data", cfg.DataDir)
@@ -120,6 +180,14 @@ func Start(cfg Config) (*Server, error) {
 
 // Addr is the address the server listens on.
 func (s *Server) Addr() string { return s.lis.Addr().String() }
+
+// Health returns nil while the store accepts writes, and otherwise why not
+// (a disk failure that needs a restart, or a closed store). A readiness
+// probe can serve it.
+func (s *Server) Health() error { return s.store.Health() }
+
+// Subscriptions is the number of catch-up subscriptions being served.
+func (s *Server) Subscriptions() int { return int(s.streams.subscriptions.Load()) }
 
 // Store gives in-process access to the storage engine.
 func (s *Server) Store() *eslog.Store { return s.store }

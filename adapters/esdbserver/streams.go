@@ -3,6 +3,7 @@ package esdbserver
 import (
 	"context"
 	"io"
+	"sync/atomic"
 
 	"github.com/EventStore/EventStore-Client-Go/v4/protos/shared"
 	"github.com/EventStore/EventStore-Client-Go/v4/protos/streams"
@@ -26,6 +27,8 @@ type streamsService struct {
 	store   *eslog.Store
 	cfg     *Config
 	closing <-chan struct{}
+	// subscriptions counts the subscriptions being served.
+	subscriptions atomic.Int64
 }
 
 // Append reads the options and every proposed event before writing, so a
@@ -163,9 +166,9 @@ func (s *streamsService) Read(req *streams.ReadReq, srv streams.Streams_ReadServ
 	if opts == nil {
 		return invalid("read carries no options")
 	}
-	r := &reader{store: s.store, srv: srv, closing: s.closing, uuidAsString: opts.GetUuidOption().GetString_() != nil}
+	r := &reader{store: s.store, srv: srv, closing: s.closing, cfg: s.cfg, uuidAsString: opts.GetUuidOption().GetString_() != nil}
 	backwards := opts.GetReadDirection() == streams.ReadReq_Options_Backwards
-	filter, err := toFilter(opts.GetFilter())
+	filter, err := toFilter(opts.GetFilter(), s.cfg.MaxFilterRegex)
 	if err != nil {
 		return err
 	}
@@ -178,6 +181,14 @@ func (s *streamsService) Read(req *streams.ReadReq, srv streams.Streams_ReadServ
 		count = c.Count
 	default:
 		return invalid("read names neither a count nor a subscription")
+	}
+	if subscribe {
+		if n := s.subscriptions.Add(1); n > int64(s.cfg.MaxSubscriptions) {
+			s.subscriptions.Add(-1)
+			return status.Errorf(codes.ResourceExhausted,
+				"the server already serves %d subscriptions, its limit (--max-subscriptions); close one or retry later", s.cfg.MaxSubscriptions)
+		}
+		defer s.subscriptions.Add(-1)
 	}
 	switch so := opts.GetStreamOption().(type) {
 	case *streams.ReadReq_Options_Stream:
@@ -196,6 +207,7 @@ func (s *streamsService) Read(req *streams.ReadReq, srv streams.Streams_ReadServ
 				window = uint64(m)
 			}
 			window *= uint64(max(1, opts.GetFilter().GetCheckpointIntervalMultiplier()))
+			window = min(window, uint64(s.cfg.MaxSearchWindow))
 			return toStatus(srv.Context(), r.subscribeAll(so.All, filter, window))
 		}
 		return toStatus(srv.Context(), r.readAll(so.All, backwards, count, filter))
@@ -206,9 +218,21 @@ func (s *streamsService) Read(req *streams.ReadReq, srv streams.Streams_ReadServ
 
 type reader struct {
 	store        *eslog.Store
+	cfg          *Config
 	closing      <-chan struct{}
 	srv          streams.Streams_ReadServer
 	uuidAsString bool
+}
+
+// limits bounds one page of a read that still wants count events: at most
+// pageSize events, MaxReadBytes of them, and, with a filter, MaxSearchWindow
+// examined.
+func (r *reader) limits(count uint64, filter *eslog.Filter) eslog.ReadLimits {
+	lim := eslog.ReadLimits{Events: int(min(count, pageSize)), Bytes: r.cfg.MaxReadBytes}
+	if filter != nil {
+		lim.Examine = r.cfg.MaxSearchWindow
+	}
+	return lim
 }
 
 func (r *reader) send(events []eslog.RecordedEvent) error {
@@ -227,7 +251,7 @@ func (r *reader) readStream(name string, o *streams.ReadReq_Options_StreamOption
 	}
 	from, fromEnd := o.GetRevision(), o.GetEnd() != nil
 	for count > 0 {
-		page, err := r.store.ReadStream(name, dir, from, fromEnd, int(min(count, pageSize)))
+		page, err := r.store.ReadStreamContext(r.srv.Context(), name, dir, from, fromEnd, r.limits(count, nil))
 		if errors.Is(err, eslog.ErrStreamNotFound) {
 			return r.srv.Send(&streams.ReadResp{Content: &streams.ReadResp_StreamNotFound_{StreamNotFound: &streams.ReadResp_StreamNotFound{
 				StreamIdentifier: &shared.StreamIdentifier{StreamName: []byte(name)},
@@ -271,7 +295,7 @@ func (r *reader) readAll(o *streams.ReadReq_Options_AllOptions, backwards bool, 
 	}
 	from := allFrom(o)
 	for count > 0 {
-		page, err := r.store.ReadAll(dir, from, int(min(count, pageSize)), 0, filter)
+		page, err := r.store.ReadAllContext(r.srv.Context(), dir, from, r.limits(count, filter), filter)
 		if err != nil {
 			return err
 		}
@@ -331,7 +355,7 @@ func (r *reader) subscribeStream(name string, o *streams.ReadReq_Options_StreamO
 	}
 	live := false
 	for {
-		page, err := r.store.ReadStream(name, eslog.Forwards, next, false, pageSize)
+		page, err := r.store.ReadStreamContext(r.srv.Context(), name, eslog.Forwards, next, false, r.limits(pageSize, nil))
 		if err != nil && !errors.Is(err, eslog.ErrStreamNotFound) {
 			return err
 		}
@@ -374,7 +398,7 @@ func (r *reader) subscribeAll(o *streams.ReadReq_Options_AllOptions, filter *esl
 	var examined uint64
 	var last uint64
 	for {
-		page, err := r.store.ReadAll(eslog.Forwards, from, pageSize, 4*pageSize, filter)
+		page, err := r.store.ReadAllContext(r.srv.Context(), eslog.Forwards, from, r.limits(pageSize, filter), filter)
 		if err != nil {
 			return err
 		}

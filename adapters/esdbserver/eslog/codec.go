@@ -23,8 +23,8 @@ const maxFrameSize = 1 << 30
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// errTorn marks a frame that is incomplete or fails its checksum.
-var errTorn = errors.New("torn or corrupt frame")
+// errTorn marks a frame body whose fields do not decode.
+var errTorn = errors.New("malformed frame")
 
 // appendFrame is the decoded body of an append frame.
 type appendFrame struct {

@@ -6,9 +6,11 @@
 //
 // An event's $all position is the absolute byte offset of the event's bytes in
 // the log, so positions are unique, strictly increasing and the same after a
-// restart. An append is acknowledged only after its frame is on disk; a torn
-// frame at the tail of the newest segment is detected by its length or
-// checksum and cut at open.
+// restart. An append is acknowledged only after its frame is on disk. At
+// open, a bad frame (short, impossible length, wrong checksum) at the end of
+// the newest segment with no valid frame after it is a torn write: it is cut
+// and its bytes kept in <segment>.torn-<offset>. Any other bad frame is
+// damage to acknowledged data and open fails with ErrCorrupt.
 //
 // Readers never see an event before it is durable, and they read the
 // committed log by position, so a reader that follows the log (a

@@ -83,3 +83,21 @@ func TestCorruptionBeforeTheTailIsReported(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "checksum")
 }
+
+// TestSecondOpenOfADirectoryFails opens a directory twice in one process:
+// the second open fails at once with ErrLocked naming the directory, and
+// succeeds once the first store is closed.
+func TestSecondOpenOfADirectoryFails(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	_, err := eslog.Open(eslog.Options{Dir: dir})
+	require.Error(t, err)
+	assert.ErrorIs(t, err, eslog.ErrLocked)
+	assert.Contains(t, err.Error(), dir)
+	assert.Contains(t, err.Error(), "in use by another process")
+	require.NoError(t, s.Close())
+	require.NoError(t, s.Close(), "closing twice is harmless")
+
+	s = open(t, dir)
+	require.NoError(t, s.Close())
+}

@@ -1,6 +1,7 @@
 package eslog
 
 import (
+	"context"
 	"regexp"
 	"strings"
 
@@ -55,14 +56,48 @@ type AllFrom struct {
 	Position uint64
 }
 
+// ReadLimits bound one read of the store.
+type ReadLimits struct {
+	// Events is the most events returned.
+	Events int
+	// Examine is the most index entries looked at, matching the filter or
+	// not; 0 means no bound beyond Events.
+	Examine int
+	// Bytes bounds the stored size of the events returned; the first event
+	// is returned whatever its size, so a read always makes progress. 0
+	// means no bound.
+	Bytes int
+}
+
+// overBytes reports whether one more event of size n would break the byte
+// limit, given the events and bytes picked so far.
+func (l *ReadLimits) overBytes(events, bytes int, n uint32) bool {
+	return events > 0 && l.Bytes > 0 && bytes+int(n) > l.Bytes
+}
+
+// scanChunk is how many $all index entries a read copies under the read
+// lock at a time. Filters run on the copy with the lock released, so a slow
+// filter never holds up the writer.
+const scanChunk = 1024
+
 // ReadAll reads up to limit events of $all that match filter, examining at
 // most maxExamine index entries (0 means no bound beyond limit).
 func (s *Store) ReadAll(dir Direction, from AllFrom, limit, maxExamine int, filter *Filter) (Page, error) {
-	s.mu.RLock()
+	return s.ReadAllContext(context.Background(), dir, from, ReadLimits{Events: limit, Examine: maxExamine}, filter)
+}
+
+// ReadAllContext reads the events of $all that match filter, within lim. It
+// takes the read lock only to copy the index a chunk at a time and matches
+// the filter with the lock released; it stops with ctx's error when ctx is
+// done.
+func (s *Store) ReadAllContext(ctx context.Context, dir Direction, from AllFrom, lim ReadLimits, filter *Filter) (Page, error) {
+	var page Page
 	var picked []entry
-	page := Page{Changed: s.changed}
+	var bytes int
+	step := 1
+	s.mu.RLock()
 	n := s.entries.n
-	step, i := 1, 0
+	var i int
 	if dir == Backwards {
 		step = -1
 		i = n - 1
@@ -74,19 +109,53 @@ func (s *Store) ReadAll(dir Direction, from AllFrom, limit, maxExamine int, filt
 	} else {
 		i = s.entries.search(from.Position)
 	}
-	for ; i >= 0 && i < n && len(picked) < limit; i += step {
-		if maxExamine > 0 && page.Examined >= maxExamine {
-			break
+	s.mu.RUnlock()
+	unfiltered := filter == nil || (len(filter.Prefixes) == 0 && filter.Regex == nil)
+	var chunk []entry
+	for {
+		if err := ctx.Err(); err != nil {
+			return page, errors.Wrap(err, "read $all")
 		}
-		e := s.entries.at(i)
-		page.Examined++
-		page.Last = e.pos
-		if filter.match(e) {
-			picked = append(picked, *e)
+		size := scanChunk
+		if unfiltered {
+			size = min(size, lim.Events-len(picked))
+		}
+		if lim.Examine > 0 {
+			size = min(size, lim.Examine-page.Examined)
+		}
+		chunk = chunk[:0]
+		s.mu.RLock()
+		n = s.entries.n
+		page.Changed = s.changed
+		for j := i; j >= 0 && j < n && len(chunk) < size; j += step {
+			chunk = append(chunk, *s.entries.at(j))
+		}
+		s.mu.RUnlock()
+		stop := len(chunk) == 0
+		for k := range chunk {
+			e := &chunk[k]
+			if len(picked) >= lim.Events {
+				stop = true
+				break
+			}
+			match := filter.match(e)
+			if match && lim.overBytes(len(picked), bytes, e.length) {
+				stop = true
+				break
+			}
+			page.Examined++
+			page.Last = e.pos
+			i += step
+			if match {
+				picked = append(picked, *e)
+				bytes += int(e.length)
+			}
+		}
+		if stop || len(picked) >= lim.Events || (lim.Examine > 0 && page.Examined >= lim.Examine) {
+			break
 		}
 	}
 	page.End = i < 0 || i >= n
-	s.mu.RUnlock()
 	events, err := s.load(picked)
 	page.Events = events
 	return page, err
@@ -96,6 +165,15 @@ func (s *Store) ReadAll(dir Direction, from AllFrom, limit, maxExamine int, filt
 // (or at its last event when fromEnd) in direction dir, honouring $tb,
 // $maxCount and $maxAge.
 func (s *Store) ReadStream(stream string, dir Direction, from uint64, fromEnd bool, limit int) (Page, error) {
+	return s.ReadStreamContext(context.Background(), stream, dir, from, fromEnd, ReadLimits{Events: limit})
+}
+
+// ReadStreamContext is ReadStream within lim (Examine is ignored: a stream
+// read examines only the events it may return).
+func (s *Store) ReadStreamContext(ctx context.Context, stream string, dir Direction, from uint64, fromEnd bool, lim ReadLimits) (Page, error) {
+	if err := ctx.Err(); err != nil {
+		return Page{}, errors.Wrapf(err, "read stream %q", stream)
+	}
 	s.mu.RLock()
 	page := Page{Changed: s.changed}
 	st := s.streams[stream]
@@ -114,6 +192,7 @@ func (s *Store) ReadStream(stream string, dir Direction, from uint64, fromEnd bo
 		minCreated = s.opts.Now().Add(-st.meta.maxAge).UnixNano()
 	}
 	var picked []entry
+	var bytes int
 	r, step := int64(from), int64(1)
 	if dir == Backwards {
 		step = -1
@@ -126,12 +205,17 @@ func (s *Store) ReadStream(stream string, dir Direction, from uint64, fromEnd bo
 		}
 		r = max(r, first)
 	}
-	for ; r >= first && r <= last && len(picked) < limit; r += step {
+	for ; r >= first && r <= last && len(picked) < lim.Events; r += step {
 		e := s.entries.at(st.revs[r])
+		keep := e.created >= minCreated
+		if keep && lim.overBytes(len(picked), bytes, e.length) {
+			break
+		}
 		page.Examined++
 		page.Last = uint64(r)
-		if e.created >= minCreated {
+		if keep {
 			picked = append(picked, *e)
+			bytes += int(e.length)
 		}
 	}
 	page.End = r < first || r > last

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/cockroachdb/errors"
 )
@@ -30,6 +32,7 @@ type segment struct {
 type segmentLog struct {
 	dir     string
 	maxSize uint64
+	io      fileIO
 
 	mu   sync.RWMutex
 	segs []*segment
@@ -39,7 +42,16 @@ func segmentName(base uint64) string { return fmt.Sprintf("%020d%s", base, segme
 
 // openSegmentLog opens or creates the log in dir, calls visit for every
 // complete frame in order, and cuts a torn tail off the newest segment.
-func openSegmentLog(dir string, maxSize uint64, visit func(pos uint64, body []byte) error) (*segmentLog, error) {
+//
+// A bad frame (short, with an impossible length or a wrong checksum) is a
+// torn tail only if it is in the newest segment and no valid frame starts
+// anywhere after it: that is what a write cut by a crash leaves, a partial
+// frame or zeros up to the end of the file. A bad frame with a valid frame
+// after it, or in an older segment, is damage to data that was acknowledged,
+// and open refuses with ErrCorrupt naming the file and byte offset rather
+// than cut it. A cut tail is logged and, unless it is all zeros, kept next to
+// the segment in a file named <segment>.torn-<offset>.
+func openSegmentLog(dir string, maxSize uint64, fio fileIO, logger *slog.Logger, visit func(pos uint64, body []byte) error) (*segmentLog, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, errors.Wrapf(err, "create data directory %s", dir)
 	}
@@ -61,41 +73,50 @@ func openSegmentLog(dir string, maxSize uint64, visit func(pos uint64, body []by
 	}
 	sort.Slice(bases, func(i, j int) bool { return bases[i] < bases[j] })
 
-	l := &segmentLog{dir: dir, maxSize: maxSize}
+	l := &segmentLog{dir: dir, maxSize: maxSize, io: fio}
+	fail := func(err error) (*segmentLog, error) {
+		_ = l.close()
+		return nil, err
+	}
 	for i, base := range bases {
+		path := filepath.Join(dir, segmentName(base))
 		if i > 0 {
 			prev := l.segs[i-1]
 			if prev.base+prev.size != base {
-				l.close()
-				return nil, errors.Wrapf(ErrCorrupt, "segment %s does not follow %s", segmentName(base), segmentName(prev.base))
+				return fail(errors.Wrapf(ErrCorrupt, "segment %s does not follow %s, which ends at %d", path, segmentName(prev.base), prev.base+prev.size))
 			}
 		}
-		f, err := os.OpenFile(filepath.Join(dir, segmentName(base)), os.O_RDWR, 0o644)
+		f, err := os.OpenFile(path, os.O_RDWR, 0o644)
 		if err != nil {
-			l.close()
-			return nil, errors.Wrapf(err, "open segment %s", segmentName(base))
+			return fail(errors.Wrapf(err, "open segment %s", path))
 		}
 		seg := &segment{base: base, file: f}
 		l.segs = append(l.segs, seg)
-		last := i == len(bases)-1
-		good, err := scanSegment(seg, visit)
-		if err != nil && !(last && errors.Is(err, errTorn)) {
-			l.close()
-			return nil, errors.Wrapf(err, "segment %s", segmentName(base))
-		}
+		fileSize, good, bad, err := scanSegment(seg, visit)
 		if err != nil {
-			// A torn tail is the normal result of a crash during a write that
-			// was never acknowledged: cut it and carry on.
-			if terr := f.Truncate(int64(good)); terr != nil {
-				l.close()
-				return nil, errors.Wrapf(terr, "cut torn tail of segment %s", segmentName(base))
-			}
-			if serr := f.Sync(); serr != nil {
-				l.close()
-				return nil, errors.Wrapf(serr, "sync segment %s", segmentName(base))
-			}
+			return fail(errors.Wrapf(err, "segment %s", path))
 		}
 		seg.size = good
+		if bad == "" {
+			continue
+		}
+		if i < len(bases)-1 {
+			return fail(errors.Wrapf(ErrCorrupt, "%s: bad frame at byte %d (%s) in a segment that is not the newest; refusing to open", path, good, bad))
+		}
+		next, found, err := findFrame(f, int64(good)+1, fileSize)
+		if err != nil {
+			return fail(errors.Wrapf(err, "segment %s: look for valid frames after byte %d", path, good))
+		}
+		if found {
+			return fail(errors.Wrapf(ErrCorrupt,
+				"%s: bad frame at byte %d (%s) but a valid frame follows at byte %d, so this is damage, not a torn write; refusing to open rather than cut %d bytes",
+				path, good, bad, next, fileSize-int64(good)))
+		}
+		// A torn tail is the normal result of a crash during a write that
+		// was never acknowledged: keep its bytes aside, cut it and carry on.
+		if err := cutTail(f, path, good, fileSize, bad, logger); err != nil {
+			return fail(err)
+		}
 	}
 	if len(l.segs) == 0 {
 		if err := l.addSegment(0); err != nil {
@@ -105,59 +126,233 @@ func openSegmentLog(dir string, maxSize uint64, visit func(pos uint64, body []by
 	return l, nil
 }
 
-// scanSegment visits every complete frame of seg and returns the size of the
-// valid prefix; a torn frame ends the scan with errTorn.
-func scanSegment(seg *segment, visit func(pos uint64, body []byte) error) (uint64, error) {
-	if _, err := seg.file.Seek(0, io.SeekStart); err != nil {
-		return 0, errors.Wrap(err, "seek")
+// scanSegment visits every complete frame of seg and returns the file's
+// size, the size of its valid prefix and, if a bad frame ends that prefix,
+// why it is bad. A visit error or an I/O error is returned as err.
+func scanSegment(seg *segment, visit func(pos uint64, body []byte) error) (fileSize int64, good uint64, bad string, err error) {
+	info, err := seg.file.Stat()
+	if err != nil {
+		return 0, 0, "", errors.Wrap(err, "stat")
 	}
-	r := bufio.NewReaderSize(seg.file, 1<<20)
+	fileSize = info.Size()
+	r := bufio.NewReaderSize(io.NewSectionReader(seg.file, 0, fileSize), 1<<20)
 	var off uint64
 	var header [frameHeaderSize]byte
 	var body []byte
 	for {
 		if _, err := io.ReadFull(r, header[:]); err != nil {
 			if err == io.EOF {
-				return off, nil
+				return fileSize, off, "", nil
 			}
-			return off, errors.Wrapf(errTorn, "frame header at %d", seg.base+off)
+			if err == io.ErrUnexpectedEOF {
+				return fileSize, off, "frame header cut short", nil
+			}
+			return fileSize, off, "", errors.Wrapf(err, "read frame header at byte %d", off)
 		}
 		n := binary.LittleEndian.Uint32(header[:4])
 		sum := binary.LittleEndian.Uint32(header[4:])
 		if n == 0 || n > maxFrameSize {
-			return off, errors.Wrapf(errTorn, "frame length %d at %d", n, seg.base+off)
+			return fileSize, off, fmt.Sprintf("frame length %d is impossible", n), nil
+		}
+		if off+frameHeaderSize+uint64(n) > uint64(fileSize) {
+			return fileSize, off, fmt.Sprintf("frame length %d runs past the end of the file", n), nil
 		}
 		if cap(body) < int(n) {
 			body = make([]byte, n)
 		}
 		body = body[:n]
 		if _, err := io.ReadFull(r, body); err != nil {
-			return off, errors.Wrapf(errTorn, "frame body at %d", seg.base+off)
+			return fileSize, off, "", errors.Wrapf(err, "read frame body at byte %d", off)
 		}
 		if crc32.Checksum(body, castagnoli) != sum {
-			return off, errors.Wrapf(errTorn, "frame checksum at %d", seg.base+off)
+			return fileSize, off, "frame checksum mismatch", nil
 		}
 		if err := visit(seg.base+off, body); err != nil {
-			return off, err
+			return fileSize, off, "", errors.Wrapf(err, "frame at byte %d", off)
 		}
 		off += frameHeaderSize + uint64(n)
 	}
+}
+
+// findFrame reports the first offset at or after from where a valid frame
+// starts: a plausible length that fits in the file, a known kind, a
+// matching checksum and a body that decodes. Checking every offset makes the
+// answer independent of whatever length the bad frame claims.
+func findFrame(f *os.File, from, size int64) (int64, bool, error) {
+	const window = 1 << 20
+	buf := make([]byte, window+frameHeaderSize+1)
+	var scratch []byte
+	for start := from; start+frameHeaderSize < size; start += window {
+		n, err := f.ReadAt(buf[:min(int64(len(buf)), size-start)], start)
+		if err != nil && err != io.EOF {
+			return 0, false, errors.Wrapf(err, "read at byte %d", start)
+		}
+		chunk := buf[:n]
+		for i := 0; i < window && i+frameHeaderSize < len(chunk); i++ {
+			at := start + int64(i)
+			length := int64(binary.LittleEndian.Uint32(chunk[i:]))
+			if length == 0 || length > maxFrameSize || at+frameHeaderSize+length > size {
+				continue
+			}
+			if k := chunk[i+frameHeaderSize]; k != kindAppend && k != kindTombstone {
+				continue
+			}
+			body := chunk[i+frameHeaderSize:]
+			if end := frameHeaderSize + int(length); i+end > len(chunk) {
+				if cap(scratch) < int(length) {
+					scratch = make([]byte, length)
+				}
+				body = scratch[:length]
+				if _, err := f.ReadAt(body, at+frameHeaderSize); err != nil {
+					return 0, false, errors.Wrapf(err, "read at byte %d", at+frameHeaderSize)
+				}
+			}
+			body = body[:length]
+			if crc32.Checksum(body, castagnoli) == binary.LittleEndian.Uint32(chunk[i+4:]) && decodesAsFrame(body) {
+				return at, true, nil
+			}
+		}
+	}
+	return 0, false, nil
+}
+
+// decodesAsFrame reports whether body is a well-formed frame body.
+func decodesAsFrame(body []byte) bool {
+	d := decoder{b: body}
+	switch d.byte() {
+	case kindAppend:
+		_, err := decodeAppend(&d)
+		return err == nil
+	case kindTombstone:
+		d.bytes()
+		return d.err == nil && d.off == len(body)
+	default:
+		return false
+	}
+}
+
+// cutTail keeps the bytes of f from good to size in a file next to it, unless
+// they are all zeros (preallocated or never written), then truncates f to
+// good and syncs it.
+func cutTail(f *os.File, path string, good uint64, size int64, why string, logger *slog.Logger) error {
+	tail := io.NewSectionReader(f, int64(good), size-int64(good))
+	zero, err := allZero(tail)
+	if err != nil {
+		return errors.Wrapf(err, "read torn tail of %s", path)
+	}
+	kept := ""
+	if !zero {
+		kept, err = keepAside(tail, fmt.Sprintf("%s.torn-%d", path, good))
+		if err != nil {
+			return err
+		}
+	}
+	if err := f.Truncate(int64(good)); err != nil {
+		return errors.Wrapf(err, "cut torn tail of %s at byte %d", path, good)
+	}
+	if err := f.Sync(); err != nil {
+		return errors.Wrapf(err, "sync %s", path)
+	}
+	logger.Warn("event store: cut a torn tail left by an interrupted write; it was never acknowledged",
+		"segment", path, "offset", good, "bytes", size-int64(good), "reason", why, "all_zero", zero, "kept_in", kept)
+	return nil
+}
+
+func allZero(r io.Reader) (bool, error) {
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := r.Read(buf)
+		for _, b := range buf[:n] {
+			if b != 0 {
+				return false, nil
+			}
+		}
+		if err == io.EOF {
+			return true, nil
+		}
+		if err != nil {
+			return false, err
+		}
+	}
+}
+
+// keepAside copies tail into a new file named name (or name.1, name.2, ...
+// if it exists), syncs it and its directory, and returns its path.
+func keepAside(tail *io.SectionReader, name string) (string, error) {
+	path := name
+	var out *os.File
+	for i := 1; ; i++ {
+		var err error
+		out, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		if err == nil {
+			break
+		}
+		if !os.IsExist(err) || i > 1000 {
+			return "", errors.Wrapf(err, "create %s to keep a torn tail", path)
+		}
+		path = fmt.Sprintf("%s.%d", name, i)
+	}
+	if _, err := tail.Seek(0, io.SeekStart); err != nil {
+		_ = out.Close()
+		return "", errors.Wrap(err, "seek torn tail")
+	}
+	if _, err := io.Copy(out, tail); err != nil {
+		_ = out.Close()
+		return "", errors.Wrapf(err, "copy torn tail to %s", path)
+	}
+	if err := out.Sync(); err != nil {
+		_ = out.Close()
+		return "", errors.Wrapf(err, "sync %s", path)
+	}
+	if err := out.Close(); err != nil {
+		return "", errors.Wrapf(err, "close %s", path)
+	}
+	return path, syncDir(filepath.Dir(path))
 }
 
 func (l *segmentLog) addSegment(base uint64) error {
 	path := filepath.Join(l.dir, segmentName(base))
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
-		return errors.Wrapf(err, "create segment %s", path)
+		if isNoSpace(err) {
+			return errors.Wrapf(ErrNoSpace, "create segment %s: %v", path, err)
+		}
+		return failed(errors.Wrapf(err, "create segment %s", path))
 	}
 	if err := syncDir(l.dir); err != nil {
 		_ = f.Close()
-		return err
+		return failed(err)
 	}
 	l.mu.Lock()
 	l.segs = append(l.segs, &segment{base: base, file: f})
 	l.mu.Unlock()
 	return nil
+}
+
+// failed marks err as a disk failure after which the files' state is unknown.
+func failed(err error) error {
+	return errors.Wrapf(ErrWriteFailed, "%v; the state of the log on disk is unknown, so the store refuses writes: restart to recover", err)
+}
+
+// isNoSpace reports whether err says the disk or the user's quota is full.
+func isNoSpace(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
+}
+
+// fileIO is how the log writes and syncs segment files; tests replace it to
+// inject disk errors.
+type fileIO struct {
+	writeAt func(f *os.File, b []byte, off int64) (int, error)
+	sync    func(f *os.File) error
+}
+
+func (o *fileIO) setDefaults() {
+	if o.writeAt == nil {
+		o.writeAt = func(f *os.File, b []byte, off int64) (int, error) { return f.WriteAt(b, off) }
+	}
+	if o.sync == nil {
+		o.sync = fdatasync
+	}
 }
 
 func syncDir(dir string) error {
@@ -178,25 +373,39 @@ func (l *segmentLog) head() uint64 {
 
 // rollIfFull starts a new segment when the active one has reached its size
 // limit. It never changes head, so positions computed before it stay valid.
+// Its errors wrap ErrNoSpace (nothing changed, try again later) or
+// ErrWriteFailed (restart).
 func (l *segmentLog) rollIfFull() error {
 	last := l.segs[len(l.segs)-1]
 	if last.size < l.maxSize {
 		return nil
 	}
-	if err := last.file.Sync(); err != nil {
-		return errors.Wrap(err, "sync full segment")
+	if err := l.io.sync(last.file); err != nil {
+		return failed(errors.Wrapf(err, "sync full segment %s", last.file.Name()))
 	}
 	return l.addSegment(last.base + last.size)
 }
 
-// write appends buf to the active segment and fsyncs it.
+// write appends buf to the active segment and fsyncs it. A write that fails
+// for lack of space is cut off again, so the file ends at the last committed
+// frame, and the error wraps ErrNoSpace: the next write may succeed. Any
+// other failure, and every failed fsync, wraps ErrWriteFailed: after a failed
+// fsync the kernel may have dropped the dirty pages and marked them clean,
+// so nothing the store could do now would tell what is on disk.
 func (l *segmentLog) write(buf []byte) error {
 	last := l.segs[len(l.segs)-1]
-	if _, err := last.file.WriteAt(buf, int64(last.size)); err != nil {
-		return errors.Wrap(err, "write segment")
+	if _, err := l.io.writeAt(last.file, buf, int64(last.size)); err != nil {
+		err = errors.Wrapf(err, "write %d bytes to segment %s at byte %d", len(buf), last.file.Name(), last.size)
+		if terr := last.file.Truncate(int64(last.size)); terr != nil {
+			return failed(errors.CombineErrors(err, errors.Wrap(terr, "cut the partial write")))
+		}
+		if isNoSpace(err) {
+			return errors.Wrapf(ErrNoSpace, "%v; the partial write was cut and later writes succeed once there is space", err)
+		}
+		return failed(err)
 	}
-	if err := fdatasync(last.file); err != nil {
-		return errors.Wrap(err, "sync segment")
+	if err := l.io.sync(last.file); err != nil {
+		return failed(errors.Wrapf(err, "sync segment %s", last.file.Name()))
 	}
 	l.mu.Lock()
 	last.size += uint64(len(buf))

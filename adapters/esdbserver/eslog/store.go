@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"log/slog"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,6 +26,11 @@ type Options struct {
 	MaxBatchBytes int
 	// Now is the clock used for created times and $maxAge. Default time.Now.
 	Now func() time.Time
+	// fileIO replaces the disk writes and syncs in tests.
+	fileIO fileIO
+	// Logger receives what open repairs, such as a cut torn tail. Default
+	// slog.Default().
+	Logger *slog.Logger
 }
 
 func (o *Options) setDefaults() {
@@ -39,11 +46,16 @@ func (o *Options) setDefaults() {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	o.fileIO.setDefaults()
 }
 
 // Store is the durable event store. It is safe for concurrent use.
 type Store struct {
 	opts Options
+	lock *dirLock
 	log  *segmentLog
 
 	// mu guards the index below. The writer goroutine is its only mutator,
@@ -58,11 +70,15 @@ type Store struct {
 	closing  chan struct{}
 	done     chan struct{}
 	once     sync.Once
+	closeErr error
 
-	failed error // set by the writer only
+	// failure is set, by the writer only, once a disk failure leaves the
+	// log's state unknown; from then on every write is refused.
+	failure atomic.Pointer[error]
 
-	syncs  atomic.Uint64
-	writes atomic.Uint64
+	syncs   atomic.Uint64
+	writes  atomic.Uint64
+	refused atomic.Uint64
 }
 
 // Stats are counters of the store's work since it was opened.
@@ -71,10 +87,49 @@ type Stats struct {
 	Syncs uint64
 	// Writes counts the appends, deletes and tombstones they made durable.
 	Writes uint64
+	// Refused counts the writes failed because of the disk: a full disk
+	// (ErrNoSpace) or a disk failure that made the store stop writing
+	// (ErrWriteFailed).
+	Refused uint64
 }
 
 // Stats returns the store's counters.
-func (s *Store) Stats() Stats { return Stats{Syncs: s.syncs.Load(), Writes: s.writes.Load()} }
+func (s *Store) Stats() Stats {
+	return Stats{Syncs: s.syncs.Load(), Writes: s.writes.Load(), Refused: s.refused.Load()}
+}
+
+// Health returns nil while the store accepts writes, and an error wrapping
+// ErrWriteFailed once a disk failure made it refuse them until it is
+// reopened; a readiness probe can report it. A full disk does not make the
+// store unhealthy: writes fail with ErrNoSpace and succeed again once there
+// is space.
+func (s *Store) Health() error {
+	if err := s.failure.Load(); err != nil {
+		return *err
+	}
+	select {
+	case <-s.closing:
+		return ErrClosed
+	default:
+		return nil
+	}
+}
+
+// fail records a disk failure that stops every later write.
+func (s *Store) fail(err error) {
+	if !errors.Is(err, ErrWriteFailed) {
+		err = errors.Wrapf(ErrWriteFailed, "%v: restart to recover", err)
+	}
+	s.failure.CompareAndSwap(nil, &err)
+}
+
+// refusal is the error for a write while the store is failed, or nil.
+func (s *Store) refusal() error {
+	if err := s.failure.Load(); err != nil {
+		return errors.Wrap(*err, "refusing writes since an earlier disk failure")
+	}
+	return nil
+}
 
 type opKind int
 
@@ -98,7 +153,9 @@ type response struct {
 }
 
 // Open opens the store in opts.Dir, creating it if needed, and rebuilds the
-// index from the log.
+// index from the log. It holds the directory's LOCK file until Close, so a
+// second Open of the same directory, here or in another process, fails at
+// once with ErrLocked.
 func Open(opts Options) (*Store, error) {
 	opts.setDefaults()
 	s := &Store{
@@ -110,20 +167,33 @@ func Open(opts Options) (*Store, error) {
 		closing:  make(chan struct{}),
 		done:     make(chan struct{}),
 	}
-	log, err := openSegmentLog(opts.Dir, opts.SegmentSize, s.applyFrame)
+	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+		return nil, errors.Wrapf(err, "create data directory %s", opts.Dir)
+	}
+	lock, err := lockDir(opts.Dir)
 	if err != nil {
 		return nil, err
 	}
-	s.log = log
+	log, err := openSegmentLog(opts.Dir, opts.SegmentSize, opts.fileIO, opts.Logger, s.applyFrame)
+	if err != nil {
+		_ = lock.release()
+		return nil, err
+	}
+	s.lock, s.log = lock, log
 	go s.writer()
 	return s, nil
 }
 
-// Close stops the writer after the writes already queued and closes the files.
+// Close stops the writer after the writes already queued, closes the files
+// and releases the data directory for another Open. Calling it again does
+// nothing.
 func (s *Store) Close() error {
-	s.once.Do(func() { close(s.closing) })
-	<-s.done
-	return s.log.close()
+	s.once.Do(func() {
+		close(s.closing)
+		<-s.done
+		s.closeErr = errors.CombineErrors(s.log.close(), s.lock.release())
+	})
+	return s.closeErr
 }
 
 // Append writes events to stream if expected matches. An append whose event
@@ -226,6 +296,10 @@ type batch struct {
 	pending map[string]*pendingStream
 	reqs    []*request
 	results []response
+	// noSpace is set when the batch could not start a new segment for lack
+	// of space: it fails every write of the batch, and the next batch tries
+	// again.
+	noSpace error
 }
 
 func (s *Store) writer() {
@@ -256,9 +330,12 @@ func (s *Store) writer() {
 func (s *Store) startBatch(b *batch) {
 	b.buf, b.frames, b.reqs, b.results = b.buf[:0], b.frames[:0], b.reqs[:0], b.results[:0]
 	clear(b.pending)
-	if s.failed == nil {
-		if err := s.log.rollIfFull(); err != nil {
-			s.failed = err
+	b.noSpace = nil
+	if s.refusal() == nil {
+		if err := s.log.rollIfFull(); errors.Is(err, ErrNoSpace) {
+			b.noSpace = err
+		} else if err != nil {
+			s.fail(err)
 		}
 	}
 	b.head = s.log.head()
@@ -311,8 +388,13 @@ func (s *Store) prepare(b *batch, r *request) {
 }
 
 func (s *Store) decide(b *batch, r *request) (WriteResult, error) {
-	if s.failed != nil {
-		return WriteResult{}, errors.Wrapf(ErrWriteFailed, "earlier: %v", s.failed)
+	if err := s.refusal(); err != nil {
+		s.refused.Add(1)
+		return WriteResult{}, err
+	}
+	if b.noSpace != nil {
+		s.refused.Add(1)
+		return WriteResult{}, b.noSpace
 	}
 	p := s.view(b, r.stream)
 	if p.tombstoned {
@@ -428,10 +510,13 @@ func (s *Store) alreadyWritten(stream string, exp Expected, events []ProposedEve
 func (s *Store) commit(b *batch) {
 	if len(b.buf) > 0 {
 		if err := s.log.write(b.buf); err != nil {
-			s.failed = err
+			if !errors.Is(err, ErrNoSpace) {
+				s.fail(err)
+			}
 			for i := range b.results {
 				if b.results[i].err == nil {
-					b.results[i] = response{err: errors.Wrapf(ErrWriteFailed, "%v", err)}
+					b.results[i] = response{err: err}
+					s.refused.Add(1)
 				}
 			}
 		} else {
@@ -456,7 +541,7 @@ func (s *Store) publish(b *batch) {
 		if err := s.applyFrame(b.head+uint64(start), b.buf[start+frameHeaderSize:end]); err != nil {
 			// The frame was encoded by this process a moment ago; failing to
 			// decode it is a bug, and the index can no longer be trusted.
-			s.failed = errors.Wrap(err, "apply committed frame")
+			s.fail(errors.Wrap(err, "apply committed frame"))
 		}
 	}
 	close(s.changed)

@@ -25,14 +25,28 @@ var ErrInvalidRequest = errors.New("invalid request")
 // ErrClosed is returned once the store is closed.
 var ErrClosed = errors.New("store closed")
 
-// ErrCorrupt is returned when the log on disk is damaged somewhere other than
-// a torn tail, which open cuts silently.
+// ErrLocked is returned by Open when another Store, in this process or in
+// another one, has the data directory open. Only one may write a log.
+var ErrLocked = errors.New("data directory locked")
+
+// ErrCorrupt is returned by Open when the log on disk is damaged somewhere
+// other than a torn tail: a bad frame in an older segment, or one followed by
+// a valid frame. The message names the file and the byte offset. Open cuts a
+// torn tail instead, logs it and keeps its bytes next to the segment.
 var ErrCorrupt = errors.New("log corrupt")
 
-// ErrWriteFailed is returned for every write after a write or fsync to disk
-// failed: the state of the file is then unknown and the store refuses
-// further writes until it is reopened.
+// ErrWriteFailed is returned for the write during which a disk write or
+// fsync failed in a way that leaves the log's state on disk unknown (above
+// all a failed fsync), and for every write after it: the store refuses
+// writes until it is reopened. Health reports the same error. The failed
+// write itself may or may not be on disk after the restart, as with a
+// timeout; a retry with the same event ids is safe.
 var ErrWriteFailed = errors.New("store failed a disk write")
+
+// ErrNoSpace is returned for a write that failed because the disk (or the
+// quota) is full. The store cut the partial write, so nothing of it is on
+// disk, and it accepts later writes as soon as they succeed again.
+var ErrNoSpace = errors.New("no space left for the event log")
 
 // NoStream is the revision reported for a stream that does not exist.
 const NoStream int64 = -1
