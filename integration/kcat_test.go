@@ -31,6 +31,24 @@ func requireTools(t *testing.T, tools ...string) {
 	}
 }
 
+// startShellAgent runs the kcat shell agent for an agent name until the
+// test ends.
+func startShellAgent(t *testing.T, s *system, name string) {
+	t.Helper()
+	agent := exec.Command("bash", "testdata/kcat-agent.sh", strings.Join(s.app.KafkaBrokers, ","), name)
+	agent.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stderr, err := agent.StderrPipe()
+	require.NoError(t, err)
+	require.NoError(t, agent.Start())
+	t.Cleanup(func() { _ = syscall.Kill(-agent.Process.Pid, syscall.SIGKILL); _ = agent.Wait() })
+	go func() {
+		lines := bufio.NewScanner(stderr)
+		for lines.Scan() {
+			t.Log("kcat-agent:", lines.Text())
+		}
+	}()
+}
+
 // TestShellAgentAndKcatConsumer runs a workflow whose only step is carried
 // out by an agent written in shell around kcat, and reads the order's reply
 // topic with kcat.
@@ -43,18 +61,7 @@ func TestShellAgentAndKcatConsumer(t *testing.T) {
 	s := startSystem(t, app.Config{Workflows: []*domain.Workflow{demo.Workflow(), bell}, ExternalAgents: []string{"bell"}})
 	brokers := strings.Join(s.app.KafkaBrokers, ",")
 
-	agent := exec.Command("bash", "testdata/kcat-agent.sh", brokers, "bell")
-	agent.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	stderr, err := agent.StderrPipe()
-	require.NoError(t, err)
-	require.NoError(t, agent.Start())
-	t.Cleanup(func() { _ = syscall.Kill(-agent.Process.Pid, syscall.SIGKILL); _ = agent.Wait() })
-	go func() {
-		lines := bufio.NewScanner(stderr)
-		for lines.Scan() {
-			t.Log("kcat-agent:", lines.Text())
-		}
-	}()
+	startShellAgent(t, s, "bell")
 
 	s.publish("bell-1", []byte(`{"orderId":"bell-1","workflow":"bell","replyTo":"bell-replies"}`))
 	task := s.awaitTerminal([]string{"bell-1"}, 60*time.Second)["bell-1"]

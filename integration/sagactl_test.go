@@ -82,7 +82,7 @@ func TestSagactlAuditAndReplay(t *testing.T) {
 	assert.Contains(t, out, "up to revision 4")
 	assert.Contains(t, out, "State: Processing")
 
-	out, code = s.sagactl("audit", "--json", "audit-1")
+	out, code = s.sagactl("audit", "audit-1", "--json")
 	require.Equal(t, 0, code, out)
 	var report struct {
 		Timeline []struct{ Event string }

@@ -249,3 +249,89 @@ steps:
 	assert.Equal(t, "A-18", string(dead[0].Key))
 	assert.Empty(t, s.stream("A-18"), "an event no workflow starts on is dead-lettered, not a task")
 }
+
+// TestSagactlWorkflows applies, validates, lists, shows and diffs
+// definition files with sagactl, and submits orders with it.
+func TestSagactlWorkflows(t *testing.T) {
+	shop := startShop(t)
+	s := startSystem(t, app.Config{})
+	dir := t.TempDir()
+	data, err := os.ReadFile("testdata/workflows/shop.yaml")
+	require.NoError(t, err)
+	file := dir + "/shop.yaml"
+	require.NoError(t, os.WriteFile(file, bytes.ReplaceAll(data, []byte("SHOP"), []byte(shop)), 0o644))
+
+	out, code := s.sagactl("workflows", "diff", file)
+	assert.Equal(t, 1, code, out)
+	assert.Contains(t, out, "workflow shop: new")
+	out, code = s.sagactl("workflows", "validate", file)
+	require.Equal(t, 0, code, out)
+	out, code = s.sagactl("workflows", "apply", dir)
+	require.Equal(t, 0, code, out)
+	assert.Contains(t, out, "workflow shop registered as version 1")
+	out, code = s.sagactl("workflows", "apply", file)
+	require.Equal(t, 0, code, out)
+	assert.Contains(t, out, "unchanged (version 1)")
+	out, code = s.sagactl("workflows", "diff", file)
+	assert.Equal(t, 0, code, out)
+
+	changed := bytes.Replace(bytes.ReplaceAll(data, []byte("SHOP"), []byte(shop)), []byte("attempts: 3"), []byte("attempts: 4"), 1)
+	require.NoError(t, os.WriteFile(file, changed, 0o644))
+	out, code = s.sagactl("workflows", "diff", file)
+	assert.Equal(t, 1, code, out)
+	assert.Contains(t, out, "version 1 -> 2")
+	assert.Contains(t, out, "+ ")
+
+	out, code = s.sagactl("workflows", "list")
+	require.Equal(t, 0, code, out)
+	assert.Contains(t, out, "shop")
+	assert.Contains(t, out, "reserve, charge, ship, confirm")
+	out, code = s.sagactl("workflows", "get", "shop", "--version", "1")
+	require.Equal(t, 0, code, out)
+	assert.Contains(t, out, "# workflow shop version 1")
+	assert.Contains(t, out, "{{result.paymentId}}")
+
+	bad := dir + "/bad.yaml"
+	require.NoError(t, os.WriteFile(bad, []byte("name: bad\nsteps:\n  - name: a\n    budget: -1s\n    agent: x\n  - name: a\n    agent: x\n"), 0o644))
+	out, code = s.sagactl("workflows", "validate", bad)
+	assert.Equal(t, 1, code, out)
+	assert.Contains(t, out, "bad.yaml")
+	assert.Contains(t, out, "line 4")
+	assert.Contains(t, out, "steps[1].name")
+
+	out, code = s.sagactl("submit", "ctl-1", `{"amount": 5}`, "--workflow", "shop", "--wait", "--timeout", "30s")
+	assert.Equal(t, 0, code, out)
+	assert.Contains(t, out, "processed")
+	out, code = s.sagactl("submit", "ctl-2", "--workflow", "nope")
+	assert.Equal(t, 5, code, out)
+	assert.Contains(t, out, "rejected")
+	assert.Contains(t, out, "unknown workflow")
+}
+
+// TestHTTPAgentAndShellAgentServeOneWorkflow runs a user's workflow whose
+// first step is an HTTP call made by the built-in agent and whose second is
+// carried out by the kcat shell agent.
+func TestHTTPAgentAndShellAgentServeOneWorkflow(t *testing.T) {
+	requireTools(t, "kcat", "jq", "bash")
+	shop := startShop(t)
+	s := startSystem(t, app.Config{})
+	w, err := workflowfile.Parse("mixed.yaml", []byte(`
+name: mixed
+steps:
+  - name: reserve
+    http: {url: "`+shop+`/reserve"}
+  - name: ring-bell
+    agent: bell
+    budget: 20s
+`))
+	require.NoError(t, err)
+	s.register(w)
+	startShellAgent(t, s, "bell")
+	s.publish("mixed-1", []byte(`{"orderId":"mixed-1","workflow":"mixed"}`))
+	task := s.awaitTerminal([]string{"mixed-1"}, 60*time.Second)["mixed-1"]
+	require.Equal(t, domain.StateProcessed, task.State, task.Reason)
+	assert.Equal(t, "http", task.Step("reserve").Agent)
+	assert.Equal(t, "bell", task.Step("ring-bell").Agent)
+	assert.Contains(t, string(task.Step("reserve").Result), "reservationId")
+	assert.NotEmpty(t, shopStateOf(t, shop).Reservations["mixed-1/reserve"])
+}

@@ -122,21 +122,33 @@ func (c *Client) Submit(ctx context.Context, orderID string, fields map[string]a
 }
 
 // Wait blocks until the order reaches processed, compensated or failed, or
-// ctx ends.
+// ctx ends. A rejected order is ErrRejected.
 func (c *Client) Wait(ctx context.Context, orderID string) (Outcome, error) {
+	return c.waitFor(ctx, orderID, func(o Outcome) bool { return o.Final.Status != "" })
+}
+
+// Accepted blocks until saga has accepted the order as a task (its
+// received status) or refused it (ErrRejected), or ctx ends.
+func (c *Client) Accepted(ctx context.Context, orderID string) (Outcome, error) {
+	return c.waitFor(ctx, orderID, func(o Outcome) bool { return len(o.Statuses) > 0 })
+}
+
+// waitFor blocks until done holds for what is known of the order.
+func (c *Client) waitFor(ctx context.Context, orderID string, done func(Outcome) bool) (Outcome, error) {
 	for {
 		c.mu.Lock()
-		outcome, final := c.outcome(orderID)
+		outcome := c.outcome(orderID)
 		var ch chan struct{}
-		if !final {
+		finished := done(outcome)
+		if !finished {
 			ch = make(chan struct{})
 			c.waiters[orderID] = append(c.waiters[orderID], ch)
 		}
 		c.mu.Unlock()
-		if final && outcome.Final.Status == domain.StatusRejected {
+		if outcome.Final.Status == domain.StatusRejected {
 			return outcome, errors.Wrapf(ErrRejected, "order %s: %s", orderID, outcome.Final.Reason)
 		}
-		if final {
+		if finished {
 			return outcome, nil
 		}
 		select {
@@ -163,7 +175,7 @@ func (c *Client) Received() int {
 }
 
 // outcome assembles what is known of an order. The caller holds mu.
-func (c *Client) outcome(orderID string) (Outcome, bool) {
+func (c *Client) outcome(orderID string) Outcome {
 	var out Outcome
 	for _, s := range c.statuses[orderID] {
 		out.Statuses = append(out.Statuses, s)
@@ -171,9 +183,8 @@ func (c *Client) outcome(orderID string) (Outcome, bool) {
 	sort.Slice(out.Statuses, func(i, j int) bool { return out.Statuses[i].Revision < out.Statuses[j].Revision })
 	if n := len(out.Statuses); n > 0 && out.Statuses[n-1].Final() {
 		out.Final = out.Statuses[n-1]
-		return out, true
 	}
-	return out, false
+	return out
 }
 
 func (c *Client) follow(ctx context.Context) {

@@ -28,6 +28,7 @@ const (
 	exitCompensated = 2
 	exitFailed      = 3 // the task stopped in Error
 	exitTimeout     = 4
+	exitRejected    = 5 // saga refused the order: no task
 )
 
 // exitCode carries a process exit code through an error.
@@ -107,12 +108,8 @@ func watchOrder(ctx context.Context, c *common, orderID string) error {
 		return nil
 	})
 	switch {
-	case final != nil && final.Status == domain.StatusProcessed:
-		return nil
-	case final != nil && final.Status == domain.StatusCompensated:
-		return exitCode{exitCompensated, "order " + orderID + " was compensated"}
 	case final != nil:
-		return exitCode{exitFailed, "order " + orderID + " failed: " + final.Reason}
+		return outcomeCode(orderID, *final)
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded):
 		return exitCode{exitTimeout, "order " + orderID + " did not finish in time"}
 	}
@@ -254,4 +251,17 @@ func replay(ctx context.Context, args []string) error {
 		}
 	}
 	return nil
+}
+
+// outcomeCode is the exit code of an order's final status.
+func outcomeCode(orderID string, final domain.TaskStatus) error {
+	switch final.Status {
+	case domain.StatusProcessed:
+		return nil
+	case domain.StatusCompensated:
+		return exitCode{exitCompensated, "order " + orderID + " was compensated"}
+	case domain.StatusRejected:
+		return exitCode{exitRejected, "order " + orderID + " was rejected: " + final.Reason}
+	}
+	return exitCode{exitFailed, "order " + orderID + " failed: " + final.Reason}
 }

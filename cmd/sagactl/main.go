@@ -18,6 +18,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 
+	"github.com/sagaengine/saga/adapters/client"
 	"github.com/sagaengine/saga/adapters/kafka"
 	"github.com/sagaengine/saga/domain"
 )
@@ -25,13 +26,16 @@ import (
 const usage = `usage: sagactl COMMAND [flags] [args]
 
 commands:
-  submit ORDER_ID [JSON]   publish an order (JSON fields are merged into the order)
+  submit ORDER_ID [JSON]   publish an order (JSON fields are merged into the order) and
+                           wait until saga accepts it (--wait: until it ends); exit
+                           code 5 if saga rejects it
   get TASK_ID              show a task's current state
   tasks [--state STATE]    list tasks
   retry TASK_ID [STEP]     retry a task in Error (its failed step or compensation)
   cancel TASK_ID           cancel a task: it compensates what it did
   watch ORDER_ID           follow an order until it ends; exit code 0 processed,
-                           2 compensated, 3 failed (Error), 4 --timeout passed, 1 error
+                           2 compensated, 3 failed (Error), 4 --timeout passed,
+                           5 rejected, 1 error
   watch --topic TOPIC      follow a status topic (saga.status or a reply topic)
   audit TASK_ID            the task's timeline and state replayed from its stream
                            (--at REVISION|TIME, --json), compared with the live view
@@ -138,9 +142,12 @@ func flags(name string) (*flag.FlagSet, *common) {
 
 func submit(ctx context.Context, args []string) error {
 	fs, c := flags("submit")
-	workflow := fs.String("workflow", "", "workflow to run (default order)")
-	replyTo := fs.String("reply-to", "", "topic to receive the task's status messages")
+	workflow := fs.String("workflow", "", "workflow to run (default: chosen by the topic's triggers, else order)")
+	version := fs.Int("version", 0, "workflow version to run (default the newest)")
+	replyTo := fs.String("reply-to", "", "topic to receive the task's status messages (default a private one, deleted after)")
 	topic := fs.String("topic", domain.OrdersTopic, "orders topic")
+	wait := fs.Bool("wait", false, "wait until the task ends and print its statuses; exit codes as for watch")
+	timeout := fs.Duration("timeout", 15*time.Second, "how long to wait for saga to accept the order (with --wait: to finish it)")
 	if err := parseInterspersed(fs, args); err != nil {
 		return err
 	}
@@ -153,29 +160,41 @@ func submit(ctx context.Context, args []string) error {
 			return errors.Wrap(err, "order JSON")
 		}
 	}
-	order["orderId"] = fs.Arg(0)
 	if *workflow != "" {
 		order["workflow"] = *workflow
 	}
-	if *replyTo != "" {
-		order["replyTo"] = *replyTo
+	if *version > 0 {
+		order["workflowVersion"] = *version
 	}
-	body, err := json.Marshal(order)
-	if err != nil {
-		return err
-	}
-	client, err := kafka.NewClient(kafka.SplitBrokers(c.brokers))
-	if err != nil {
-		return err
-	}
-	defer client.Close()
-	p := kafka.NewProducer(client, "sagactl", nil)
-	sendCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	waitCtx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	if err := p.Publish(sendCtx, p.Record(*topic, fs.Arg(0), domain.OrderPlacedMessageType, body)); err != nil {
+	cl, err := client.New(waitCtx, client.Config{Brokers: kafka.SplitBrokers(c.brokers), OrdersTopic: *topic, ReplyTopic: *replyTo})
+	if err != nil {
+		return errors.Wrap(err, "is Kafka reachable at "+c.brokers+"?")
+	}
+	defer cl.Close()
+	if err := cl.Submit(waitCtx, fs.Arg(0), order); err != nil {
 		return err
 	}
 	fmt.Printf("submitted order %s to %s\n", fs.Arg(0), *topic)
+	await := cl.Accepted
+	if *wait {
+		await = cl.Wait
+	}
+	outcome, err := await(waitCtx, fs.Arg(0))
+	for _, st := range outcome.Statuses {
+		printStatus(st)
+	}
+	switch {
+	case errors.Is(err, client.ErrRejected):
+		return exitCode{exitRejected, err.Error()}
+	case errors.Is(err, context.DeadlineExceeded):
+		return exitCode{exitTimeout, "order " + fs.Arg(0) + ": no answer from saga within " + timeout.String()}
+	case err != nil:
+		return err
+	case *wait:
+		return outcomeCode(fs.Arg(0), outcome.Final)
+	}
 	return nil
 }
 

@@ -12,7 +12,9 @@ import (
 
 	"github.com/sagaengine/saga/adapters/demo"
 	"github.com/sagaengine/saga/adapters/kafka"
+	"github.com/sagaengine/saga/adapters/workflowfile"
 	"github.com/sagaengine/saga/cmd/sagad/app"
+	"github.com/sagaengine/saga/domain"
 )
 
 // faultFlags collects repeated --fault AGENT=MODE[:RATE] flags.
@@ -43,6 +45,16 @@ func (f serviceFlags) Set(spec string) error {
 	return nil
 }
 
+// listFlag collects a repeatable flag's values.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+
+func (l *listFlag) Set(v string) error {
+	*l = append(*l, v)
+	return nil
+}
+
 func envOr(name, def string) string {
 	if v := os.Getenv(name); v != "" {
 		return v
@@ -64,6 +76,9 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	demoAgents := fs.Bool("demo-agents", true, "run the demo remote services and their agents")
 	rolesFlag := fs.String("roles", envOr("SAGA_ROLES", "all"), "parts to run, comma-separated: submitter, scheduler, supervisor, agents, api, status, or all [$SAGA_ROLES]")
 	supervisorInterval := fs.Duration("supervisor-interval", time.Second, "how often the supervisor looks for attempts past their complete-by")
+	workflowsDir := fs.String("workflows", envOr("SAGA_WORKFLOWS", ""), "register the workflow definitions in this directory (*.yaml, *.yml, *.json) at start; default the demo order workflow when demo agents run [$SAGA_WORKFLOWS]")
+	var httpAgents listFlag
+	fs.Var(&httpAgents, "http-agent", "run the built-in HTTP agent also under this agent name, for HTTP steps that name it (repeatable; the agent \"http\" always runs)")
 	services := serviceFlags{}
 	fs.Var(services, "demo-service", "let the demo agent AGENT call a demo service at URL instead of one in this process: AGENT=URL (repeatable)")
 	faults := faultFlags{}
@@ -75,12 +90,22 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	var workflows []*domain.Workflow
+	if *workflowsDir != "" {
+		if workflows, err = workflowfile.LoadDir(*workflowsDir); err != nil {
+			return err
+		}
+		if len(workflows) == 0 {
+			return errors.Newf("no workflow definitions (*.yaml, *.yml, *.json) in %s", *workflowsDir)
+		}
+	}
 	logger.Info("starting saga", "data", *data, "roles", *rolesFlag)
 	a, err := app.Start(app.Config{
 		DataDir: *data, KafkaBrokers: kafka.SplitBrokers(*brokers), KafkaListen: *kafkaListen,
 		EventStoreURL: strings.TrimSpace(*esURL), EventStoreListen: *esListen, HTTPListen: *httpListen,
 		Partitions: int32(*partitions), Instance: *instance, DemoAgents: *demoAgents, Faults: faults, Logger: logger,
 		Roles: roles, SupervisorInterval: *supervisorInterval, KafkaFsync: *kafkaFsync, DemoServiceURLs: services,
+		Workflows: workflows, HTTPAgents: httpAgents,
 	})
 	if err != nil {
 		return err

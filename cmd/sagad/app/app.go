@@ -53,7 +53,8 @@ type Config struct {
 	// Roles lists the parts to run; empty means all of them.
 	Roles []Role
 	// DemoAgents runs the demo remote services and their agents (with the
-	// agents role).
+	// agents role): inventory, payment and shipping, the agents of the demo
+	// workflow, and no others.
 	DemoAgents bool
 	// ExternalAgents are agents that run elsewhere: no demo agent for them.
 	ExternalAgents []string
@@ -249,6 +250,27 @@ func (a *App) registerWorkflows(ctx context.Context) error {
 	return err
 }
 
+// registering is the registry as the API offers it: registering a workflow
+// also creates the topics of its agents and triggers, so that an agent can
+// subscribe to its commands before the first one is sent.
+type registering struct {
+	*processes.Registry
+	app *App
+}
+
+// Apply registers the workflow, then creates its topics.
+func (r registering) Apply(ctx context.Context, w *domain.Workflow, by string) (*domain.Workflow, bool, error) {
+	registered, changed, err := r.Registry.Apply(ctx, w, by)
+	if err != nil {
+		return registered, changed, err
+	}
+	topics := w.Trigger.TopicsOrDefault()
+	for _, agent := range w.Agents() {
+		topics = append(topics, domain.CommandTopic(agent))
+	}
+	return registered, changed, errors.Wrap(kafka.EnsureTopics(ctx, r.app.client, r.app.cfg.Partitions, topics...), "create the workflow's topics")
+}
+
 // Topics lists the topics saga creates at start.
 func (a *App) Topics() []string {
 	topics := []string{domain.RepliesTopic, domain.StatusTopic, domain.DeadLetterTopic, domain.AlertsTopic}
@@ -390,7 +412,7 @@ func (a *App) startAPI(ctx context.Context) error {
 		return errors.Wrap(err, "http api listen")
 	}
 	a.HTTPAddr = lis.Addr().String()
-	a.http = &http.Server{Handler: httpapi.Handler(a.Tasks, a.Operator, a.Workflows, a), ReadHeaderTimeout: 5 * time.Second}
+	a.http = &http.Server{Handler: httpapi.Handler(a.Tasks, a.Operator, registering{a.Workflows, a}, a), ReadHeaderTimeout: 5 * time.Second}
 	a.run("http api", func() error {
 		if err := a.http.Serve(lis); !errors.Is(err, http.ErrServerClosed) {
 			return err
@@ -412,8 +434,10 @@ func (a *App) startAgents(ctx context.Context) error {
 	if !a.cfg.DemoAgents {
 		return nil
 	}
-	for _, agentName := range a.agents {
-		if agentName == domain.HTTPAgent || slices.Contains(a.cfg.HTTPAgents, agentName) || slices.Contains(a.cfg.ExternalAgents, agentName) {
+	// Only the demo workflow's agents: a user's agent of another name must
+	// never be answered by a demo service.
+	for _, agentName := range demo.Workflow().Agents() {
+		if slices.Contains(a.cfg.HTTPAgents, agentName) || slices.Contains(a.cfg.ExternalAgents, agentName) {
 			continue
 		}
 		url, external := a.cfg.DemoServiceURLs[agentName]
