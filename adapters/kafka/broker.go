@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"strconv"
 
 	"github.com/cockroachdb/errors"
@@ -19,11 +20,22 @@ const DefaultListen = "127.0.0.1:9092"
 // that, or oversized orders are refused by the broker before saga sees them.
 const MaxRecordBytes = 16 << 20
 
+// lockFileName is the file in the data directory a running broker holds an
+// exclusive lock on.
+const lockFileName = "saga-broker.lock"
+
+// ErrDataDirLocked is returned by StartBroker when another broker, in this
+// process or another, is using the data directory: two brokers on one
+// directory would overwrite each other's log.
+var ErrDataDirLocked = errors.New("data directory is locked by another broker")
+
 // BrokerConfig configures the embedded broker.
 type BrokerConfig struct {
 	// Listen is host:port to serve the Kafka protocol on; port 0 picks one.
 	Listen string
-	// DataDir keeps topics, records and group offsets across restarts.
+	// DataDir keeps topics, records and group offsets across restarts. One
+	// broker at a time may use it: StartBroker fails with ErrDataDirLocked
+	// otherwise.
 	DataDir string
 	// Partitions of each topic created, including auto-created ones.
 	Partitions int32
@@ -41,6 +53,7 @@ type BrokerConfig struct {
 // Broker is a running embedded Kafka-protocol broker.
 type Broker struct {
 	cluster *kfake.Cluster
+	lock    *os.File
 }
 
 // StartBroker starts the embedded broker.
@@ -61,6 +74,15 @@ func StartBroker(cfg BrokerConfig) (*Broker, error) {
 	port, err := strconv.Atoi(portText)
 	if err != nil {
 		return nil, errors.Wrapf(err, "kafka listen port %q", portText)
+	}
+	b := &Broker{}
+	if cfg.DataDir != "" {
+		if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+			return nil, errors.Wrapf(err, "create kafka data directory %s", cfg.DataDir)
+		}
+		if b.lock, err = lockDataDir(cfg.DataDir); err != nil {
+			return nil, err
+		}
 	}
 	opts := []kfake.Opt{
 		kfake.Ports(port),
@@ -85,9 +107,10 @@ func StartBroker(cfg BrokerConfig) (*Broker, error) {
 	}
 	cluster, err := kfake.NewCluster(opts...)
 	if err != nil {
+		b.Close()
 		return nil, errors.Wrapf(err, "start embedded kafka on %s", cfg.Listen)
 	}
-	b := &Broker{cluster: cluster}
+	b.cluster = cluster
 	cfg.Logger.Info("kafka listening", "addr", b.Addrs()[0], "data", cfg.DataDir, "fsync", cfg.Fsync)
 	return b, nil
 }
@@ -95,8 +118,16 @@ func StartBroker(cfg BrokerConfig) (*Broker, error) {
 // Addrs are the broker's addresses, to use as seed brokers.
 func (b *Broker) Addrs() []string { return b.cluster.ListenAddrs() }
 
-// Close stops the broker and saves its state.
-func (b *Broker) Close() { b.cluster.Close() }
+// Close stops the broker, saves its state and releases the data directory.
+func (b *Broker) Close() {
+	if b.cluster != nil {
+		b.cluster.Close()
+	}
+	if b.lock != nil {
+		b.lock.Close() // releases the flock
+		b.lock = nil
+	}
+}
 
 type slogLogger struct{ l *slog.Logger }
 
