@@ -1,6 +1,7 @@
 package kafka
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net"
@@ -8,9 +9,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/cockroachdb/errors"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sagaengine/saga/domain"
 )
@@ -81,6 +84,11 @@ type BrokerConfig struct {
 // commands of in-flight steps, a late or lost reply is covered by the
 // supervisor's deadline and retry, statuses are republished from the task's
 // events. Losing them loses nothing saga acknowledged.
+//
+// The one hazard in unsynced data is a committed offset that survives while
+// the records it covers do not: new records would reuse the lost offsets
+// and a group would skip them. StartBroker therefore clamps every committed
+// offset to its partition's log end before any client is served.
 type Broker struct {
 	cluster  *kfake.Cluster
 	listener *brokerListener
@@ -176,6 +184,11 @@ func StartBroker(cfg BrokerConfig) (*Broker, error) {
 			}
 		}
 	}
+	if cfg.DataDir != "" {
+		if err := b.clampOffsets(cfg.Logger); err != nil {
+			return nil, err
+		}
+	}
 	b.listener.openToClients()
 	ok = true
 	switch {
@@ -189,6 +202,22 @@ func StartBroker(cfg BrokerConfig) (*Broker, error) {
 		cfg.Logger.Info("kafka listening", "addr", b.Addrs()[0], "data", cfg.DataDir, "fsync", cfg.SyncTopics)
 	}
 	return b, nil
+}
+
+// clampOffsets runs clampOffsets over an in-process connection while the
+// broker serves no client yet.
+func (b *Broker) clampOffsets(logger *slog.Logger) error {
+	client, err := kgo.NewClient(
+		kgo.SeedBrokers(b.listener.Addr().String()),
+		kgo.Dialer(b.listener.dialInternal),
+	)
+	if err != nil {
+		return errors.Wrap(err, "kafka client to check committed offsets")
+	}
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return clampOffsets(ctx, client, logger)
 }
 
 // topicMatcher matches topics against names and "prefix*" patterns.

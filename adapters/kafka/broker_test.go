@@ -4,14 +4,17 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/errors"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -182,4 +185,124 @@ func TestBrokerRefusesSecondBrokerOnSameDataDir(t *testing.T) {
 	first.Close()
 
 	startBroker(t, dir, nil)
+}
+
+// TestBrokerPowerLossLosesNoAckedOrderAndSkipsNoNewRecord simulates a power
+// loss the way it can look on disk: every file keeps only what was fsynced
+// (synced topics: what the sync layer fsynced; the other topic: nothing),
+// while the group's commits survive, and the clean-shutdown files are gone.
+// Every acknowledged order must still be there, and the group must consume
+// every record produced after the restart, although its commit on the other
+// topic points past that topic's new log end.
+func TestBrokerPowerLossLosesNoAckedOrderAndSkipsNoNewRecord(t *testing.T) {
+	const (
+		before = 40 // records per topic before the power loss
+		after  = 60 // and after: more, so reused offsets pass the stale commit
+		group  = "saga-submitter"
+	)
+	dir := t.TempDir()
+	ctx := testContext(t)
+	var sizes syncedSizes
+
+	b := startBroker(t, dir, nil)
+	kafka.SetSyncHooks(b, kafka.SyncHooks{Synced: sizes.record})
+	producer := newClient(t, b)
+	produce(ctx, t, producer, "old", before)
+	got := consumeGroup(ctx, t, b, group, before, before)
+	require.Len(t, got[domain.OrdersTopic], before)
+	producer.Close()
+	b.Close()
+
+	// The power goes.
+	require.NoError(t, filepath.WalkDir(filepath.Join(dir, "partitions"), func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		switch {
+		case d.Name() == "snapshot.json":
+			return os.Remove(path)
+		case !strings.HasSuffix(path, ".dat") && !strings.HasSuffix(path, ".idx"):
+			return nil
+		}
+		keep := int64(0)
+		if strings.HasPrefix(filepath.Base(filepath.Dir(path)), domain.OrdersTopic+"-") {
+			keep, _ = sizes.get(path)
+			info, err := os.Stat(path)
+			require.NoError(t, err)
+			require.Equal(t, info.Size(), keep, "%s holds acknowledged data that was never fsynced", path)
+		}
+		return os.Truncate(path, keep)
+	}))
+	if err := os.Remove(filepath.Join(dir, "session_state.json")); !errors.Is(err, os.ErrNotExist) {
+		require.NoError(t, err)
+	}
+
+	var logs lockedBuffer
+	b = startBroker(t, dir, &logs)
+	require.Contains(t, logs.String(), "clamping")
+	require.Contains(t, logs.String(), "topic="+unsyncedTopic)
+	require.Contains(t, logs.String(), fmt.Sprintf("old=%d new=0", before))
+
+	producer = newClient(t, b)
+	produce(ctx, t, producer, "new", after)
+	got = consumeGroup(ctx, t, b, group, after, after)
+	for _, topic := range []string{domain.OrdersTopic, unsyncedTopic} {
+		for i := range after {
+			require.Contains(t, got[topic], fmt.Sprintf("new-%d", i), "the group skipped a record of %s", topic)
+		}
+	}
+
+	// And the old orders are all still there.
+	reader := newClient(t, b, kgo.ConsumeTopics(domain.OrdersTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	var orders []string
+	for len(orders) < before+after {
+		fetches := reader.PollFetches(ctx)
+		require.NoError(t, fetches.Err())
+		fetches.EachRecord(func(r *kgo.Record) { orders = append(orders, string(r.Value)) })
+	}
+	for i := range before {
+		require.Equal(t, fmt.Sprintf("old-%d", i), orders[i])
+	}
+}
+
+// produce writes n records to the orders and the unsynced topic, in a few
+// batches.
+func produce(ctx context.Context, t *testing.T, client *kgo.Client, prefix string, n int) {
+	t.Helper()
+	for start := 0; start < n; start += 10 {
+		var records []*kgo.Record
+		for i := start; i < min(start+10, n); i++ {
+			for _, topic := range []string{domain.OrdersTopic, unsyncedTopic} {
+				records = append(records, &kgo.Record{Topic: topic, Value: fmt.Appendf(nil, "%s-%d", prefix, i)})
+			}
+		}
+		require.NoError(t, client.ProduceSync(ctx, records...).FirstErr())
+	}
+}
+
+// consumeGroup consumes both topics in the group until it has at least
+// orders and statuses records, commits, and leaves the group.
+func consumeGroup(ctx context.Context, t *testing.T, b *kafka.Broker, group string, orders, statuses int) map[string][]string {
+	t.Helper()
+	client, err := kgo.NewClient(
+		kgo.SeedBrokers(b.Addrs()...),
+		kgo.ConsumerGroup(group),
+		kgo.ConsumeTopics(domain.OrdersTopic, unsyncedTopic),
+		kgo.DisableAutoCommit(),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchMaxWait(100*time.Millisecond),
+	)
+	require.NoError(t, err)
+	defer client.Close()
+	got := map[string][]string{}
+	for len(got[domain.OrdersTopic]) < orders || len(got[unsyncedTopic]) < statuses {
+		fetches := client.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			t.Fatalf("consumed %d orders and %d statuses of %d and %d: %v", len(got[domain.OrdersTopic]), len(got[unsyncedTopic]), orders, statuses, err)
+		}
+		require.NoError(t, fetches.Err())
+		fetches.EachRecord(func(r *kgo.Record) { got[r.Topic] = append(got[r.Topic], string(r.Value)) })
+	}
+	require.NoError(t, client.CommitUncommittedOffsets(ctx))
+	return got
 }
