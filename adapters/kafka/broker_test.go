@@ -306,3 +306,57 @@ func consumeGroup(ctx context.Context, t *testing.T, b *kafka.Broker, group stri
 	require.NoError(t, client.CommitUncommittedOffsets(ctx))
 	return got
 }
+
+// BenchmarkProduceSynced measures acknowledged produces of one small record
+// to the orders topic with 1 and 64 producers on connections of their own:
+// synced (the default, group commit), unsynced, and with Fsync (kfake's
+// SyncWrites, an fsync per batch, one after the other).
+func BenchmarkProduceSynced(b *testing.B) {
+	for _, mode := range []struct {
+		name  string
+		sync  []string
+		fsync bool
+	}{{"synced", nil, false}, {"unsynced", []string{}, false}, {"fsync-every-batch", nil, true}} {
+		for _, producers := range []int{1, 64} {
+			b.Run(fmt.Sprintf("%s/producers=%d", mode.name, producers), func(b *testing.B) {
+				broker, err := kafka.StartBroker(kafka.BrokerConfig{
+					Listen: "127.0.0.1:0", DataDir: b.TempDir(), Partitions: 4,
+					Topics: []string{domain.OrdersTopic}, SyncTopics: mode.sync, Fsync: mode.fsync, Logger: slog.New(slog.DiscardHandler),
+				})
+				require.NoError(b, err)
+				b.Cleanup(broker.Close)
+				ctx := testContext(b)
+				clients := make([]*kgo.Client, producers)
+				for i := range clients {
+					clients[i] = newClient(b, broker)
+					require.NoError(b, clients[i].ProduceSync(ctx, &kgo.Record{Topic: domain.OrdersTopic, Value: []byte("warm-up")}).FirstErr())
+				}
+				value := bytes.Repeat([]byte("x"), 200)
+				var next atomic.Int64
+				b.ResetTimer()
+				var wg sync.WaitGroup
+				failed := make(chan error, producers)
+				for _, client := range clients {
+					wg.Go(func() {
+						for next.Add(1) <= int64(b.N) {
+							if err := client.ProduceSync(ctx, &kgo.Record{Topic: domain.OrdersTopic, Value: value}).FirstErr(); err != nil {
+								failed <- err
+								return
+							}
+						}
+					})
+				}
+				wg.Wait()
+				b.StopTimer()
+				close(failed)
+				for err := range failed {
+					require.NoError(b, errors.Wrap(err, "produce"))
+				}
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
+				if mode.sync == nil && !mode.fsync {
+					b.ReportMetric(float64(kafka.SyncRounds(broker)-int64(producers))/float64(b.N), "rounds/op")
+				}
+			})
+		}
+	}
+}
