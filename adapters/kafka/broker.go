@@ -1,13 +1,21 @@
 package kafka
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/cockroachdb/errors"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sagaengine/saga/domain"
 )
 
 // DefaultListen is Kafka's default address, on loopback.
@@ -19,28 +27,80 @@ const DefaultListen = "127.0.0.1:9092"
 // that, or oversized orders are refused by the broker before saga sees them.
 const MaxRecordBytes = 16 << 20
 
+// lockFileName is the file in the data directory a running broker holds an
+// exclusive lock on.
+const lockFileName = "saga-broker.lock"
+
+// ErrDataDirLocked is returned by StartBroker when another broker, in this
+// process or another, is using the data directory: two brokers on one
+// directory would overwrite each other's log.
+var ErrDataDirLocked = errors.New("data directory is locked by another broker")
+
+// DefaultSyncTopics are the topics whose produces the embedded broker
+// acknowledges only once they are on stable storage when BrokerConfig's
+// SyncTopics is nil: the orders topic, the input whose loss the event store
+// cannot make good, and the dead-letter topic, the only record left of an
+// invalid order once the submitter has committed past it.
+var DefaultSyncTopics = []string{domain.OrdersTopic, domain.DeadLetterTopic}
+
 // BrokerConfig configures the embedded broker.
 type BrokerConfig struct {
 	// Listen is host:port to serve the Kafka protocol on; port 0 picks one.
 	Listen string
-	// DataDir keeps topics, records and group offsets across restarts.
+	// DataDir keeps topics, records and group offsets across restarts. One
+	// broker at a time may use it: StartBroker fails with ErrDataDirLocked
+	// otherwise.
 	DataDir string
 	// Partitions of each topic created, including auto-created ones.
 	Partitions int32
 	// Topics are created at start if missing.
 	Topics []string
-	// Fsync makes the broker fsync every produced batch before it
-	// acknowledges it. Without it, as with Kafka's defaults, a batch is
-	// written to the file (the OS page cache) before it is acknowledged: it
-	// survives the broker process being killed, not the machine losing
-	// power.
+	// SyncTopics are the topics whose produces are acknowledged only once
+	// the records are fsynced (concurrent produces share fsyncs). An entry
+	// ending in "*" is a prefix: "saga.cmd.*"; "*" alone syncs every topic,
+	// still with shared fsyncs. Nil means
+	// DefaultSyncTopics; an empty, non-nil list syncs no topic, which gives
+	// up the durability contract (a warning is logged). Records of other
+	// topics are written to the file (the OS page cache) before they are
+	// acknowledged, as with Kafka's defaults: they survive the broker
+	// process being killed, not the machine losing power. Needs DataDir.
+	SyncTopics []string
+	// Fsync makes the broker fsync every produced batch of every topic, and
+	// every group commit, one after the other before it acknowledges
+	// (kfake's SyncWrites); SyncTopics is then moot. A whole saga ran 2.5
+	// times slower with it than without; see BenchmarkProduceSynced for
+	// produces alone.
 	Fsync  bool
 	Logger *slog.Logger
 }
 
 // Broker is a running embedded Kafka-protocol broker.
+//
+// What it keeps durable, and why that is enough for saga's contract ("what
+// saga acknowledges, it never loses"): a produce to a synced topic (by
+// default the orders and dead-letter topics) is acknowledged only after its
+// records, and the directory entries of new files, are fsynced, so an
+// acknowledged order survives a power loss, and so does the dead letter of
+// an invalid one. Everything else is written without fsync: records of
+// other topics, committed group offsets and producer state. Commands and
+// replies are internal records that recovery re-derives from the event
+// store: the scheduler re-sends the commands of in-flight steps, and a lost
+// reply is covered by the supervisor's deadline and retry. Status messages
+// and alerts are not synced either: the status publisher saves its
+// checkpoint once the broker has acknowledged, so statuses published just
+// before a power loss can be lost; add domain.StatusTopic (reply topics
+// have arbitrary names: "*") to SyncTopics where clients must see every
+// status.
+//
+// The one hazard in unsynced data is a committed offset that survives while
+// the records it covers do not: new records would reuse the lost offsets
+// and a group would skip them. StartBroker therefore clamps every committed
+// offset to its partition's log end before any client is served.
 type Broker struct {
-	cluster *kfake.Cluster
+	cluster  *kfake.Cluster
+	listener *brokerListener
+	sync     *syncer
+	lock     *os.File
 }
 
 // StartBroker starts the embedded broker.
@@ -54,6 +114,9 @@ func StartBroker(cfg BrokerConfig) (*Broker, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.SyncTopics == nil {
+		cfg.SyncTopics = DefaultSyncTopics
+	}
 	host, portText, err := net.SplitHostPort(cfg.Listen)
 	if err != nil {
 		return nil, errors.Wrapf(err, "kafka listen address %q", cfg.Listen)
@@ -62,12 +125,37 @@ func StartBroker(cfg BrokerConfig) (*Broker, error) {
 	if err != nil {
 		return nil, errors.Wrapf(err, "kafka listen port %q", portText)
 	}
+	b := &Broker{}
+	ok := false
+	defer func() {
+		if !ok {
+			b.Close()
+		}
+	}()
+	if cfg.DataDir != "" {
+		if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+			return nil, errors.Wrapf(err, "create kafka data directory %s", cfg.DataDir)
+		}
+		if b.lock, err = lockDataDir(cfg.DataDir); err != nil {
+			return nil, err
+		}
+		if !cfg.Fsync && len(cfg.SyncTopics) > 0 {
+			b.sync = newSyncer(cfg.DataDir, topicMatcher(cfg.SyncTopics), cfg.Logger)
+		}
+	}
 	opts := []kfake.Opt{
 		kfake.Ports(port),
-		// kfake binds 127.0.0.1; bind the configured host instead.
+		// kfake binds 127.0.0.1; bind the configured host instead, and
+		// serve through the listener that adds durable acknowledgements
+		// and stays closed to clients until the broker is ready.
 		kfake.ListenFn(func(network, address string) (net.Listener, error) {
 			_, p, _ := net.SplitHostPort(address)
-			return net.Listen(network, net.JoinHostPort(host, p))
+			ln, err := net.Listen(network, net.JoinHostPort(host, p))
+			if err != nil {
+				return nil, err
+			}
+			b.listener = newBrokerListener(ln, b.sync)
+			return b.listener, nil
 		}),
 		kfake.AllowAutoTopicCreation(),
 		kfake.DefaultNumPartitions(int(cfg.Partitions)),
@@ -87,16 +175,98 @@ func StartBroker(cfg BrokerConfig) (*Broker, error) {
 	if err != nil {
 		return nil, errors.Wrapf(err, "start embedded kafka on %s", cfg.Listen)
 	}
-	b := &Broker{cluster: cluster}
-	cfg.Logger.Info("kafka listening", "addr", b.Addrs()[0], "data", cfg.DataDir, "fsync", cfg.Fsync)
+	b.cluster = cluster
+	if b.sync != nil {
+		lookup := func(id [16]byte) (string, bool) {
+			if info := cluster.TopicIDInfo(id); info != nil {
+				return info.Topic, true
+			}
+			return "", false
+		}
+		b.sync.topicOf.Store(&lookup)
+		// meta.json, topics.json and partitions/ as kfake just wrote them.
+		for _, dir := range []string{filepath.Dir(cfg.DataDir), cfg.DataDir, filepath.Join(cfg.DataDir, "partitions")} {
+			if err := fsyncPath(dir); err != nil {
+				return nil, errors.Wrap(err, "sync kafka data directory")
+			}
+		}
+	}
+	if cfg.DataDir != "" {
+		if err := b.clampOffsets(cfg.Logger); err != nil {
+			return nil, err
+		}
+	}
+	b.listener.openToClients()
+	ok = true
+	switch {
+	case cfg.DataDir == "":
+		cfg.Logger.Warn("kafka listening without a data directory: nothing survives a restart", "addr", b.Addrs()[0])
+	case cfg.Fsync:
+		cfg.Logger.Info("kafka listening", "addr", b.Addrs()[0], "data", cfg.DataDir, "fsync", "every topic")
+	case len(cfg.SyncTopics) == 0:
+		cfg.Logger.Warn("kafka listening with no synced topic: acknowledged orders can be lost in a power loss", "addr", b.Addrs()[0], "data", cfg.DataDir)
+	default:
+		cfg.Logger.Info("kafka listening", "addr", b.Addrs()[0], "data", cfg.DataDir, "fsync", cfg.SyncTopics)
+	}
 	return b, nil
+}
+
+// clampOffsets runs clampOffsets over an in-process connection while the
+// broker serves no client yet.
+func (b *Broker) clampOffsets(logger *slog.Logger) error {
+	client, err := kgo.NewClient(
+		kgo.SeedBrokers(b.listener.Addr().String()),
+		kgo.Dialer(b.listener.dialInternal),
+	)
+	if err != nil {
+		return errors.Wrap(err, "kafka client to check committed offsets")
+	}
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return clampOffsets(ctx, client, logger)
+}
+
+// topicMatcher matches topics against names and "prefix*" patterns.
+func topicMatcher(patterns []string) func(string) bool {
+	exact := map[string]bool{}
+	var prefixes []string
+	for _, p := range patterns {
+		if prefix, ok := strings.CutSuffix(p, "*"); ok {
+			prefixes = append(prefixes, prefix)
+		} else {
+			exact[p] = true
+		}
+	}
+	return func(topic string) bool {
+		if exact[topic] {
+			return true
+		}
+		for _, p := range prefixes {
+			if strings.HasPrefix(topic, p) {
+				return true
+			}
+		}
+		return false
+	}
 }
 
 // Addrs are the broker's addresses, to use as seed brokers.
 func (b *Broker) Addrs() []string { return b.cluster.ListenAddrs() }
 
-// Close stops the broker and saves its state.
-func (b *Broker) Close() { b.cluster.Close() }
+// Close stops the broker, saves its state and releases the data directory.
+func (b *Broker) Close() {
+	if b.sync != nil {
+		b.sync.closed.Store(true)
+	}
+	if b.cluster != nil {
+		b.cluster.Close()
+	}
+	if b.lock != nil {
+		b.lock.Close() // releases the flock
+		b.lock = nil
+	}
+}
 
 type slogLogger struct{ l *slog.Logger }
 

@@ -1,0 +1,362 @@
+package kafka_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/errors"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sagaengine/saga/adapters/kafka"
+	"github.com/sagaengine/saga/domain"
+)
+
+// unsyncedTopic is a topic the default broker does not fsync.
+const unsyncedTopic = domain.StatusTopic
+
+// lockedBuffer collects log output from several goroutines.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func startBroker(t testing.TB, dir string, logs *lockedBuffer) *kafka.Broker {
+	t.Helper()
+	logger := slog.New(slog.DiscardHandler)
+	if logs != nil {
+		logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	b, err := kafka.StartBroker(kafka.BrokerConfig{
+		Listen: "127.0.0.1:0", DataDir: dir, Partitions: 1,
+		Topics: []string{domain.OrdersTopic, unsyncedTopic}, Logger: logger,
+	})
+	require.NoError(t, err)
+	t.Cleanup(b.Close) // after the clients' cleanups: they close first
+	return b
+}
+
+func newClient(t testing.TB, b *kafka.Broker, opts ...kgo.Opt) *kgo.Client {
+	t.Helper()
+	client, err := kafka.NewClient(b.Addrs(), opts...)
+	require.NoError(t, err)
+	t.Cleanup(client.Close)
+	return client
+}
+
+func testContext(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// syncedSizes records the size of every file as last fsynced.
+type syncedSizes struct {
+	mu    sync.Mutex
+	sizes map[string]int64
+}
+
+func (s *syncedSizes) record(path string, size int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sizes == nil {
+		s.sizes = map[string]int64{}
+	}
+	s.sizes[path] = max(s.sizes[path], size)
+}
+
+func (s *syncedSizes) get(path string) (int64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	size, ok := s.sizes[path]
+	return size, ok
+}
+
+func TestBrokerFsyncsSyncedTopicBeforeAcknowledging(t *testing.T) {
+	dir := t.TempDir()
+	b := startBroker(t, dir, nil)
+	var (
+		sizes   syncedSizes
+		entered = make(chan []string, 1)
+		release = make(chan struct{})
+		first   sync.Once
+	)
+	kafka.SetSyncHooks(b, kafka.SyncHooks{
+		Round: func(parts []string) {
+			first.Do(func() {
+				entered <- parts
+				<-release
+			})
+		},
+		Synced: sizes.record,
+	})
+	client := newClient(t, b)
+	ctx := testContext(t)
+
+	acked := make(chan error, 1)
+	go func() {
+		acked <- client.ProduceSync(ctx, &kgo.Record{Topic: domain.OrdersTopic, Value: []byte("order")}).FirstErr()
+	}()
+	require.Equal(t, []string{domain.OrdersTopic + "/0"}, <-entered)
+	select {
+	case err := <-acked:
+		t.Fatalf("the produce was acknowledged (err %v) while its fsync round was held", err)
+	default:
+	}
+	close(release)
+	require.NoError(t, <-acked)
+
+	segment := filepath.Join(kafka.PartitionDir(dir, domain.OrdersTopic, 0), "0.dat")
+	info, err := os.Stat(segment)
+	require.NoError(t, err)
+	synced, ok := sizes.get(segment)
+	require.True(t, ok, "the segment was never fsynced")
+	require.Equal(t, info.Size(), synced, "the acknowledged batch is not all fsynced")
+	require.EqualValues(t, 1, kafka.SyncRounds(b))
+
+	// A topic that is not synced is acknowledged without an fsync.
+	require.NoError(t, client.ProduceSync(ctx, &kgo.Record{Topic: unsyncedTopic, Value: []byte("status")}).FirstErr())
+	require.EqualValues(t, 1, kafka.SyncRounds(b))
+}
+
+func TestBrokerConcurrentProducesShareFsyncs(t *testing.T) {
+	const producers = 16
+	b := startBroker(t, t.TempDir(), nil)
+	var (
+		joined    atomic.Int32
+		allJoined = make(chan struct{})
+		first     sync.Once
+	)
+	// The first round is held until every produce waits for an fsync, so
+	// all but those in the first round must share the second.
+	kafka.SetSyncHooks(b, kafka.SyncHooks{
+		Joined: func() {
+			if joined.Add(1) == producers {
+				close(allJoined)
+			}
+		},
+		Round: func([]string) { first.Do(func() { <-allJoined }) },
+	})
+	ctx := testContext(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, producers)
+	for i := range producers {
+		client := newClient(t, b) // a connection of its own
+		wg.Go(func() {
+			errs <- client.ProduceSync(ctx, &kgo.Record{Topic: domain.OrdersTopic, Value: fmt.Appendf(nil, "order-%d", i)}).FirstErr()
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.LessOrEqual(t, kafka.SyncRounds(b), int64(2), "%d produces did not share fsync rounds", producers)
+}
+
+func TestBrokerRefusesSecondBrokerOnSameDataDir(t *testing.T) {
+	dir := t.TempDir()
+	first := startBroker(t, dir, nil)
+	_, err := kafka.StartBroker(kafka.BrokerConfig{Listen: "127.0.0.1:0", DataDir: dir, Logger: slog.New(slog.DiscardHandler)})
+	require.ErrorIs(t, err, kafka.ErrDataDirLocked)
+	require.ErrorContains(t, err, dir)
+	first.Close()
+
+	startBroker(t, dir, nil)
+}
+
+// TestBrokerPowerLossLosesNoAckedOrderAndSkipsNoNewRecord simulates a power
+// loss the way it can look on disk: every file keeps only what was fsynced
+// (synced topics: what the sync layer fsynced; the other topic: nothing),
+// while the group's commits survive, and the clean-shutdown files are gone.
+// Every acknowledged order must still be there, and the group must consume
+// every record produced after the restart, although its commit on the other
+// topic points past that topic's new log end.
+func TestBrokerPowerLossLosesNoAckedOrderAndSkipsNoNewRecord(t *testing.T) {
+	const (
+		before = 40 // records per topic before the power loss
+		after  = 60 // and after: more, so reused offsets pass the stale commit
+		group  = "saga-submitter"
+	)
+	dir := t.TempDir()
+	ctx := testContext(t)
+	var sizes syncedSizes
+
+	b := startBroker(t, dir, nil)
+	kafka.SetSyncHooks(b, kafka.SyncHooks{Synced: sizes.record})
+	producer := newClient(t, b)
+	produce(ctx, t, producer, "old", before)
+	got := consumeGroup(ctx, t, b, group, before, before)
+	require.Len(t, got[domain.OrdersTopic], before)
+	producer.Close()
+	b.Close()
+
+	// The power goes.
+	require.NoError(t, filepath.WalkDir(filepath.Join(dir, "partitions"), func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		switch {
+		case d.Name() == "snapshot.json":
+			return os.Remove(path)
+		case !strings.HasSuffix(path, ".dat") && !strings.HasSuffix(path, ".idx"):
+			return nil
+		}
+		keep := int64(0)
+		if strings.HasPrefix(filepath.Base(filepath.Dir(path)), domain.OrdersTopic+"-") {
+			keep, _ = sizes.get(path)
+			info, err := os.Stat(path)
+			require.NoError(t, err)
+			require.Equal(t, info.Size(), keep, "%s holds acknowledged data that was never fsynced", path)
+		}
+		return os.Truncate(path, keep)
+	}))
+	if err := os.Remove(filepath.Join(dir, "session_state.json")); !errors.Is(err, os.ErrNotExist) {
+		require.NoError(t, err)
+	}
+
+	var logs lockedBuffer
+	b = startBroker(t, dir, &logs)
+	require.Contains(t, logs.String(), "clamping")
+	require.Contains(t, logs.String(), "topic="+unsyncedTopic)
+	require.Contains(t, logs.String(), fmt.Sprintf("old=%d new=0", before))
+
+	producer = newClient(t, b)
+	produce(ctx, t, producer, "new", after)
+	got = consumeGroup(ctx, t, b, group, after, after)
+	for _, topic := range []string{domain.OrdersTopic, unsyncedTopic} {
+		for i := range after {
+			require.Contains(t, got[topic], fmt.Sprintf("new-%d", i), "the group skipped a record of %s", topic)
+		}
+	}
+
+	// And the old orders are all still there.
+	reader := newClient(t, b, kgo.ConsumeTopics(domain.OrdersTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	var orders []string
+	for len(orders) < before+after {
+		fetches := reader.PollFetches(ctx)
+		require.NoError(t, fetches.Err())
+		fetches.EachRecord(func(r *kgo.Record) { orders = append(orders, string(r.Value)) })
+	}
+	for i := range before {
+		require.Equal(t, fmt.Sprintf("old-%d", i), orders[i])
+	}
+}
+
+// produce writes n records to the orders and the unsynced topic, in a few
+// batches.
+func produce(ctx context.Context, t *testing.T, client *kgo.Client, prefix string, n int) {
+	t.Helper()
+	for start := 0; start < n; start += 10 {
+		var records []*kgo.Record
+		for i := start; i < min(start+10, n); i++ {
+			for _, topic := range []string{domain.OrdersTopic, unsyncedTopic} {
+				records = append(records, &kgo.Record{Topic: topic, Value: fmt.Appendf(nil, "%s-%d", prefix, i)})
+			}
+		}
+		require.NoError(t, client.ProduceSync(ctx, records...).FirstErr())
+	}
+}
+
+// consumeGroup consumes both topics in the group until it has at least
+// orders and statuses records, commits, and leaves the group.
+func consumeGroup(ctx context.Context, t *testing.T, b *kafka.Broker, group string, orders, statuses int) map[string][]string {
+	t.Helper()
+	client, err := kgo.NewClient(
+		kgo.SeedBrokers(b.Addrs()...),
+		kgo.ConsumerGroup(group),
+		kgo.ConsumeTopics(domain.OrdersTopic, unsyncedTopic),
+		kgo.DisableAutoCommit(),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchMaxWait(100*time.Millisecond),
+	)
+	require.NoError(t, err)
+	defer client.Close()
+	got := map[string][]string{}
+	for len(got[domain.OrdersTopic]) < orders || len(got[unsyncedTopic]) < statuses {
+		fetches := client.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			t.Fatalf("consumed %d orders and %d statuses of %d and %d: %v", len(got[domain.OrdersTopic]), len(got[unsyncedTopic]), orders, statuses, err)
+		}
+		require.NoError(t, fetches.Err())
+		fetches.EachRecord(func(r *kgo.Record) { got[r.Topic] = append(got[r.Topic], string(r.Value)) })
+	}
+	require.NoError(t, client.CommitUncommittedOffsets(ctx))
+	return got
+}
+
+// BenchmarkProduceSynced measures acknowledged produces of one small record
+// to the orders topic with 1 and 64 producers on connections of their own:
+// synced (the default, group commit), unsynced, and with Fsync (kfake's
+// SyncWrites, an fsync per batch, one after the other).
+func BenchmarkProduceSynced(b *testing.B) {
+	for _, mode := range []struct {
+		name  string
+		sync  []string
+		fsync bool
+	}{{"synced", nil, false}, {"unsynced", []string{}, false}, {"fsync-every-batch", nil, true}} {
+		for _, producers := range []int{1, 64} {
+			b.Run(fmt.Sprintf("%s/producers=%d", mode.name, producers), func(b *testing.B) {
+				broker, err := kafka.StartBroker(kafka.BrokerConfig{
+					Listen: "127.0.0.1:0", DataDir: b.TempDir(), Partitions: 4,
+					Topics: []string{domain.OrdersTopic}, SyncTopics: mode.sync, Fsync: mode.fsync, Logger: slog.New(slog.DiscardHandler),
+				})
+				require.NoError(b, err)
+				b.Cleanup(broker.Close)
+				ctx := testContext(b)
+				clients := make([]*kgo.Client, producers)
+				for i := range clients {
+					clients[i] = newClient(b, broker)
+					require.NoError(b, clients[i].ProduceSync(ctx, &kgo.Record{Topic: domain.OrdersTopic, Value: []byte("warm-up")}).FirstErr())
+				}
+				value := bytes.Repeat([]byte("x"), 200)
+				var next atomic.Int64
+				b.ResetTimer()
+				var wg sync.WaitGroup
+				failed := make(chan error, producers)
+				for _, client := range clients {
+					wg.Go(func() {
+						for next.Add(1) <= int64(b.N) {
+							if err := client.ProduceSync(ctx, &kgo.Record{Topic: domain.OrdersTopic, Value: value}).FirstErr(); err != nil {
+								failed <- err
+								return
+							}
+						}
+					})
+				}
+				wg.Wait()
+				b.StopTimer()
+				close(failed)
+				for err := range failed {
+					require.NoError(b, errors.Wrap(err, "produce"))
+				}
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
+				if mode.sync == nil && !mode.fsync {
+					b.ReportMetric(float64(kafka.SyncRounds(broker)-int64(producers))/float64(b.N), "rounds/op")
+				}
+			})
+		}
+	}
+}
