@@ -72,7 +72,8 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	esURL := fs.String("eventstore", envOr("SAGA_EVENTSTORE", ""), "use this EventStoreDB (esdb://...) and start no embedded event store [$SAGA_EVENTSTORE]")
 	instance := fs.String("instance", envOr("SAGA_INSTANCE", ""), "name of this instance in events (default sagad@HOSTNAME) [$SAGA_INSTANCE]")
 	partitions := fs.Int("partitions", 4, "partitions of the topics saga creates")
-	kafkaFsync := fs.Bool("kafka-fsync", false, "make the embedded Kafka fsync every batch (survives power loss; slower). Off, like Kafka's default, records survive kill -9 of sagad but not of the machine")
+	kafkaFsync := fs.Bool("kafka-fsync", false, "make the embedded Kafka fsync every batch of every topic and every offset commit, one by one (slower). Off: the sync topics are still fsynced before they are acknowledged; other records survive kill -9 but not power loss")
+	kafkaSyncTopics := fs.String("kafka-sync-topics", strings.Join(kafka.DefaultSyncTopics, ","), "topics (or prefix*) the embedded Kafka acknowledges only once fsynced, with group commit; \"*\" all, \"\" none")
 	demoAgents := fs.Bool("demo-agents", true, "run the demo remote services and their agents")
 	rolesFlag := fs.String("roles", envOr("SAGA_ROLES", "all"), "parts to run, comma-separated: submitter, scheduler, supervisor, agents, api, status, or all [$SAGA_ROLES]")
 	supervisorInterval := fs.Duration("supervisor-interval", time.Second, "how often the supervisor looks for attempts past their complete-by")
@@ -105,7 +106,7 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 		EventStoreURL: strings.TrimSpace(*esURL), EventStoreListen: *esListen, HTTPListen: *httpListen,
 		Partitions: int32(*partitions), Instance: *instance, DemoAgents: *demoAgents, Faults: faults, Logger: logger,
 		Roles: roles, SupervisorInterval: *supervisorInterval, KafkaFsync: *kafkaFsync, DemoServiceURLs: services,
-		Workflows: workflows, HTTPAgents: httpAgents,
+		Workflows: workflows, HTTPAgents: httpAgents, KafkaSyncTopics: append([]string{}, kafka.SplitBrokers(*kafkaSyncTopics)...),
 	})
 	if err != nil {
 		return err

@@ -41,6 +41,9 @@ type Config struct {
 	// KafkaFsync makes the embedded broker fsync every batch; see
 	// kafka.BrokerConfig.Fsync.
 	KafkaFsync bool
+	// KafkaSyncTopics are the topics whose produces the embedded broker
+	// acknowledges only once fsynced; nil means kafka.DefaultSyncTopics.
+	KafkaSyncTopics []string
 	// EventStoreURL, when set, uses that EventStoreDB and starts no
 	// embedded server.
 	EventStoreURL    string
@@ -291,7 +294,7 @@ func (a *App) startKafka(ctx context.Context) error {
 		}
 		broker, err := kafka.StartBroker(kafka.BrokerConfig{
 			Listen: listenOr(a.cfg.KafkaListen, kafka.DefaultListen), DataDir: filepath.Join(a.cfg.DataDir, "kafka"),
-			Partitions: a.cfg.Partitions, Topics: a.Topics(), Fsync: a.cfg.KafkaFsync, Logger: a.logger,
+			Partitions: a.cfg.Partitions, Topics: a.Topics(), Fsync: a.cfg.KafkaFsync, SyncTopics: a.cfg.KafkaSyncTopics, Logger: a.logger,
 		})
 		if err != nil {
 			return err
