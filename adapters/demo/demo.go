@@ -64,7 +64,6 @@ type Fault struct {
 // compensationSuffix marks a fault for compensations in a fault spec.
 const compensationSuffix = ".compensation"
 
-
 // ParseFault parses AGENT=MODE[:RATE] (faults in the agent's step actions)
 // or AGENT.compensation=MODE[:RATE] (faults in its compensations), e.g.
 // payment=hang or inventory=transient:0.2. The rate defaults to 1.
