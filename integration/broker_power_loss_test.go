@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/sagaengine/saga/cmd/sagad/app"
+	"github.com/sagaengine/saga/adapters/engine"
 	"github.com/sagaengine/saga/domain"
 )
 
@@ -20,7 +20,7 @@ import (
 // task; without the broker's clamp of stale commits, all 60 are skipped
 // silently here.
 func TestBrokerPowerLossSkipsNoNewOrder(t *testing.T) {
-	s := startSystem(t, app.Config{Partitions: 1})
+	s := startSystem(t, engine.Config{Partitions: 1})
 	before := orderIDs("before-power-loss", 60)
 	s.publishOrders(before)
 	s.awaitTasks(before, 60*time.Second, func(t *domain.Task) bool { return t.Exists() })
@@ -46,7 +46,7 @@ func TestBrokerPowerLossSkipsNoNewOrder(t *testing.T) {
 	// first fetch, past the log end, would reset it to the start and hide
 	// the skip): the first start runs no submitter.
 	all := s.cfg.Roles
-	s.cfg.Roles = []app.Role{app.RoleScheduler, app.RoleSupervisor, app.RoleAgents}
+	s.cfg.Roles = []engine.Role{engine.RoleScheduler, engine.RoleSupervisor, engine.RoleAgents}
 	s.start()
 	after := orderIDs("after-power-loss", 60)
 	s.publishOrders(after)

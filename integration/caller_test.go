@@ -13,7 +13,7 @@ import (
 	"github.com/sagaengine/saga/adapters/client"
 	"github.com/sagaengine/saga/adapters/demo"
 	"github.com/sagaengine/saga/adapters/kafka"
-	"github.com/sagaengine/saga/cmd/sagad/app"
+	"github.com/sagaengine/saga/adapters/engine"
 	"github.com/sagaengine/saga/domain"
 )
 
@@ -34,9 +34,9 @@ func statusLines(sts []domain.TaskStatus) []string {
 // arrives twice, and checks that each order's statuses, duplicates removed
 // by revision, are exactly those its events imply.
 func TestReplyTopicCarriesTheExactStatusSequence(t *testing.T) {
-	s := startSystem(t, app.Config{Workflows: []*domain.Workflow{fastWorkflow(time.Second)},
+	s := startSystem(t, engine.Config{Workflows: []*domain.Workflow{fastWorkflow(time.Second)},
 		Faults: map[string][]demo.Fault{"payment": {{Mode: demo.FaultPermanent, Rate: 0.5}}}})
-	second, err := app.Start(app.Config{Instance: "second", Roles: []app.Role{app.RoleStatus},
+	second, err := engine.Start(engine.Config{Instance: "second", Roles: []engine.Role{engine.RoleStatus},
 		KafkaBrokers: s.app.KafkaBrokers, EventStoreURL: s.app.EventStoreURL, Logger: testLogger()})
 	require.NoError(t, err)
 	t.Cleanup(second.Close)
@@ -90,7 +90,7 @@ func TestReplyTopicCarriesTheExactStatusSequence(t *testing.T) {
 }
 
 func TestStatusMessagesAreCloudEventsOnTheOrdersTrace(t *testing.T) {
-	s := startSystem(t, app.Config{})
+	s := startSystem(t, engine.Config{})
 	const trace = "4bf92f3577b34da6a3ce929d0e0e4736"
 	order := &kgo.Record{Topic: domain.OrdersTopic, Key: []byte("traced-1"), Value: []byte(`{"orderId":"traced-1","replyTo":"traced-replies"}`),
 		Headers: []kgo.RecordHeader{{Key: "traceparent", Value: []byte("00-" + trace + "-00f067aa0ba902b7-01")}}}

@@ -22,7 +22,7 @@ import (
 
 	"github.com/sagaengine/saga/adapters/demo"
 	"github.com/sagaengine/saga/adapters/eventstore"
-	"github.com/sagaengine/saga/cmd/sagad/app"
+	"github.com/sagaengine/saga/adapters/engine"
 	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/projections"
 )
@@ -43,8 +43,8 @@ func runChaosChild(spec string) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	app.TuneGC()
-	a, err := app.Start(app.Config{DataDir: c.DataDir, KafkaListen: c.Kafka, EventStoreListen: c.EventStore, HTTPListen: c.HTTP,
+	engine.TuneGC()
+	a, err := engine.Start(engine.Config{DataDir: c.DataDir, KafkaListen: c.Kafka, EventStoreListen: c.EventStore, HTTPListen: c.HTTP,
 		DemoAgents: true, DemoServiceURLs: c.Services, Instance: "chaos-" + strconv.Itoa(os.Getpid()),
 		Workflows:          []*domain.Workflow{fastWorkflow(time.Duration(c.BudgetMillis) * time.Millisecond)},
 		SupervisorInterval: 100 * time.Millisecond, Logger: testLogger()})

@@ -13,7 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sagaengine/saga/adapters/kafka"
-	"github.com/sagaengine/saga/cmd/sagad/app"
+	"github.com/sagaengine/saga/adapters/engine"
 	"github.com/sagaengine/saga/domain"
 )
 
@@ -36,7 +36,7 @@ func (s *system) metric(name string) string {
 // each is dead-lettered with its reason or ignored and counted, nothing
 // crashes, and orders sent afterwards still succeed.
 func TestHostileInput(t *testing.T) {
-	s := startSystem(t, app.Config{})
+	s := startSystem(t, engine.Config{})
 	s.publish("good-1", []byte(`{"orderId":"good-1"}`))
 	s.awaitTerminal([]string{"good-1"}, 30*time.Second)
 

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sagaengine/saga/adapters/demo"
-	"github.com/sagaengine/saga/cmd/sagad/app"
+	"github.com/sagaengine/saga/adapters/engine"
 	"github.com/sagaengine/saga/domain"
 )
 
@@ -58,7 +58,7 @@ func TestShellAgentAndKcatConsumer(t *testing.T) {
 		Name: "ring-bell", Agent: "bell", Budget: 20 * time.Second, MaxAttempts: 1, Backoff: fastBackoff,
 		Compensation: &domain.CompensationDefinition{Action: "unring-bell", Budget: time.Second, MaxAttempts: 1},
 	}}}
-	s := startSystem(t, app.Config{Workflows: []*domain.Workflow{demo.Workflow(), bell}, ExternalAgents: []string{"bell"}})
+	s := startSystem(t, engine.Config{Workflows: []*domain.Workflow{demo.Workflow(), bell}, ExternalAgents: []string{"bell"}})
 	brokers := strings.Join(s.app.KafkaBrokers, ",")
 
 	startShellAgent(t, s, "bell")

@@ -15,7 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sagaengine/saga/adapters/demo"
-	"github.com/sagaengine/saga/cmd/sagad/app"
+	"github.com/sagaengine/saga/adapters/engine"
 	"github.com/sagaengine/saga/domain"
 )
 
@@ -34,7 +34,7 @@ func stepsOf(events []domain.RecordedEvent) []string {
 }
 
 func TestHungAgentTimesOutRetriesThenCompensatesInReverseOrder(t *testing.T) {
-	s := startSystem(t, app.Config{Workflows: []*domain.Workflow{fastWorkflow(300 * time.Millisecond)},
+	s := startSystem(t, engine.Config{Workflows: []*domain.Workflow{fastWorkflow(300 * time.Millisecond)},
 		Faults: faults("shipping", demo.Fault{Mode: demo.FaultHang, Rate: 1})})
 	s.publish("hung-1", []byte(`{"orderId":"hung-1"}`))
 	task := s.awaitTerminal([]string{"hung-1"}, 30*time.Second)["hung-1"]
@@ -96,7 +96,7 @@ func TestHungAgentTimesOutRetriesThenCompensatesInReverseOrder(t *testing.T) {
 }
 
 func TestPermanentFailureCompensatesAtOnce(t *testing.T) {
-	s := startSystem(t, app.Config{Workflows: []*domain.Workflow{fastWorkflow(time.Second)},
+	s := startSystem(t, engine.Config{Workflows: []*domain.Workflow{fastWorkflow(time.Second)},
 		Faults: faults("payment", demo.Fault{Mode: demo.FaultPermanent, Rate: 1})})
 	s.publish("perm-1", []byte(`{"orderId":"perm-1"}`))
 	task := s.awaitTerminal([]string{"perm-1"}, 30*time.Second)["perm-1"]
@@ -136,7 +136,7 @@ func sagactl(t *testing.T) string {
 }
 
 func TestCompensationThatKeepsFailingEndsInErrorThenRetryResumes(t *testing.T) {
-	s := startSystem(t, app.Config{Workflows: []*domain.Workflow{fastWorkflow(500 * time.Millisecond)},
+	s := startSystem(t, engine.Config{Workflows: []*domain.Workflow{fastWorkflow(500 * time.Millisecond)},
 		Faults: map[string][]demo.Fault{
 			"payment":   {{Mode: demo.FaultPermanent, Rate: 1}},
 			"inventory": {{Mode: demo.FaultTransient, Rate: 1, Compensation: true}},
@@ -183,7 +183,7 @@ func TestCompensationThatKeepsFailingEndsInErrorThenRetryResumes(t *testing.T) {
 }
 
 func TestLateReplyAfterTimeoutChangesNothing(t *testing.T) {
-	s := startSystem(t, app.Config{Workflows: []*domain.Workflow{fastWorkflow(300 * time.Millisecond)},
+	s := startSystem(t, engine.Config{Workflows: []*domain.Workflow{fastWorkflow(300 * time.Millisecond)},
 		Faults: faults("payment", demo.Fault{Mode: demo.FaultHang, Rate: 1})})
 	s.publish("late-1", []byte(`{"orderId":"late-1"}`))
 	s.awaitTasks([]string{"late-1"}, 30*time.Second, func(t *domain.Task) bool {
@@ -206,7 +206,7 @@ func TestLateReplyAfterTimeoutChangesNothing(t *testing.T) {
 }
 
 func TestOperatorCancelCompensates(t *testing.T) {
-	s := startSystem(t, app.Config{Workflows: []*domain.Workflow{fastWorkflow(2 * time.Second)},
+	s := startSystem(t, engine.Config{Workflows: []*domain.Workflow{fastWorkflow(2 * time.Second)},
 		Faults: faults("shipping", demo.Fault{Mode: demo.FaultHang, Rate: 1})})
 	s.publish("cancel-1", []byte(`{"orderId":"cancel-1"}`))
 	s.awaitTasks([]string{"cancel-1"}, 30*time.Second, func(t *domain.Task) bool {

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sagaengine/saga/adapters/demo"
-	"github.com/sagaengine/saga/cmd/sagad/app"
+	"github.com/sagaengine/saga/adapters/engine"
 	"github.com/sagaengine/saga/domain"
 )
 
@@ -41,7 +41,7 @@ func (s *system) sagactl(args ...string) (string, int) {
 }
 
 func TestSagactlWatchExitCodes(t *testing.T) {
-	s := startSystem(t, app.Config{Workflows: outcomeWorkflows(),
+	s := startSystem(t, engine.Config{Workflows: outcomeWorkflows(),
 		Faults: map[string][]demo.Fault{"payment": {{Mode: demo.FaultPermanent, Rate: 1}}}})
 	s.publish("w-ok", []byte(`{"orderId":"w-ok","workflow":"quick"}`))
 	s.publish("w-comp", []byte(`{"orderId":"w-comp"}`))
@@ -63,7 +63,7 @@ func TestSagactlWatchExitCodes(t *testing.T) {
 }
 
 func TestSagactlAuditAndReplay(t *testing.T) {
-	s := startSystem(t, app.Config{Workflows: []*domain.Workflow{fastWorkflow(300 * time.Millisecond)},
+	s := startSystem(t, engine.Config{Workflows: []*domain.Workflow{fastWorkflow(300 * time.Millisecond)},
 		Faults: faults("shipping", demo.Fault{Mode: demo.FaultHang, Rate: 1})})
 	s.publish("audit-1", []byte(`{"orderId":"audit-1"}`))
 	s.awaitTerminal([]string{"audit-1"}, 30*time.Second)

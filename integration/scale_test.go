@@ -15,7 +15,7 @@ import (
 
 	"github.com/sagaengine/saga/adapters/demo"
 	"github.com/sagaengine/saga/adapters/kafka"
-	"github.com/sagaengine/saga/cmd/sagad/app"
+	"github.com/sagaengine/saga/adapters/engine"
 	"github.com/sagaengine/saga/domain"
 )
 
@@ -45,12 +45,12 @@ func TestMain(m *testing.M) {
 // until killed.
 func runChild(spec string) {
 	parts := strings.Split(spec, "|")
-	roles, err := app.ParseRoles(parts[0])
+	roles, err := engine.ParseRoles(parts[0])
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	a, err := app.Start(app.Config{Roles: roles, KafkaBrokers: kafka.SplitBrokers(parts[1]), EventStoreURL: parts[2],
+	a, err := engine.Start(engine.Config{Roles: roles, KafkaBrokers: kafka.SplitBrokers(parts[1]), EventStoreURL: parts[2],
 		Instance: parts[3], Logger: testLogger(), SupervisorInterval: 50 * time.Millisecond})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -89,9 +89,9 @@ func TestTwoSchedulersAndTwoSupervisorsUnderFaults(t *testing.T) {
 	}
 	flaky := []demo.Fault{{Mode: demo.FaultTransient, Rate: 0.2}, {Mode: demo.FaultHang, Rate: 0.05}}
 	wf := fastWorkflow(400 * time.Millisecond)
-	s := startSystem(t, app.Config{Instance: "first", Workflows: []*domain.Workflow{wf},
+	s := startSystem(t, engine.Config{Instance: "first", Workflows: []*domain.Workflow{wf},
 		Faults: map[string][]demo.Fault{"inventory": flaky, "payment": flaky, "shipping": flaky}})
-	second, err := app.Start(app.Config{Instance: "second", Roles: []app.Role{app.RoleScheduler, app.RoleSupervisor},
+	second, err := engine.Start(engine.Config{Instance: "second", Roles: []engine.Role{engine.RoleScheduler, engine.RoleSupervisor},
 		KafkaBrokers: s.app.KafkaBrokers, EventStoreURL: s.app.EventStoreURL, Workflows: []*domain.Workflow{wf},
 		Logger: testLogger(), SupervisorInterval: 50 * time.Millisecond})
 	require.NoError(t, err)
@@ -131,8 +131,8 @@ func TestTwoSchedulersAndTwoSupervisorsUnderFaults(t *testing.T) {
 // process of its own, kills it with SIGKILL while orders are in flight and
 // starts it again.
 func TestSchedulerKilledMidRunFinishesInFlightTasks(t *testing.T) {
-	roles := []app.Role{app.RoleSubmitter, app.RoleSupervisor, app.RoleAgents, app.RoleAPI}
-	s := startSystem(t, app.Config{Roles: roles})
+	roles := []engine.Role{engine.RoleSubmitter, engine.RoleSupervisor, engine.RoleAgents, engine.RoleAPI}
+	s := startSystem(t, engine.Config{Roles: roles})
 	child := s.startChild("scheduler", "scheduler-a")
 	ids := orderIDs("killed", 300)
 	s.publishOrders(ids)

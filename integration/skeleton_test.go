@@ -14,7 +14,7 @@ import (
 
 	"github.com/sagaengine/saga/adapters/demo"
 	"github.com/sagaengine/saga/adapters/kafka"
-	"github.com/sagaengine/saga/cmd/sagad/app"
+	"github.com/sagaengine/saga/adapters/engine"
 	"github.com/sagaengine/saga/domain"
 )
 
@@ -27,7 +27,7 @@ var happyPath = []string{
 }
 
 func TestTwoHundredOrdersAreProcessed(t *testing.T) {
-	s := startSystem(t, app.Config{})
+	s := startSystem(t, engine.Config{})
 	ids := orderIDs("bulk", 200)
 	s.publishOrders(ids)
 	tasks := s.awaitTerminal(ids, 60*time.Second)
@@ -85,7 +85,7 @@ func TestTwoHundredOrdersAreProcessed(t *testing.T) {
 }
 
 func TestDuplicateAndInvalidOrders(t *testing.T) {
-	s := startSystem(t, app.Config{MaxOrderSize: 4 << 10})
+	s := startSystem(t, engine.Config{MaxOrderSize: 4 << 10})
 	s.publish("dup-1", []byte(`{"orderId":"dup-1"}`))
 	s.publish("dup-1", []byte(`{"orderId":"dup-1","again":true}`))
 	bad := map[string]string{
@@ -128,7 +128,7 @@ func TestDuplicateAndInvalidOrders(t *testing.T) {
 // service healthy: the scheduler re-sends the dispatches in flight and every
 // order finishes with exactly the events of the happy path.
 func TestStopMidRunAndRestart(t *testing.T) {
-	s := startSystem(t, app.Config{Faults: map[string][]demo.Fault{"shipping": {{Mode: demo.FaultHang, Rate: 1}}}})
+	s := startSystem(t, engine.Config{Faults: map[string][]demo.Fault{"shipping": {{Mode: demo.FaultHang, Rate: 1}}}})
 	ids := orderIDs("restart", 200)
 	s.publishOrders(ids)
 	s.awaitTasks(ids, 60*time.Second, func(t *domain.Task) bool {
@@ -145,7 +145,7 @@ func TestStopMidRunAndRestart(t *testing.T) {
 }
 
 func TestTransientFailuresRecoverByRetry(t *testing.T) {
-	s := startSystem(t, app.Config{Workflows: []*domain.Workflow{fastWorkflow(time.Second)},
+	s := startSystem(t, engine.Config{Workflows: []*domain.Workflow{fastWorkflow(time.Second)},
 		Faults: map[string][]demo.Fault{"payment": {{Mode: demo.FaultTransient, Rate: 0.5}}}})
 	ids := orderIDs("flaky", 30)
 	s.publishOrders(ids)
@@ -164,7 +164,7 @@ func TestTransientFailuresRecoverByRetry(t *testing.T) {
 }
 
 func TestHealthAndUnknownTask(t *testing.T) {
-	s := startSystem(t, app.Config{})
+	s := startSystem(t, engine.Config{})
 	resp, err := http.Get("http://" + s.app.HTTPAddr + "/api/tasks/nope")
 	require.NoError(t, err)
 	body, _ := io.ReadAll(resp.Body)

@@ -16,15 +16,15 @@ import (
 	"github.com/sagaengine/saga/adapters/demo"
 	"github.com/sagaengine/saga/adapters/eventstore"
 	"github.com/sagaengine/saga/adapters/kafka"
-	"github.com/sagaengine/saga/cmd/sagad/app"
+	"github.com/sagaengine/saga/adapters/engine"
 	"github.com/sagaengine/saga/domain"
 )
 
 // system is a whole saga system under test.
 type system struct {
 	t   *testing.T
-	cfg app.Config
-	app *app.App
+	cfg engine.Config
+	app *engine.App
 }
 
 func testLogger() *slog.Logger {
@@ -44,7 +44,7 @@ func fastWorkflow(budget time.Duration) *domain.Workflow {
 	return demo.Workflow().WithBudget(budget, fastBackoff)
 }
 
-func startSystem(t *testing.T, cfg app.Config) *system {
+func startSystem(t *testing.T, cfg engine.Config) *system {
 	t.Helper()
 	if cfg.DataDir == "" {
 		cfg.DataDir = t.TempDir()
@@ -62,7 +62,7 @@ func startSystem(t *testing.T, cfg app.Config) *system {
 }
 
 func (s *system) start() {
-	a, err := app.Start(s.cfg)
+	a, err := engine.Start(s.cfg)
 	require.NoError(s.t, err)
 	s.app = a
 	waits := map[string]<-chan struct{}{}

@@ -18,7 +18,7 @@ import (
 	"github.com/sagaengine/saga/adapters/client"
 	"github.com/sagaengine/saga/adapters/kafka"
 	"github.com/sagaengine/saga/adapters/workflowfile"
-	"github.com/sagaengine/saga/cmd/sagad/app"
+	"github.com/sagaengine/saga/adapters/engine"
 	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/processes"
 	"github.com/sagaengine/saga/projections"
@@ -68,7 +68,7 @@ func (s *system) register(w *domain.Workflow) int {
 // step it undoes (the shop refuses to refund a payment it never took).
 func TestUserWorkflowRunsAgainstItsOwnServices(t *testing.T) {
 	shop := startShop(t)
-	s := startSystem(t, app.Config{})
+	s := startSystem(t, engine.Config{})
 	require.Equal(t, 1, s.register(shopWorkflow(t, shop)))
 
 	s.publish("shop-ok", []byte(`{"orderId":"shop-ok","workflow":"shop","amount":42.5}`))
@@ -122,7 +122,7 @@ func TestUserWorkflowRunsAgainstItsOwnServices(t *testing.T) {
 func TestNewVersionWhileTasksAreInFlight(t *testing.T) {
 	gate := domain.StepDefinition{Name: "open-gate", Agent: "gate", Budget: 30 * time.Second, MaxAttempts: 1, Backoff: fastBackoff}
 	v1 := &domain.Workflow{Name: "gated", Steps: []domain.StepDefinition{gate}}
-	s := startSystem(t, app.Config{Workflows: []*domain.Workflow{v1}, ExternalAgents: []string{"gate"}})
+	s := startSystem(t, engine.Config{Workflows: []*domain.Workflow{v1}, ExternalAgents: []string{"gate"}})
 	s.publish("gated-old", []byte(`{"orderId":"gated-old","workflow":"gated"}`))
 	s.awaitTasks([]string{"gated-old"}, 30*time.Second, func(t *domain.Task) bool { return t.Step("open-gate").InFlight() })
 
@@ -170,7 +170,7 @@ func TestNewVersionWhileTasksAreInFlight(t *testing.T) {
 // TestInvalidDefinitionsAreRefusedWithEveryProblem sends definitions with
 // several problems each: all are listed, and nothing is registered.
 func TestInvalidDefinitionsAreRefusedWithEveryProblem(t *testing.T) {
-	s := startSystem(t, app.Config{})
+	s := startSystem(t, engine.Config{})
 	bad := `{"name":"broken","colour":"red","steps":[
 		{"name":"a","agent":"x","budget":"-1s"},
 		{"name":"a","agent":"x"},
@@ -194,7 +194,7 @@ func TestInvalidDefinitionsAreRefusedWithEveryProblem(t *testing.T) {
 // TestUnknownWorkflowIsRejectedAtOnce sends an order for a workflow nobody
 // registered through the Go client, which reports the rejection.
 func TestUnknownWorkflowIsRejectedAtOnce(t *testing.T) {
-	s := startSystem(t, app.Config{})
+	s := startSystem(t, engine.Config{})
 	c, err := client.New(ctx(t, 10*time.Second), client.Config{Brokers: s.app.KafkaBrokers})
 	require.NoError(t, err)
 	defer c.Close()
@@ -213,7 +213,7 @@ func TestUnknownWorkflowIsRejectedAtOnce(t *testing.T) {
 func TestApplicationEventStartsTheWorkflowThatNamesIt(t *testing.T) {
 	requireTools(t, "kcat")
 	shop := startShop(t)
-	s := startSystem(t, app.Config{})
+	s := startSystem(t, engine.Config{})
 	w, err := workflowfile.Parse("ship-on-order.yaml", []byte(`
 name: ship-on-order
 trigger:
@@ -254,7 +254,7 @@ steps:
 // definition files with sagactl, and submits orders with it.
 func TestSagactlWorkflows(t *testing.T) {
 	shop := startShop(t)
-	s := startSystem(t, app.Config{})
+	s := startSystem(t, engine.Config{})
 	dir := t.TempDir()
 	data, err := os.ReadFile("testdata/workflows/shop.yaml")
 	require.NoError(t, err)
@@ -314,7 +314,7 @@ func TestSagactlWorkflows(t *testing.T) {
 func TestHTTPAgentAndShellAgentServeOneWorkflow(t *testing.T) {
 	requireTools(t, "kcat", "jq", "bash")
 	shop := startShop(t)
-	s := startSystem(t, app.Config{})
+	s := startSystem(t, engine.Config{})
 	w, err := workflowfile.Parse("mixed.yaml", []byte(`
 name: mixed
 steps:

@@ -31,7 +31,7 @@ import (
 	"github.com/sagaengine/saga/adapters/client"
 	"github.com/sagaengine/saga/adapters/demo"
 	"github.com/sagaengine/saga/adapters/kafka"
-	"github.com/sagaengine/saga/cmd/sagad/app"
+	"github.com/sagaengine/saga/adapters/engine"
 	"github.com/sagaengine/saga/domain"
 )
 
@@ -81,7 +81,7 @@ func main() {
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	app.TuneGC() // the embedded system runs in this process, as in sagad
+	engine.TuneGC() // the embedded system runs in this process, as in sagad
 	if err := run(ctx, c); err != nil {
 		fmt.Fprintln(os.Stderr, "sagabench:", err)
 		os.Exit(1)
@@ -104,7 +104,7 @@ func run(ctx context.Context, c config) error {
 	res := &Result{Orders: c.orders, Concurrency: c.concurrency, Rate: c.rate, Steps: c.steps, ServiceDelay: c.latency.String(),
 		CPUs: runtime.GOMAXPROCS(0), Embedded: c.brokers == "", KafkaFsync: c.kafkaFsync, Outcomes: map[string]int{}}
 	brokers := kafka.SplitBrokers(c.brokers)
-	var embedded *app.App
+	var embedded *engine.App
 	if res.Embedded {
 		dir := c.data
 		if dir == "" {
@@ -115,7 +115,7 @@ func run(ctx context.Context, c config) error {
 			defer os.RemoveAll(tmp)
 			dir = tmp
 		}
-		a, err := app.Start(app.Config{DataDir: dir, KafkaListen: "127.0.0.1:0", EventStoreListen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0",
+		a, err := engine.Start(engine.Config{DataDir: dir, KafkaListen: "127.0.0.1:0", EventStoreListen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0",
 			DemoAgents: true, KafkaFsync: c.kafkaFsync, Workflows: []*domain.Workflow{demo.Workflow(), benchWorkflow(c.steps)},
 			Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 		if err != nil {

@@ -13,7 +13,7 @@ import (
 	"github.com/sagaengine/saga/adapters/demo"
 	"github.com/sagaengine/saga/adapters/kafka"
 	"github.com/sagaengine/saga/adapters/workflowfile"
-	"github.com/sagaengine/saga/cmd/sagad/app"
+	"github.com/sagaengine/saga/adapters/engine"
 	"github.com/sagaengine/saga/domain"
 )
 
@@ -87,7 +87,7 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	roles, err := app.ParseRoles(*rolesFlag)
+	roles, err := engine.ParseRoles(*rolesFlag)
 	if err != nil {
 		return err
 	}
@@ -101,7 +101,7 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 		}
 	}
 	logger.Info("starting saga", "data", *data, "roles", *rolesFlag)
-	a, err := app.Start(app.Config{
+	a, err := engine.Start(engine.Config{
 		DataDir: *data, KafkaBrokers: kafka.SplitBrokers(*brokers), KafkaListen: *kafkaListen,
 		EventStoreURL: strings.TrimSpace(*esURL), EventStoreListen: *esListen, HTTPListen: *httpListen,
 		Partitions: int32(*partitions), Instance: *instance, DemoAgents: *demoAgents, Faults: faults, Logger: logger,

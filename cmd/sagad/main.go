@@ -10,7 +10,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/sagaengine/saga/cmd/sagad/app"
+	"github.com/sagaengine/saga/adapters/engine"
 )
 
 const usage = `usage: sagad [command] [flags]
@@ -27,7 +27,7 @@ func main() {
 	slog.SetDefault(logger)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	app.TuneGC()
+	engine.TuneGC()
 
 	args := os.Args[1:]
 	cmd := ""

@@ -1,7 +1,9 @@
-// Package app wires saga's adapters and processes into one running system.
-// sagad uses it for its all-in-one mode and the integration tests use it to
-// run the whole system in-process; nothing else wires adapters together.
-package app
+// Package engine runs saga inside a Go program: it wires saga's adapters and
+// processes into one running system, on embedded or external Kafka and
+// event store, with the roles asked for. sagad is a thin command around it,
+// so there is one way to wire saga; integration tests and applications that
+// embed saga use it the same way.
+package engine
 
 import (
 	"context"
