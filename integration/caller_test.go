@@ -12,8 +12,8 @@ import (
 
 	"github.com/sagaengine/saga/adapters/client"
 	"github.com/sagaengine/saga/adapters/demo"
-	"github.com/sagaengine/saga/adapters/kafka"
 	"github.com/sagaengine/saga/adapters/engine"
+	"github.com/sagaengine/saga/adapters/kafka"
 	"github.com/sagaengine/saga/domain"
 )
 

@@ -21,8 +21,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sagaengine/saga/adapters/demo"
-	"github.com/sagaengine/saga/adapters/eventstore"
 	"github.com/sagaengine/saga/adapters/engine"
+	"github.com/sagaengine/saga/adapters/eventstore"
 	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/projections"
 )

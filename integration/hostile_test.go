@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/sagaengine/saga/adapters/kafka"
 	"github.com/sagaengine/saga/adapters/engine"
+	"github.com/sagaengine/saga/adapters/kafka"
 	"github.com/sagaengine/saga/domain"
 )
 

@@ -56,3 +56,16 @@ func TestImportsPointOneWay(t *testing.T) {
 		assert.False(t, violates(dep, []string{module + "cmd", module + "integration"}), "adapters depend on %s", dep)
 	}
 }
+
+// TestEmbeddingExampleUsesOnlyThePublicAPI keeps integration/embedding, the
+// example of a Go service embedding saga, to the public packages of
+// docs/api.md.
+func TestEmbeddingExampleUsesOnlyThePublicAPI(t *testing.T) {
+	public := []string{module + "adapters/agent", module + "adapters/client", module + "adapters/engine",
+		module + "adapters/workflowfile", module + "domain"}
+	for _, imp := range goList(t, `{{join .TestImports " "}} {{join .XTestImports " "}}`, "integration/embedding", false) {
+		if strings.HasPrefix(imp, module) {
+			assert.True(t, violates(imp, public), "integration/embedding imports %s, which is not public", imp)
+		}
+	}
+}

@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sagaengine/saga/adapters/demo"
-	"github.com/sagaengine/saga/adapters/kafka"
 	"github.com/sagaengine/saga/adapters/engine"
+	"github.com/sagaengine/saga/adapters/kafka"
 	"github.com/sagaengine/saga/domain"
 )
 

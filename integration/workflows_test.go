@@ -15,10 +15,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sagaengine/saga/adapters/agent"
 	"github.com/sagaengine/saga/adapters/client"
+	"github.com/sagaengine/saga/adapters/engine"
 	"github.com/sagaengine/saga/adapters/kafka"
 	"github.com/sagaengine/saga/adapters/workflowfile"
-	"github.com/sagaengine/saga/adapters/engine"
 	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/processes"
 	"github.com/sagaengine/saga/projections"
@@ -334,4 +335,33 @@ steps:
 	assert.Equal(t, "bell", task.Step("ring-bell").Agent)
 	assert.Contains(t, string(task.Step("reserve").Result), "reservationId")
 	assert.NotEmpty(t, shopStateOf(t, shop).Reservations["mixed-1/reserve"])
+}
+
+// TestGoSDKAgentAndShellAgentServeOneWorkflow runs a workflow whose first
+// step is served by an agent written with the Go SDK, in its own consumer,
+// and whose second by the kcat shell agent; the shell agent's command
+// carries the Go agent's result.
+func TestGoSDKAgentAndShellAgentServeOneWorkflow(t *testing.T) {
+	requireTools(t, "kcat", "jq", "bash")
+	s := startSystem(t, engine.Config{})
+	w := &domain.Workflow{Name: "duo", Steps: []domain.StepDefinition{
+		{Name: "stamp", Agent: "stamper", Budget: 20 * time.Second, MaxAttempts: 2, Backoff: fastBackoff},
+		{Name: "ring-bell", Agent: "bell", Budget: 20 * time.Second, MaxAttempts: 1, Backoff: fastBackoff},
+	}}
+	s.register(w)
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- agent.Run(runCtx, agent.Config{Brokers: s.app.KafkaBrokers, Logger: testLogger()}, "stamper",
+			func(ctx context.Context, req agent.Request) (any, error) {
+				return map[string]string{"stamp": "ok-" + req.TaskID}, nil
+			})
+	}()
+	t.Cleanup(func() { stop(); require.NoError(t, <-done) })
+	startShellAgent(t, s, "bell")
+
+	s.publish("duo-1", []byte(`{"orderId":"duo-1","workflow":"duo"}`))
+	task := s.awaitTerminal([]string{"duo-1"}, 60*time.Second)["duo-1"]
+	require.Equal(t, domain.StateProcessed, task.State, task.Reason)
+	assert.JSONEq(t, `{"stamp":"ok-duo-1"}`, string(task.Step("stamp").Result))
 }

@@ -1,11 +1,14 @@
 // Package client lets a Go application submit orders to saga and wait for
-// their outcome. Each Client has a private reply topic: the orders it submits
-// name that topic as replyTo, and saga sends every status of those tasks
-// there. Statuses arrive at least once and are de-duplicated by revision.
+// their outcome; it is part of saga's public API (docs/api.md). Each Client
+// has a private reply topic: the orders it submits name that topic as
+// replyTo, and saga sends every status of those tasks there. Statuses
+// arrive at least once and are de-duplicated by revision.
 //
 //	c, err := client.New(ctx, client.Config{Brokers: []string{"127.0.0.1:9092"}})
-//	defer c.Close()
+//	if err != nil { ... }      // ErrUnreachable within ConnectTimeout if Kafka does not answer
+//	defer c.Close()            // deletes the reply topic the client created
 //	outcome, err := c.Run(ctx, "o-1", map[string]any{"items": items})
+//	if errors.Is(err, client.ErrRejected) { ... } // unknown workflow, invalid order: no task
 //	if outcome.Final.Status == domain.StatusProcessed { ... }
 package client
 
@@ -39,7 +42,15 @@ type Config struct {
 	ReplyTopic string
 	// OrdersTopic is where orders go; default domain.OrdersTopic.
 	OrdersTopic string
+	// ConnectTimeout bounds how long New waits for Kafka to answer;
+	// default 5 s.
+	ConnectTimeout time.Duration
+	// KafkaOptions are extra franz-go options (TLS, SASL, ...).
+	KafkaOptions []kgo.Opt
 }
+
+// ErrUnreachable is returned by New when Kafka does not answer in time.
+var ErrUnreachable = errors.New("kafka unreachable")
 
 // Outcome is what became of an order.
 type Outcome struct {
@@ -75,9 +86,20 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if cfg.OrdersTopic == "" {
 		cfg.OrdersTopic = domain.OrdersTopic
 	}
-	kc, err := kafka.NewClient(cfg.Brokers, kgo.ConsumeTopics(cfg.ReplyTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if cfg.ConnectTimeout <= 0 {
+		cfg.ConnectTimeout = 5 * time.Second
+	}
+	opts := append([]kgo.Opt{kgo.ConsumeTopics(cfg.ReplyTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}, cfg.KafkaOptions...)
+	kc, err := kafka.NewClient(cfg.Brokers, opts...)
 	if err != nil {
 		return nil, err
+	}
+	pingCtx, cancelPing := context.WithTimeout(ctx, cfg.ConnectTimeout)
+	err = kc.Ping(pingCtx)
+	cancelPing()
+	if err != nil {
+		kc.Close()
+		return nil, errors.Wrapf(ErrUnreachable, "no answer from %v within %s: %v", cfg.Brokers, cfg.ConnectTimeout, err)
 	}
 	if err := kafka.EnsureTopics(ctx, kc, 1, cfg.ReplyTopic); err != nil {
 		kc.Close()

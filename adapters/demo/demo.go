@@ -6,6 +6,9 @@
 // first answer and has no second effect. Faults can be injected per service:
 // transient (503), permanent (422) or hang (no answer until the caller gives
 // up), each at a rate.
+//
+// This package is internal to saga: its API may change in any release (see
+// docs/api.md for the public packages).
 package demo
 
 import (

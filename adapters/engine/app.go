@@ -21,12 +21,14 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/sagaengine/saga/adapters/agent"
 	"github.com/sagaengine/saga/adapters/demo"
 	"github.com/sagaengine/saga/adapters/esdbserver"
 	"github.com/sagaengine/saga/adapters/eventstore"
 	"github.com/sagaengine/saga/adapters/httpagent"
 	"github.com/sagaengine/saga/adapters/httpapi"
 	"github.com/sagaengine/saga/adapters/kafka"
+	"github.com/sagaengine/saga/adapters/workflowfile"
 	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/processes"
 	"github.com/sagaengine/saga/projections"
@@ -63,6 +65,10 @@ type Config struct {
 	DemoAgents bool
 	// ExternalAgents are agents that run elsewhere: no demo agent for them.
 	ExternalAgents []string
+	// Agents are Go step handlers to run (with the agents role), by agent
+	// name: the embedding program's own agents. They take precedence over
+	// a demo agent of the same name.
+	Agents map[string]agent.Handler
 	// HTTPAgents are agents, besides domain.HTTPAgent, whose steps the
 	// built-in HTTP agent carries out (with the agents role), so that HTTP
 	// steps of different services can be scaled apart.
@@ -75,9 +81,11 @@ type Config struct {
 	// Faults injects failures into demo services, by agent name.
 	Faults map[string][]demo.Fault
 	// Workflows are registered at start (a new version for each one that
-	// differs from its newest registered version); with none, and demo
-	// agents on, the demo order workflow.
-	Workflows []*domain.Workflow
+	// differs from its newest registered version), with those of the
+	// definition files in WorkflowDirs; with none, and demo agents on, the
+	// demo order workflow.
+	Workflows    []*domain.Workflow
+	WorkflowDirs []string
 	// MaxOrderSize bounds an order message; default 1 MiB.
 	MaxOrderSize int
 	Logger       *slog.Logger
@@ -140,7 +148,8 @@ type App struct {
 	Status     *processes.StatusPublisher
 	Submitter  *processes.Submitter
 	Services   map[string]*demo.Service
-	AgentProcs map[string]*processes.Agent
+	// AgentProcs are the agents this process runs, by name.
+	AgentProcs map[string]*agent.Agent
 	// HTTPHandlers are the built-in HTTP agent's handlers, by agent.
 	HTTPHandlers map[string]*httpagent.Handler
 
@@ -177,6 +186,16 @@ func Start(cfg Config) (*App, error) {
 	if cfg.Partitions <= 0 {
 		cfg.Partitions = 4
 	}
+	for _, dir := range cfg.WorkflowDirs {
+		loaded, err := workflowfile.LoadDir(dir)
+		if err != nil {
+			return nil, err
+		}
+		if len(loaded) == 0 {
+			return nil, errors.Newf("no workflow definitions (*.yaml, *.yml, *.json) in %s", dir)
+		}
+		cfg.Workflows = append(cfg.Workflows, loaded...)
+	}
 	if len(cfg.Workflows) == 0 && cfg.DemoAgents {
 		cfg.Workflows = []*domain.Workflow{demo.Workflow()}
 	}
@@ -189,7 +208,7 @@ func Start(cfg Config) (*App, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	a := &App{cfg: cfg, logger: cfg.Logger, cancel: cancel, errs: make(chan error, 16),
-		Services: map[string]*demo.Service{}, AgentProcs: map[string]*processes.Agent{},
+		Services: map[string]*demo.Service{}, AgentProcs: map[string]*agent.Agent{},
 		HTTPHandlers: map[string]*httpagent.Handler{}}
 	for _, start := range []func() error{a.startEventStore, func() error { return a.registerWorkflows(ctx) },
 		func() error { return a.startKafka(ctx) }, func() error { return a.startProcesses(ctx) }} {
@@ -428,13 +447,20 @@ func (a *App) startAPI(ctx context.Context) error {
 	return nil
 }
 
-// startAgents runs the built-in HTTP agent for domain.HTTPAgent and the
-// configured HTTP agents and, with DemoAgents, the demo services with an
-// HTTP agent in front of each.
+// startAgents runs the configured Go agents, the built-in HTTP agent for
+// domain.HTTPAgent and the configured HTTP agents and, with DemoAgents, the
+// demo services with an HTTP agent in front of each.
 func (a *App) startAgents(ctx context.Context) error {
+	for name, handler := range a.cfg.Agents {
+		if err := a.startAgent(ctx, name, handler, 0); err != nil {
+			return err
+		}
+	}
 	client := httpagent.DefaultClient()
 	for _, name := range append([]string{domain.HTTPAgent}, a.cfg.HTTPAgents...) {
-		a.startAgent(ctx, name, httpagent.New(httpagent.Config{Client: client, Clock: a.cfg.Clock}))
+		if err := a.startHTTPAgent(ctx, name, httpagent.Config{Client: client, Clock: a.cfg.Clock}); err != nil {
+			return err
+		}
 	}
 	if !a.cfg.DemoAgents {
 		return nil
@@ -442,7 +468,7 @@ func (a *App) startAgents(ctx context.Context) error {
 	// Only the demo workflow's agents: a user's agent of another name must
 	// never be answered by a demo service.
 	for _, agentName := range demo.Workflow().Agents() {
-		if slices.Contains(a.cfg.HTTPAgents, agentName) || slices.Contains(a.cfg.ExternalAgents, agentName) {
+		if _, own := a.cfg.Agents[agentName]; own || slices.Contains(a.cfg.HTTPAgents, agentName) || slices.Contains(a.cfg.ExternalAgents, agentName) {
 			continue
 		}
 		url, external := a.cfg.DemoServiceURLs[agentName]
@@ -460,20 +486,32 @@ func (a *App) startAgents(ctx context.Context) error {
 			a.Services[agentName] = svc
 			url = svc.URL()
 		}
-		// One breaker per agent, as before: the demo service is one host.
-		a.startAgent(ctx, agentName, httpagent.New(httpagent.Config{Client: client, BaseURL: url, Clock: a.cfg.Clock}))
+		if err := a.startHTTPAgent(ctx, agentName, httpagent.Config{Client: client, BaseURL: url, Clock: a.cfg.Clock}); err != nil {
+			return err
+		}
 	}
 	return nil
 }
 
-// startAgent consumes an agent's command topic with the agent runtime and
-// the built-in HTTP agent's handler.
-func (a *App) startAgent(ctx context.Context, name string, handler *httpagent.Handler) {
-	a.HTTPHandlers[name] = handler
-	replies := a.newProducer("agent-" + name)
-	agent := &processes.Agent{Name: name, Handler: handler.Handle, Replies: replies, DeadLetters: replies, Clock: a.cfg.Clock, Logger: a.logger}
-	a.AgentProcs[name] = agent
-	a.consume(ctx, "saga-agent-"+name, []string{domain.CommandTopic(name)}, agent.HandleCommand)
+// startHTTPAgent runs the built-in HTTP agent under a name; its handler
+// keeps a breaker per host, so the agent runtime keeps none.
+func (a *App) startHTTPAgent(ctx context.Context, name string, cfg httpagent.Config) error {
+	h := httpagent.New(cfg)
+	a.HTTPHandlers[name] = h
+	return a.startAgent(ctx, name, func(ctx context.Context, req agent.Request) (any, error) {
+		return h.Handle(ctx, req.Command())
+	}, -1)
+}
+
+// startAgent runs an agent through the Go agent SDK, as any program would.
+func (a *App) startAgent(ctx context.Context, name string, handler agent.Handler, breakerOpenFor time.Duration) error {
+	ag, err := agent.New(name, handler, agent.Config{Brokers: a.KafkaBrokers, Logger: a.logger, Clock: a.cfg.Clock, BreakerOpenFor: breakerOpenFor})
+	if err != nil {
+		return errors.Wrapf(err, "agent %s", name)
+	}
+	a.AgentProcs[name] = ag
+	a.run("agent "+name, func() error { return ag.Run(ctx) })
+	return nil
 }
 
 func (a *App) consume(ctx context.Context, group string, topics []string, h kafka.Handler) {
@@ -497,6 +535,22 @@ func (a *App) run(name string, f func() error) {
 			}
 		}
 	}()
+}
+
+// Run starts the system, runs it until ctx ends or a part of it fails, and
+// stops it: Start, then Close.
+func Run(ctx context.Context, cfg Config) error {
+	a, err := Start(cfg)
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-a.Failed():
+		return err
+	}
 }
 
 // Failed delivers the first error of a component that stopped by itself.

@@ -71,6 +71,8 @@ func (a *App) WriteMetrics(w io.Writer) {
 			retries = append(retries, sample{label("agent", n), float64(st.Retries)})
 			if h := a.HTTPHandlers[n]; h != nil {
 				opened = append(opened, sample{label("agent", n), float64(h.BreakersOpened())})
+			} else {
+				opened = append(opened, sample{label("agent", n), float64(st.BreakerOpened)})
 			}
 		}
 		writeMetric(w, "saga_agent_commands_total", "counter", "Commands agents finished, by outcome; expired ones arrived or ended past their completeBy.", outcomes...)

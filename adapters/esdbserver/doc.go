@@ -8,4 +8,7 @@
 // server-side filters and checkpoints, soft delete, tombstone and stream
 // metadata ($maxCount, $maxAge, $tb). Persistent subscriptions, projections,
 // users and gossip answer Unimplemented.
+//
+// This package is internal to saga: its API may change in any release (see
+// docs/api.md for the public packages).
 package esdbserver

@@ -5,6 +5,9 @@
 //
 // Event data is JSON; every event's custom metadata is the JSON of
 // domain.EventMetadata (correlation id, causation id, actor, trace context).
+//
+// This package is internal to saga: its API may change in any release (see
+// docs/api.md for the public packages).
 package eventstore
 
 import (

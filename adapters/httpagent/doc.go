@@ -15,4 +15,7 @@
 // CompleteBy. Answers are classified by Classify: 2xx succeed, 408, 429, 5xx
 // and network errors are transient, other answers permanent. A Handler keeps
 // a circuit breaker per host and is safe for concurrent use.
+//
+// This package is internal to saga: its API may change in any release (see
+// docs/api.md for the public packages).
 package httpagent

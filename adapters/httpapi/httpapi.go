@@ -15,6 +15,9 @@
 //
 // The actions answer 202 once the request is recorded; the task's state
 // follows as the scheduler carries it out.
+//
+// This package is internal to saga: its API may change in any release (see
+// docs/api.md for the public packages).
 package httpapi
 
 import (

@@ -21,4 +21,7 @@
 // Messages follow the CloudEvents Kafka binding in binary mode: ce_*
 // headers and a JSON body, keyed by task id so one task's messages stay in
 // order.
+//
+// This package is internal to saga: its API may change in any release (see
+// docs/api.md for the public packages).
 package kafka

@@ -11,10 +11,8 @@ import (
 	"github.com/cockroachdb/errors"
 
 	"github.com/sagaengine/saga/adapters/demo"
-	"github.com/sagaengine/saga/adapters/kafka"
-	"github.com/sagaengine/saga/adapters/workflowfile"
 	"github.com/sagaengine/saga/adapters/engine"
-	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/adapters/kafka"
 )
 
 // faultFlags collects repeated --fault AGENT=MODE[:RATE] flags.
@@ -91,14 +89,9 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	var workflows []*domain.Workflow
+	var workflowDirs []string
 	if *workflowsDir != "" {
-		if workflows, err = workflowfile.LoadDir(*workflowsDir); err != nil {
-			return err
-		}
-		if len(workflows) == 0 {
-			return errors.Newf("no workflow definitions (*.yaml, *.yml, *.json) in %s", *workflowsDir)
-		}
+		workflowDirs = []string{*workflowsDir}
 	}
 	logger.Info("starting saga", "data", *data, "roles", *rolesFlag)
 	a, err := engine.Start(engine.Config{
@@ -106,7 +99,7 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 		EventStoreURL: strings.TrimSpace(*esURL), EventStoreListen: *esListen, HTTPListen: *httpListen,
 		Partitions: int32(*partitions), Instance: *instance, DemoAgents: *demoAgents, Faults: faults, Logger: logger,
 		Roles: roles, SupervisorInterval: *supervisorInterval, KafkaFsync: *kafkaFsync, DemoServiceURLs: services,
-		Workflows: workflows, HTTPAgents: httpAgents, KafkaSyncTopics: append([]string{}, kafka.SplitBrokers(*kafkaSyncTopics)...),
+		WorkflowDirs: workflowDirs, HTTPAgents: httpAgents, KafkaSyncTopics: append([]string{}, kafka.SplitBrokers(*kafkaSyncTopics)...),
 	})
 	if err != nil {
 		return err

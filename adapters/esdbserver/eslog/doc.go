@@ -15,4 +15,7 @@
 // Readers never see an event before it is durable, and they read the
 // committed log by position, so a reader that follows the log (a
 // subscription) cannot miss, repeat or reorder events.
+//
+// This package is internal to saga: its API may change in any release (see
+// docs/api.md for the public packages).
 package eslog

@@ -1,0 +1,293 @@
+// Package agent is saga's Go SDK for agents: the programs that carry out
+// the steps of workflows by calling remote services. Write a Handler and
+// give it to Run:
+//
+//	err := agent.Run(ctx, agent.Config{Brokers: []string{"127.0.0.1:9092"}}, "payment",
+//		func(ctx context.Context, req agent.Request) (any, error) {
+//			if req.Compensating() {
+//				var charge struct{ PaymentID string }
+//				_ = req.DecodeUndone(&charge) // the result of the step being undone
+//				return nil, refund(ctx, charge.PaymentID, req.IdempotencyKey)
+//			}
+//			var order struct{ Amount float64 }
+//			if err := req.DecodeOrder(&order); err != nil {
+//				return nil, agent.Permanent(err) // retrying cannot help
+//			}
+//			id, err := charge(ctx, order.Amount, req.IdempotencyKey)
+//			return map[string]string{"paymentId": id}, err // any other error is retried
+//		})
+//
+// The agent consumes the workflow steps' commands from Kafka
+// (saga.cmd.<name>), in a consumer group shared by every instance of the
+// agent, and does everything saga's own agents do: it gives the handler a
+// context that ends at the command's complete-by deadline, retries
+// transient errors with backoff and jitter inside it, guards the service
+// with a circuit breaker, replies to the scheduler, stays silent once the
+// deadline has passed, counts what it did (Stats, WriteMetrics) and, when
+// ctx ends, finishes the calls in flight before it returns.
+//
+// The handler must pass Request.IdempotencyKey to the remote service, so
+// that a repeated command (a retry, a redelivery after a crash) has no
+// second effect. Agents in other languages follow docs/protocol.md instead.
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/cockroachdb/errors"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sagaengine/saga/adapters/kafka"
+	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/processes"
+)
+
+// ErrPermanent marks a failure that retrying cannot fix (see Permanent).
+var ErrPermanent = processes.ErrPermanent
+
+// ErrNoResult is returned by the Decode methods when there is nothing to
+// decode: no such step result, or no result of the step being undone.
+var ErrNoResult = errors.New("no result")
+
+// Permanent marks err as a failure retrying cannot fix: the remote service
+// refused for good and nothing took effect. The step then fails at once
+// (and its workflow compensates or stops, as its definition says). Any
+// error not marked so is transient and retried.
+func Permanent(err error) error { return processes.Permanent(err) }
+
+// Request is one command: a step to carry out, or to undo.
+type Request struct {
+	TaskID          string
+	Workflow        string
+	WorkflowVersion int
+	Step            string
+	// Compensation names the compensating action when the request undoes
+	// the step (Compensating); empty otherwise.
+	Compensation string
+	// Attempt counts the attempts of this step (or of its compensation),
+	// from 1.
+	Attempt int
+	// IdempotencyKey is the same for every attempt of the step (another
+	// for its compensation): pass it to the remote service.
+	IdempotencyKey string
+	// CompleteBy is the deadline; the handler's context ends then.
+	CompleteBy time.Time
+	// Order is the message that started the task.
+	Order json.RawMessage
+	// Results are the results of the steps that succeeded before this one
+	// (when undoing, of every step that succeeded), by step name.
+	Results map[string]json.RawMessage
+	// Result is, when undoing a step, that step's result.
+	Result json.RawMessage
+
+	command domain.ExecuteStep
+}
+
+// Compensating reports whether the request undoes a step.
+func (r Request) Compensating() bool { return r.command.Action == domain.ActionCompensate }
+
+// DecodeOrder decodes the order into v.
+func (r Request) DecodeOrder(v any) error {
+	return errors.Wrap(json.Unmarshal(r.Order, v), "decode the order")
+}
+
+// DecodeResult decodes the result of an earlier step into v.
+func (r Request) DecodeResult(step string, v any) error {
+	raw, ok := r.Results[step]
+	if !ok {
+		return errors.Wrapf(ErrNoResult, "step %s", step)
+	}
+	return errors.Wrapf(json.Unmarshal(raw, v), "decode the result of step %s", step)
+}
+
+// DecodeUndone decodes, when undoing a step, that step's result into v.
+func (r Request) DecodeUndone(v any) error {
+	if len(r.Result) == 0 {
+		return errors.Wrapf(ErrNoResult, "step %s has no result to undo", r.Step)
+	}
+	return errors.Wrapf(json.Unmarshal(r.Result, v), "decode the result of step %s", r.Step)
+}
+
+// Command returns the command as it arrived, for handlers that need all of
+// it (saga's built-in HTTP agent does).
+func (r Request) Command() domain.ExecuteStep { return r.command }
+
+// RequestOf returns the request of a command.
+func RequestOf(cmd domain.ExecuteStep) Request {
+	return Request{TaskID: cmd.TaskID, Workflow: cmd.Workflow, WorkflowVersion: cmd.WorkflowVersion, Step: cmd.Step,
+		Compensation: cmd.Compensation, Attempt: cmd.Attempt, IdempotencyKey: cmd.IdempotencyKey, CompleteBy: cmd.CompleteBy,
+		Order: cmd.Order, Results: cmd.Results, Result: cmd.Result, command: cmd}
+}
+
+// Handler carries out one request and returns its result, which saga
+// records and hands to later steps and to the step's compensation. The
+// result is encoded as JSON (a json.RawMessage as it is; nil for none) and
+// may be at most 64 KiB. Return Permanent(err) when retrying cannot help.
+type Handler func(ctx context.Context, req Request) (result any, err error)
+
+// Config configures an agent. Brokers is required.
+type Config struct {
+	Brokers []string
+	// Group is the Kafka consumer group shared by the agent's instances;
+	// default "saga-agent-<name>", the group of saga's own agents.
+	Group string
+	// Backoff spaces retries inside a command's deadline; default 50 ms
+	// doubling up to 1 s, a fifth random.
+	Backoff domain.Backoff
+	// BreakerOpenFor is how long the circuit breaker stays open once the
+	// service fails too often; default 2 s; negative means no breaker.
+	BreakerOpenFor time.Duration
+	// MaxInFlight bounds the commands handled at once; default 1024.
+	MaxInFlight int
+	Logger      *slog.Logger
+	// Clock tells the time; default time.Now. Tests may control it.
+	Clock func() time.Time
+	// KafkaOptions are extra franz-go options for the agent's clients
+	// (TLS, SASL, ...).
+	KafkaOptions []kgo.Opt
+}
+
+// Validate reports every problem of the configuration.
+func (c Config) Validate(name string) error {
+	var errs error
+	if len(c.Brokers) == 0 {
+		errs = errors.CombineErrors(errs, errors.New("agent: Brokers is required"))
+	}
+	if name == "" || !validAgentName(name) {
+		errs = errors.CombineErrors(errs, errors.Newf("agent: name %q must be 1 to 100 letters, digits, ., _ or - and start with a letter or digit", name))
+	}
+	if c.MaxInFlight < 0 {
+		errs = errors.CombineErrors(errs, errors.New("agent: MaxInFlight must not be negative"))
+	}
+	return errs
+}
+
+func validAgentName(name string) bool {
+	w := &domain.Workflow{Name: "w", Steps: []domain.StepDefinition{{Name: "s", Agent: name, Budget: time.Second, MaxAttempts: 1}}}
+	return w.Validate() == nil
+}
+
+// Agent serves the commands of one agent name.
+type Agent struct {
+	name    string
+	cfg     Config
+	runtime *processes.Agent
+	client  *kgo.Client
+}
+
+// New returns an agent serving name with handler; Run starts it.
+func New(name string, handler Handler, cfg Config) (*Agent, error) {
+	if err := cfg.Validate(name); err != nil {
+		return nil, err
+	}
+	if cfg.Group == "" {
+		cfg.Group = "saga-agent-" + name
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	client, err := kafka.NewClient(cfg.Brokers, cfg.KafkaOptions...)
+	if err != nil {
+		return nil, err
+	}
+	producer := kafka.NewProducer(client, "saga/agent/"+name, cfg.Logger)
+	rt := &processes.Agent{Name: name, Replies: producer, DeadLetters: producer, Clock: cfg.Clock, Logger: cfg.Logger,
+		Backoff: cfg.Backoff, Handler: adapt(handler)}
+	if cfg.BreakerOpenFor >= 0 {
+		openFor := cfg.BreakerOpenFor
+		if openFor == 0 {
+			openFor = 2 * time.Second
+		}
+		rt.Breaker = processes.NewBreaker(openFor, cfg.Clock)
+	}
+	return &Agent{name: name, cfg: cfg, runtime: rt, client: client}, nil
+}
+
+// adapt turns a Handler into the agent runtime's step handler.
+func adapt(h Handler) processes.StepHandler {
+	return func(ctx context.Context, cmd domain.ExecuteStep) (json.RawMessage, error) {
+		result, err := h(ctx, RequestOf(cmd))
+		if err != nil {
+			return nil, err
+		}
+		switch r := result.(type) {
+		case nil:
+			return nil, nil
+		case json.RawMessage:
+			return r, nil
+		}
+		raw, err := json.Marshal(result)
+		if err != nil {
+			return nil, Permanent(errors.Wrap(err, "encode the handler's result"))
+		}
+		return raw, nil
+	}
+}
+
+// Name is the agent's name.
+func (a *Agent) Name() string { return a.name }
+
+// Run serves commands until ctx ends, then lets the calls in flight finish
+// (their replies are sent; a command not finished is redelivered to another
+// instance) and returns. It returns an error only if it cannot start.
+func (a *Agent) Run(ctx context.Context) error {
+	defer a.client.Close()
+	return kafka.Consume(ctx, kafka.ConsumerConfig{Brokers: a.cfg.Brokers, Group: a.cfg.Group,
+		Topics: []string{domain.CommandTopic(a.name)}, MaxInFlight: a.cfg.MaxInFlight, Logger: a.cfg.Logger, Opts: a.cfg.KafkaOptions},
+		a.runtime.HandleCommand)
+}
+
+// Stats counts what the agent did.
+type Stats struct {
+	// Succeeded and Failed count replies sent; Expired counts commands
+	// that arrived or ended past their deadline (no reply); Retries counts
+	// calls retried inside a deadline; Rejected counts malformed commands
+	// dead-lettered; BreakerOpened counts how often the breaker opened.
+	Succeeded, Failed, Expired, Retries, Rejected, BreakerOpened int64
+}
+
+// Stats returns the agent's counters.
+func (a *Agent) Stats() Stats {
+	s := a.runtime.Stats()
+	out := Stats{Succeeded: s.Succeeded, Failed: s.Failed, Expired: s.Expired, Retries: s.Retries, Rejected: s.Rejected}
+	if a.runtime.Breaker != nil {
+		out.BreakerOpened = a.runtime.Breaker.Opened()
+	}
+	return out
+}
+
+// WriteMetrics writes the agent's counters in the Prometheus text format,
+// under the names sagad uses (saga_agent_*), for a program that serves its
+// own /metrics.
+func (a *Agent) WriteMetrics(w io.Writer) {
+	s := a.Stats()
+	fmt.Fprintf(w, "# HELP saga_agent_commands_total Commands agents finished, by outcome.\n# TYPE saga_agent_commands_total counter\n")
+	for _, o := range []struct {
+		outcome string
+		n       int64
+	}{{"succeeded", s.Succeeded}, {"failed", s.Failed}, {"expired", s.Expired}, {"dead_lettered", s.Rejected}} {
+		fmt.Fprintf(w, "saga_agent_commands_total{agent=%q,outcome=%q} %d\n", a.name, o.outcome, o.n)
+	}
+	fmt.Fprintf(w, "# HELP saga_agent_retries_total Calls agents retried within a command's deadline.\n# TYPE saga_agent_retries_total counter\n")
+	fmt.Fprintf(w, "saga_agent_retries_total{agent=%q} %d\n", a.name, s.Retries)
+	fmt.Fprintf(w, "# HELP saga_agent_breaker_opened_total Times an agent's circuit breaker opened.\n# TYPE saga_agent_breaker_opened_total counter\n")
+	fmt.Fprintf(w, "saga_agent_breaker_opened_total{agent=%q} %d\n", a.name, s.BreakerOpened)
+}
+
+// Run serves name's commands with handler until ctx ends (New, then
+// Agent.Run).
+func Run(ctx context.Context, cfg Config, name string, handler Handler) error {
+	a, err := New(name, handler, cfg)
+	if err != nil {
+		return err
+	}
+	return a.Run(ctx)
+}
