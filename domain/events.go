@@ -225,44 +225,55 @@ func (TaskCompensated) EventType() string        { return TaskCompensatedType }
 func (StepResubmitted) EventType() string        { return StepResubmittedType }
 func (TaskCancelled) EventType() string          { return TaskCancelledType }
 
+// taskEvents registers every task event: its wire name and how to decode
+// it. DecodeEvent reads it; a test checks that every registered event is
+// also folded (Task.Apply), has a status (StatusOf) and is described in
+// audits, so adding an event cannot miss one of them.
+var taskEvents = []struct {
+	name   string
+	decode func([]byte) (Event, error)
+}{
+	{TaskSubmittedType, decodeAs[TaskSubmitted]},
+	{StepDispatchedType, decodeAs[StepDispatched]},
+	{StepSucceededType, decodeAs[StepSucceeded]},
+	{StepFailedType, decodeAs[StepFailed]},
+	{TaskProcessedType, decodeAs[TaskProcessed]},
+	{TaskFailedType, decodeAs[TaskFailed]},
+	{StepTimedOutType, decodeAs[StepTimedOut]},
+	{StepRetryScheduledType, decodeAs[StepRetryScheduled]},
+	{CompensationRequestedType, decodeAs[CompensationRequested]},
+	{CompensationDispatchedType, decodeAs[CompensationDispatched]},
+	{StepCompensatedType, decodeAs[StepCompensated]},
+	{CompensationFailedType, decodeAs[CompensationFailed]},
+	{TaskCompensatedType, decodeAs[TaskCompensated]},
+	{StepResubmittedType, decodeAs[StepResubmitted]},
+	{TaskCancelledType, decodeAs[TaskCancelled]},
+}
+
+var decoders = func() map[string]func([]byte) (Event, error) {
+	m := make(map[string]func([]byte) (Event, error), len(taskEvents))
+	for _, e := range taskEvents {
+		m[e.name] = e.decode
+	}
+	return m
+}()
+
+// TaskEventTypes lists the wire names of every task event.
+func TaskEventTypes() []string {
+	out := make([]string, len(taskEvents))
+	for i, e := range taskEvents {
+		out[i] = e.name
+	}
+	return out
+}
+
 // DecodeEvent decodes a stored event by its wire name.
 func DecodeEvent(eventType string, data []byte) (Event, error) {
-	var e Event
-	var err error
-	switch eventType {
-	case TaskSubmittedType:
-		e, err = decodeAs[TaskSubmitted](data)
-	case StepDispatchedType:
-		e, err = decodeAs[StepDispatched](data)
-	case StepSucceededType:
-		e, err = decodeAs[StepSucceeded](data)
-	case StepFailedType:
-		e, err = decodeAs[StepFailed](data)
-	case TaskProcessedType:
-		e, err = decodeAs[TaskProcessed](data)
-	case TaskFailedType:
-		e, err = decodeAs[TaskFailed](data)
-	case StepTimedOutType:
-		e, err = decodeAs[StepTimedOut](data)
-	case StepRetryScheduledType:
-		e, err = decodeAs[StepRetryScheduled](data)
-	case CompensationRequestedType:
-		e, err = decodeAs[CompensationRequested](data)
-	case CompensationDispatchedType:
-		e, err = decodeAs[CompensationDispatched](data)
-	case StepCompensatedType:
-		e, err = decodeAs[StepCompensated](data)
-	case CompensationFailedType:
-		e, err = decodeAs[CompensationFailed](data)
-	case TaskCompensatedType:
-		e, err = decodeAs[TaskCompensated](data)
-	case StepResubmittedType:
-		e, err = decodeAs[StepResubmitted](data)
-	case TaskCancelledType:
-		e, err = decodeAs[TaskCancelled](data)
-	default:
+	decode, ok := decoders[eventType]
+	if !ok {
 		return nil, errors.Wrapf(ErrUnknownEventType, "%q", eventType)
 	}
+	e, err := decode(data)
 	return e, errors.Wrapf(err, "decode %s", eventType)
 }
 

@@ -156,6 +156,8 @@ func describe(e domain.Event) (string, int, string) {
 		return "", 0, strings.TrimSuffix("by "+e.By+": "+e.Reason, ": ")
 	case domain.TaskFailed:
 		return e.Step, 0, e.Reason
+	case domain.TaskProcessed, domain.TaskCompensated:
+		return "", 0, "" // the event's name says it all
 	}
 	return "", 0, ""
 }

@@ -4,8 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 	"time"
 
@@ -139,4 +143,31 @@ func TestAuditJSONAndDrift(t *testing.T) {
 func TestAuditOfAnUnknownTask(t *testing.T) {
 	_, err := projections.BuildAudit("nope", nil, projections.Cut{})
 	assert.ErrorIs(t, err, domain.ErrTaskNotFound)
+}
+
+// TestEveryEventIsDescribed fails when an event is registered without its
+// case in the audit's describe.
+func TestEveryEventIsDescribed(t *testing.T) {
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "audit.go", nil, 0)
+	require.NoError(t, err)
+	described := map[string]bool{}
+	ast.Inspect(f, func(n ast.Node) bool {
+		if fn, ok := n.(*ast.FuncDecl); ok && fn.Name.Name != "describe" {
+			return false
+		}
+		if cc, ok := n.(*ast.CaseClause); ok {
+			for _, expr := range cc.List {
+				if sel, ok := expr.(*ast.SelectorExpr); ok {
+					described[sel.Sel.Name] = true
+				}
+			}
+		}
+		return true
+	})
+	for _, wire := range domain.TaskEventTypes() {
+		e, err := domain.DecodeEvent(wire, []byte(`{}`))
+		require.NoError(t, err)
+		assert.True(t, described[reflect.TypeOf(e).Name()], "describe has no case for %s", wire)
+	}
 }
