@@ -188,27 +188,23 @@ func (p *defParser) duration(path string, v any) time.Duration {
 }
 
 func (p *defParser) strings(path string, v any) []string {
-	list, ok := v.([]any)
-	if !ok {
-		p.add(path, "must be a list of strings")
-		return nil
-	}
-	out := make([]string, 0, len(list))
-	for i, item := range list {
-		out = append(out, p.str(fmt.Sprintf("%s[%d]", path, i), item))
-	}
-	return out
+	return parseList(p, path, v, "a list of strings", p.str)
 }
 
 func (p *defParser) ints(path string, v any) []int {
+	return parseList(p, path, v, "a list of whole numbers", p.integer)
+}
+
+// parseList reads a list whose items item reads.
+func parseList[T any](p *defParser, path string, v any, what string, item func(string, any) T) []T {
 	list, ok := v.([]any)
 	if !ok {
-		p.add(path, "must be a list of whole numbers")
+		p.add(path, "must be %s", what)
 		return nil
 	}
-	out := make([]int, 0, len(list))
-	for i, item := range list {
-		out = append(out, p.integer(fmt.Sprintf("%s[%d]", path, i), item))
+	out := make([]T, 0, len(list))
+	for i, it := range list {
+		out = append(out, item(fmt.Sprintf("%s[%d]", path, i), it))
 	}
 	return out
 }
