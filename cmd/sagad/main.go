@@ -4,6 +4,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -46,6 +48,9 @@ func main() {
 	default:
 		fmt.Fprintf(os.Stderr, "sagad: unknown command %q\n\n%s", cmd, usage)
 		os.Exit(2)
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		return // -h printed the flags
 	}
 	if err != nil {
 		logger.Error("sagad stopped", "err", err)
