@@ -74,23 +74,11 @@ func (v *Tasks) Apply(e domain.RecordedEvent) {
 		t = domain.NewTask(id)
 		v.tasks[id] = t
 	}
-	if int64(e.Revision) <= t.Revision {
-		v.skipped.Add(1)
-		return
-	}
-	ev, err := e.Decode()
-	if err != nil {
-		v.skipped.Add(1)
-		if v.Logger != nil {
-			v.Logger.Warn("projection skipped an event it cannot read", "stream", e.Stream, "revision", e.Revision, "err", err.Error())
-		}
-		t.Revision = int64(e.Revision)
-		return
-	}
 	before := t.State
-	t.Revision = int64(e.Revision) - 1
-	t.Apply(ev)
-	t.Order = nil // the order's body stays in the store; the view does not serve it
+	if !foldInto(t, e, v.Logger) {
+		v.skipped.Add(1)
+		return
+	}
 	if t.State != before {
 		delete(v.byState[before], id)
 		if v.byState[t.State] == nil {

@@ -1,0 +1,293 @@
+// Package taskdb keeps saga's task view (projections.TaskStore) in an
+// SQLite database file, through the pure-Go driver modernc.org/sqlite, so
+// that the embedded mode stays one binary with no C toolchain.
+//
+// A row per task holds the task's state as the API shows it, with columns
+// for what queries filter and order on; a table of counts by state is kept
+// in step with the rows, and the checkpoint (the event-store position the
+// rows are folded up to) is written in the same transaction as the rows it
+// covers. The file is a disposable read model: deleted, it is rebuilt from
+// the event store.
+//
+// This package is internal to saga: its API may change in any release (see
+// docs/api.md for the public packages).
+package taskdb
+
+import (
+	"context"
+	"database/sql"
+	"encoding/base64"
+	"encoding/json"
+	"strconv"
+	"strings"
+
+	"github.com/cockroachdb/errors"
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+
+	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/projections"
+)
+
+const schema = `
+CREATE TABLE IF NOT EXISTS tasks (
+	id           TEXT PRIMARY KEY,
+	workflow     TEXT NOT NULL,
+	state        TEXT NOT NULL,
+	submitted_at INTEGER NOT NULL,
+	updated_at   INTEGER NOT NULL,
+	body         BLOB NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS tasks_by_submission ON tasks (submitted_at, id);
+CREATE INDEX IF NOT EXISTS tasks_by_state ON tasks (state, submitted_at, id);
+CREATE INDEX IF NOT EXISTS tasks_by_workflow ON tasks (workflow, submitted_at, id);
+CREATE TABLE IF NOT EXISTS counts (state TEXT PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS checkpoint (id INTEGER PRIMARY KEY CHECK (id = 0), position INTEGER NOT NULL);
+`
+
+// DB is a task view in an SQLite file. It is safe for concurrent use: one
+// writer (the projection) and any number of readers.
+type DB struct {
+	path string
+	db   *sql.DB
+}
+
+var _ projections.TaskStore = (*DB)(nil)
+
+// Open opens or creates the database file at path.
+func Open(path string) (*DB, error) {
+	// WAL lets the API read while the projection writes; synchronous=NORMAL
+	// may lose the last commits in a power loss but never tears one, and the
+	// checkpoint goes with its rows, so the view resumes consistently.
+	dsn := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=busy_timeout(5000)&_pragma=foreign_keys(ON)"
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, errors.Wrapf(err, "open task view %s", path)
+	}
+	if _, err := db.Exec(schema); err != nil {
+		db.Close()
+		return nil, errors.Wrapf(err, "create the task view's tables in %s", path)
+	}
+	return &DB{path: path, db: db}, nil
+}
+
+// Path is the database file.
+func (d *DB) Path() string { return d.path }
+
+// Close closes the database.
+func (d *DB) Close() error { return d.db.Close() }
+
+// Checkpoint implements projections.TaskStore.
+func (d *DB) Checkpoint(ctx context.Context) (uint64, bool, error) {
+	var pos int64
+	err := d.db.QueryRowContext(ctx, `SELECT position FROM checkpoint WHERE id = 0`).Scan(&pos)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, errors.Wrap(err, "read the task view's checkpoint")
+	}
+	return uint64(pos), true, nil
+}
+
+// Load implements projections.TaskStore.
+func (d *DB) Load(ctx context.Context, ids []string) (map[string]*domain.Task, error) {
+	out := make(map[string]*domain.Task, len(ids))
+	for start := 0; start < len(ids); start += 500 {
+		chunk := ids[start:min(start+500, len(ids))]
+		args := make([]any, len(chunk))
+		for i, id := range chunk {
+			args[i] = id
+		}
+		rows, err := d.db.QueryContext(ctx, `SELECT body FROM tasks WHERE id IN (?`+strings.Repeat(",?", len(chunk)-1)+`)`, args...)
+		if err != nil {
+			return nil, errors.Wrap(err, "load tasks")
+		}
+		for rows.Next() {
+			t, err := scanTask(rows)
+			if err != nil {
+				rows.Close()
+				return nil, err
+			}
+			out[t.ID] = t
+		}
+		if err := rows.Close(); err != nil {
+			return nil, errors.Wrap(err, "load tasks")
+		}
+	}
+	return out, nil
+}
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanTask(s scanner) (*domain.Task, error) {
+	var body []byte
+	if err := s.Scan(&body); err != nil {
+		return nil, errors.Wrap(err, "read a task row")
+	}
+	var t domain.Task
+	if err := json.Unmarshal(body, &t); err != nil {
+		return nil, errors.Wrap(err, "decode a task row")
+	}
+	return &t, nil
+}
+
+// Commit implements projections.TaskStore.
+func (d *DB) Commit(ctx context.Context, tasks []*domain.Task, position uint64) error {
+	tx, err := d.db.BeginTx(ctx, nil)
+	if err != nil {
+		return errors.Wrap(err, "begin a task view commit")
+	}
+	defer func() { _ = tx.Rollback() }()
+	delta := map[domain.TaskState]int{}
+	for _, t := range tasks {
+		if !t.Exists() {
+			continue
+		}
+		var old string
+		switch err := tx.QueryRowContext(ctx, `SELECT state FROM tasks WHERE id = ?`, t.ID).Scan(&old); {
+		case errors.Is(err, sql.ErrNoRows):
+		case err != nil:
+			return errors.Wrapf(err, "read task %s", t.ID)
+		default:
+			delta[domain.TaskState(old)]--
+		}
+		delta[t.State]++
+		body, err := json.Marshal(t)
+		if err != nil {
+			return errors.Wrapf(err, "encode task %s", t.ID)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO tasks (id, workflow, state, submitted_at, updated_at, body) VALUES (?, ?, ?, ?, ?, ?)
+			ON CONFLICT (id) DO UPDATE SET workflow = excluded.workflow, state = excluded.state, submitted_at = excluded.submitted_at,
+			updated_at = excluded.updated_at, body = excluded.body`,
+			t.ID, t.Workflow, string(t.State), t.SubmittedAt.UnixNano(), t.UpdatedAt.UnixNano(), body); err != nil {
+			return errors.Wrapf(err, "store task %s", t.ID)
+		}
+	}
+	for state, n := range delta {
+		if n == 0 {
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO counts (state, n) VALUES (?, ?) ON CONFLICT (state) DO UPDATE SET n = n + excluded.n`,
+			string(state), n); err != nil {
+			return errors.Wrap(err, "count tasks by state")
+		}
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO checkpoint (id, position) VALUES (0, ?) ON CONFLICT (id) DO UPDATE SET position = excluded.position`,
+		int64(position)); err != nil {
+		return errors.Wrap(err, "store the task view's checkpoint")
+	}
+	return errors.Wrap(tx.Commit(), "commit the task view")
+}
+
+// Get implements projections.TaskStore.
+func (d *DB) Get(ctx context.Context, id string) (*domain.Task, bool, error) {
+	t, err := scanTask(d.db.QueryRowContext(ctx, `SELECT body FROM tasks WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	return t, true, nil
+}
+
+// cursor is where a page ends: the last task's submission time and id.
+type cursor struct {
+	submitted int64
+	id        string
+}
+
+func (c cursor) encode() string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(c.submitted, 10) + "|" + c.id))
+}
+
+func decodeCursor(s string) (cursor, error) {
+	raw, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return cursor{}, errors.Wrap(projections.ErrBadCursor, "not base64")
+	}
+	at, id, ok := strings.Cut(string(raw), "|")
+	n, convErr := strconv.ParseInt(at, 10, 64)
+	if !ok || convErr != nil || id == "" {
+		return cursor{}, errors.Wrap(projections.ErrBadCursor, "malformed")
+	}
+	return cursor{submitted: n, id: id}, nil
+}
+
+// List implements projections.TaskStore: newest submission first, ties by
+// id, the cursor continuing strictly after the last row of a page.
+func (d *DB) List(ctx context.Context, q projections.TaskQuery) (projections.TaskPage, error) {
+	limit := q.Limit
+	if limit <= 0 {
+		limit = projections.DefaultPageSize
+	}
+	limit = min(limit, projections.MaxPageSize)
+	var where []string
+	var args []any
+	if q.State != "" {
+		where, args = append(where, "state = ?"), append(args, string(q.State))
+	}
+	if q.Workflow != "" {
+		where, args = append(where, "workflow = ?"), append(args, q.Workflow)
+	}
+	if !q.Since.IsZero() {
+		where, args = append(where, "submitted_at >= ?"), append(args, q.Since.UnixNano())
+	}
+	if !q.Until.IsZero() {
+		where, args = append(where, "submitted_at < ?"), append(args, q.Until.UnixNano())
+	}
+	if q.Cursor != "" {
+		c, err := decodeCursor(q.Cursor)
+		if err != nil {
+			return projections.TaskPage{}, err
+		}
+		where, args = append(where, "(submitted_at < ? OR (submitted_at = ? AND id < ?))"), append(args, c.submitted, c.submitted, c.id)
+	}
+	query := `SELECT body FROM tasks`
+	if len(where) > 0 {
+		query += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	query += ` ORDER BY submitted_at DESC, id DESC LIMIT ?`
+	args = append(args, limit+1)
+	rows, err := d.db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return projections.TaskPage{}, errors.Wrap(err, "list tasks")
+	}
+	defer rows.Close()
+	var page projections.TaskPage
+	for rows.Next() {
+		t, err := scanTask(rows)
+		if err != nil {
+			return projections.TaskPage{}, err
+		}
+		page.Tasks = append(page.Tasks, t)
+	}
+	if err := rows.Err(); err != nil {
+		return projections.TaskPage{}, errors.Wrap(err, "list tasks")
+	}
+	if len(page.Tasks) > limit {
+		page.Tasks = page.Tasks[:limit]
+		last := page.Tasks[limit-1]
+		page.NextCursor = cursor{submitted: last.SubmittedAt.UnixNano(), id: last.ID}.encode()
+	}
+	return page, nil
+}
+
+// Counts implements projections.TaskStore.
+func (d *DB) Counts(ctx context.Context) (map[domain.TaskState]int, error) {
+	rows, err := d.db.QueryContext(ctx, `SELECT state, n FROM counts WHERE n > 0`)
+	if err != nil {
+		return nil, errors.Wrap(err, "count tasks")
+	}
+	defer rows.Close()
+	out := map[domain.TaskState]int{}
+	for rows.Next() {
+		var state string
+		var n int
+		if err := rows.Scan(&state, &n); err != nil {
+			return nil, errors.Wrap(err, "count tasks")
+		}
+		out[domain.TaskState(state)] = n
+	}
+	return out, errors.Wrap(rows.Err(), "count tasks")
+}

@@ -1,0 +1,258 @@
+package projections
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/errors"
+
+	"github.com/sagaengine/saga/domain"
+)
+
+// ErrBadCursor is returned for a page cursor the read model did not make.
+var ErrBadCursor = errors.New("invalid page cursor")
+
+// Paging limits of TaskQuery.
+const (
+	DefaultPageSize = 100
+	MaxPageSize     = 1000
+)
+
+// TaskQuery selects a page of tasks, newest submission first.
+type TaskQuery struct {
+	// State and Workflow filter when set.
+	State    domain.TaskState
+	Workflow string
+	// Since and Until bound the submission time when set: since inclusive,
+	// until exclusive.
+	Since, Until time.Time
+	// Limit is the page size: DefaultPageSize when 0, at most MaxPageSize.
+	Limit int
+	// Cursor continues after the page that returned it.
+	Cursor string
+}
+
+// TaskPage is one page of tasks.
+type TaskPage struct {
+	Tasks []*domain.Task
+	// NextCursor continues with the next page; empty on the last one.
+	NextCursor string
+}
+
+// TaskStore keeps the task view: a row per task and the store position the
+// rows are folded up to, changed together in one transaction, so that a
+// crash never applies an event twice nor skips one. It is a disposable read
+// model: deleting it makes the projection rebuild it from the store.
+type TaskStore interface {
+	// Checkpoint is the store position of the last event folded in, if any.
+	Checkpoint(ctx context.Context) (position uint64, ok bool, err error)
+	// Load returns the stored states of the tasks that exist among ids.
+	Load(ctx context.Context, ids []string) (map[string]*domain.Task, error)
+	// Commit stores the tasks' states and the checkpoint at once.
+	Commit(ctx context.Context, tasks []*domain.Task, position uint64) error
+	// Get returns one task.
+	Get(ctx context.Context, id string) (*domain.Task, bool, error)
+	// List returns a page of tasks.
+	List(ctx context.Context, q TaskQuery) (TaskPage, error)
+	// Counts returns how many tasks are in each state.
+	Counts(ctx context.Context) (map[domain.TaskState]int, error)
+}
+
+// StoredTasks is the task view kept in a TaskStore: it follows the event
+// store from the view's checkpoint and commits in batches, and it serves
+// queries from the store, so neither its memory nor its start-up grow with
+// history. It is safe for concurrent use.
+type StoredTasks struct {
+	Store  TaskStore
+	Logger *slog.Logger
+	// BatchSize bounds the events folded per commit; default 512.
+	BatchSize int
+	// FlushInterval bounds how long an event waits for its commit when
+	// events arrive slowly; default 20 ms.
+	FlushInterval time.Duration
+
+	applied, skipped atomic.Int64
+	readyOnce        sync.Once
+	ready            chan struct{}
+	position         atomic.Uint64
+}
+
+// NewStoredTasks returns the view kept in store.
+func NewStoredTasks(store TaskStore, logger *slog.Logger) *StoredTasks {
+	return &StoredTasks{Store: store, Logger: logger, ready: make(chan struct{})}
+}
+
+// Ready is closed once the view has caught up with the event store.
+func (v *StoredTasks) Ready() <-chan struct{} { return v.ready }
+
+// Applied and Skipped count the events folded in and those passed over
+// (already applied, or unreadable).
+func (v *StoredTasks) Applied() int64 { return v.applied.Load() }
+
+// Skipped counts the events passed over.
+func (v *StoredTasks) Skipped() int64 { return v.skipped.Load() }
+
+// Position is the store position of the last event committed.
+func (v *StoredTasks) Position() uint64 { return v.position.Load() }
+
+// Run follows the event store from the view's checkpoint until ctx ends.
+func (v *StoredTasks) Run(ctx context.Context, source EventSubscriber) error {
+	if v.BatchSize <= 0 {
+		v.BatchSize = 512
+	}
+	if v.FlushInterval <= 0 {
+		v.FlushInterval = 20 * time.Millisecond
+	}
+	from := domain.FromStart()
+	if pos, ok, err := v.Store.Checkpoint(ctx); err != nil {
+		return errors.Wrap(err, "read the task view's checkpoint")
+	} else if ok {
+		from = domain.AfterPosition(pos)
+		v.position.Store(pos)
+	}
+	items := make(chan domain.SubscriptionItem, v.BatchSize)
+	subErr := make(chan error, 1)
+	subCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		subErr <- source.SubscribeAll(subCtx, from, domain.TaskStreamPrefix, func(it domain.SubscriptionItem) error {
+			select {
+			case items <- it:
+				return nil
+			case <-subCtx.Done():
+				return subCtx.Err()
+			}
+		})
+	}()
+	b := &viewBatch{tasks: map[string]*domain.Task{}}
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-subErr:
+			if ctx.Err() != nil {
+				return nil
+			}
+			return errors.Wrap(err, "task view subscription")
+		case it := <-items:
+			if it.CaughtUp {
+				if err := v.flush(ctx, b); err != nil {
+					return err
+				}
+				v.readyOnce.Do(func() { close(v.ready) })
+				continue
+			}
+			if len(b.events) == 0 {
+				timer.Reset(v.FlushInterval)
+			}
+			b.events = append(b.events, *it.Event)
+			if len(b.events) >= v.BatchSize {
+				if err := v.flush(ctx, b); err != nil {
+					return err
+				}
+			}
+		case <-timer.C:
+			if err := v.flush(ctx, b); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// viewBatch collects the events of one commit.
+type viewBatch struct {
+	events []domain.RecordedEvent
+	tasks  map[string]*domain.Task
+}
+
+// flush folds the batch's events into their tasks' stored states and
+// commits them with the batch's last position.
+func (v *StoredTasks) flush(ctx context.Context, b *viewBatch) error {
+	if len(b.events) == 0 {
+		return nil
+	}
+	var ids []string
+	seen := map[string]bool{}
+	for _, e := range b.events {
+		if id, ok := domain.TaskIDFromStream(e.Stream); ok && !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
+		}
+	}
+	stored, err := v.Store.Load(ctx, ids)
+	if err != nil {
+		return errors.Wrap(err, "load tasks for the task view")
+	}
+	changed := make([]*domain.Task, 0, len(ids))
+	for _, id := range ids {
+		t := stored[id]
+		if t == nil {
+			t = domain.NewTask(id)
+		}
+		b.tasks[id] = t
+		changed = append(changed, t)
+	}
+	var applied, skipped int64
+	for _, e := range b.events {
+		id, ok := domain.TaskIDFromStream(e.Stream)
+		if !ok {
+			continue
+		}
+		if foldInto(b.tasks[id], e, v.Logger) {
+			applied++
+		} else {
+			skipped++
+		}
+	}
+	last := b.events[len(b.events)-1].Position
+	if err := v.Store.Commit(ctx, changed, last); err != nil {
+		return errors.Wrap(err, "commit the task view")
+	}
+	v.applied.Add(applied)
+	v.skipped.Add(skipped)
+	v.position.Store(last)
+	b.events = b.events[:0]
+	clear(b.tasks)
+	return nil
+}
+
+// foldInto applies a recorded event to a task's view state and reports
+// whether it did: an event already applied, or one that cannot be read, is
+// passed over (the latter logged), so that a replay is idempotent.
+func foldInto(t *domain.Task, e domain.RecordedEvent, logger *slog.Logger) bool {
+	if int64(e.Revision) <= t.Revision {
+		return false
+	}
+	ev, err := e.Decode()
+	if err != nil {
+		if logger != nil {
+			logger.Warn("task view passed over an event it cannot read", "stream", e.Stream, "revision", e.Revision, "err", err.Error())
+		}
+		t.Revision = int64(e.Revision)
+		return false
+	}
+	t.Revision = int64(e.Revision) - 1
+	t.Apply(ev)
+	t.Order = nil // the order's body stays in the store; the view does not serve it
+	return true
+}
+
+// Get returns a task's current state.
+func (v *StoredTasks) Get(ctx context.Context, id string) (*domain.Task, bool, error) {
+	return v.Store.Get(ctx, id)
+}
+
+// List returns a page of tasks.
+func (v *StoredTasks) List(ctx context.Context, q TaskQuery) (TaskPage, error) {
+	return v.Store.List(ctx, q)
+}
+
+// Counts returns how many tasks are in each state.
+func (v *StoredTasks) Counts(ctx context.Context) (map[domain.TaskState]int, error) {
+	return v.Store.Counts(ctx)
+}
