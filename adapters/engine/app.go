@@ -330,15 +330,9 @@ func (a *App) newProducer(role string) *kafka.Producer {
 
 func (a *App) startProcesses(ctx context.Context) error {
 	cfg := &a.cfg
-	followers := 0
-	defer func() {
-		a.run("event fan-out", func() error { return a.followers.Run(ctx, followers) })
-	}()
-	for _, r := range []Role{RoleScheduler, RoleSupervisor, RoleAPI, RoleStatus} {
-		if cfg.has(r) {
-			followers++
-		}
-	}
+	// The followers of the shared subscription register as they are built
+	// (Register), and it starts delivering once all of them are: no counts.
+	defer a.run("event fan-out", func() error { return a.followers.Run(ctx) })
 	if cfg.has(RoleScheduler) {
 		if err := a.startScheduler(ctx); err != nil {
 			return err
@@ -357,7 +351,7 @@ func (a *App) startProcesses(ctx context.Context) error {
 			a.Submitter.HandleOrder)
 	}
 	if cfg.has(RoleStatus) {
-		a.Status = &processes.StatusPublisher{Store: a.followers, Checkpoints: a.Store, Sink: a.newProducer("status"), Logger: a.logger, Name: "status"}
+		a.Status = &processes.StatusPublisher{Store: a.followers.Register("status"), Checkpoints: a.Store, Sink: a.newProducer("status"), Logger: a.logger, Name: "status"}
 		a.run("status publisher", func() error { return a.Status.Run(ctx) })
 	}
 	if cfg.has(RoleAgents) {
@@ -381,7 +375,7 @@ func (a *App) startScheduler(ctx context.Context) error {
 		return errors.Wrap(err, "scheduler ownership")
 	}
 	commands := a.newProducer("scheduler")
-	a.Scheduler = &processes.Scheduler{Store: a.followers, Commands: commands, DeadLetters: commands, Workflows: a.Workflows,
+	a.Scheduler = &processes.Scheduler{Store: a.followers.Register("scheduler"), Commands: commands, DeadLetters: commands, Workflows: a.Workflows,
 		Actor: "scheduler/" + a.cfg.Instance, Clock: a.cfg.Clock, Logger: a.logger, Ownership: ownership}
 	a.run("scheduler", func() error { return a.Scheduler.Run(ctx) })
 	a.consumeWith(ctx, kafka.ConsumerConfig{Group: "saga-scheduler", Topics: []string{domain.RepliesTopic},
@@ -401,7 +395,7 @@ func (a *App) startSupervisor(ctx context.Context) error {
 		return err
 	}
 	a.lease = lease
-	a.Supervisor = &processes.Supervisor{Store: a.followers, Alerts: a.newProducer("supervisor"), Workflows: a.Workflows, Actor: "supervisor/" + a.cfg.Instance,
+	a.Supervisor = &processes.Supervisor{Store: a.followers.Register("supervisor"), Alerts: a.newProducer("supervisor"), Workflows: a.Workflows, Actor: "supervisor/" + a.cfg.Instance,
 		Clock: a.cfg.Clock, Logger: a.logger, Interval: a.cfg.SupervisorInterval, Leader: lease}
 	a.run("supervisor", func() error { return a.Supervisor.Run(ctx) })
 	return nil
@@ -411,7 +405,8 @@ func (a *App) startSupervisor(ctx context.Context) error {
 func (a *App) startAPI(ctx context.Context) error {
 	a.Tasks = projections.NewTasks(a.logger)
 	a.Operator = &processes.Operator{Store: a.Store, Workflows: a.Workflows, Clock: a.cfg.Clock}
-	a.run("task projection", func() error { return a.Tasks.Run(ctx, a.followers) })
+	projection := a.followers.Register("projection")
+	a.run("task projection", func() error { return a.Tasks.Run(ctx, projection) })
 	lis, err := net.Listen("tcp", listenOr(a.cfg.HTTPListen, httpapi.DefaultListen))
 	if err != nil {
 		return errors.Wrap(err, "http api listen")
