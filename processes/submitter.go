@@ -65,7 +65,8 @@ func (s *Submitter) HandleOrder(ctx context.Context, msg Inbound) error {
 		return s.reject(ctx, msg, doc.ReplyTo(wf.Trigger), err)
 	}
 	trace := msg.Headers["traceparent"]
-	if trace == "" {
+	if !ValidTraceParent(trace) {
+		// Missing, malformed or oversized: never stored as it came.
 		trace = NewTraceParent()
 	}
 	submitted := domain.Submit(order, wf, trace, s.Clock())
@@ -81,6 +82,10 @@ func (s *Submitter) HandleOrder(ctx context.Context, msg Inbound) error {
 		s.duplicates.Add(1)
 		s.Logger.Info("duplicate order acknowledged", "order", order.OrderID, "source", msg.Source())
 		return nil
+	case errors.Is(err, domain.ErrAppendRefused):
+		// Retrying cannot help (too large, invalid): the record must not
+		// hold up the orders after it.
+		return s.reject(ctx, msg, order.ReplyTo, err)
 	case err != nil:
 		return errors.Wrapf(err, "submit order %s", order.OrderID)
 	}
@@ -107,16 +112,30 @@ func (s *Submitter) reject(ctx context.Context, msg Inbound, replyTo string, rea
 			}
 		}
 	}
-	s.Rejections.PublishStatus(ctx, domain.TaskStatus{OrderID: id, Status: domain.StatusRejected, Reason: reason.Error(),
+	s.Rejections.PublishStatus(ctx, domain.TaskStatus{OrderID: id, Status: domain.StatusRejected, Reason: truncateReason(reason.Error()),
 		Time: s.Clock(), ReplyTo: replyTo, TraceParent: msg.Headers["traceparent"]})
 	return errors.Wrap(s.Rejections.Flush(ctx), "tell the caller of a rejected order")
 }
 
+// maxCausationID bounds a CloudEvents id kept as a causation id.
+const maxCausationID = 256
+
 // causation is the id of the message that caused an event: its CloudEvents
-// id when it has one, else its place in the log.
+// id when it has one of at most maxCausationID bytes, else its place in the
+// log.
 func causation(msg Inbound) string {
-	if id := msg.Headers["ce_id"]; id != "" {
+	if id := msg.Headers["ce_id"]; id != "" && len(id) <= maxCausationID {
 		return id
 	}
 	return msg.Source()
+}
+
+// maxReason bounds a reason sent to a caller.
+const maxReason = 1024
+
+func truncateReason(r string) string {
+	if len(r) > maxReason {
+		return r[:maxReason] + "…"
+	}
+	return r
 }

@@ -16,12 +16,15 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/EventStore/EventStore-Client-Go/v4/esdb"
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/sagaengine/saga/domain"
 )
@@ -116,13 +119,16 @@ func (s *Store) Append(ctx context.Context, stream string, expected domain.Expec
 		res, err = c.AppendToStream(ctx, stream, opts, data...)
 		return err
 	})
-	if err != nil {
-		if codeOf(err) == esdb.ErrorCodeWrongExpectedVersion {
-			return 0, errors.Wrapf(domain.ErrConcurrencyConflict, "append to %s: %v", stream, err)
-		}
+	switch classify(err) {
+	case nil:
+		return res.NextExpectedVersion, nil
+	case errConflict:
+		return 0, errors.Wrapf(domain.ErrConcurrencyConflict, "append to %s: %v", stream, err)
+	case errRefused:
+		return 0, errors.Wrapf(domain.ErrAppendRefused, "append to %s: %v", stream, err)
+	default:
 		return 0, errors.Wrapf(err, "append to %s", stream)
 	}
-	return res.NextExpectedVersion, nil
 }
 
 // eventID returns the event's id, deriving one when the caller gave none:
@@ -275,16 +281,51 @@ func codeOf(err error) esdb.ErrorCode {
 	return -1
 }
 
-// retryable decides, in one place, which event-store errors are worth
-// retrying: the connection is down, the client gave up connecting, or the
-// server is restarting.
-func retryable(err error) bool {
+// Error classes of classify.
+var (
+	// errTransient: the connection is down, the client gave up connecting,
+	// or the server is restarting; the adapter retries.
+	errTransient = errors.New("transient")
+	// errConflict: the expected revision did not hold.
+	errConflict = errors.New("conflict")
+	// errRefused: the server refused the request as it is (too large,
+	// invalid, stream deleted); the same request can never succeed.
+	errRefused = errors.New("refused")
+	// errOther: anything else, such as a full disk; the caller decides
+	// when to try again.
+	errOther = errors.New("other")
+)
+
+// classify decides, in this one place, what an event-store error means:
+// nil for no error, else one of errTransient, errConflict, errRefused and
+// errOther.
+func classify(err error) error {
+	if err == nil {
+		return nil
+	}
 	switch codeOf(err) {
 	case esdb.ErrorUnavailable, esdb.ErrorCodeDeadlineExceeded, esdb.ErrorCodeNotLeader, esdb.ErrorCodeConnectionClosed:
-		return true
+		return errTransient
+	case esdb.ErrorCodeWrongExpectedVersion:
+		return errConflict
+	case esdb.ErrorCodeStreamDeleted:
+		return errRefused
 	}
-	return false
+	switch st, _ := status.FromError(err); st.Code() {
+	case codes.InvalidArgument:
+		return errRefused
+	case codes.ResourceExhausted:
+		// gRPC's message size limit, on either side; a full disk is
+		// ResourceExhausted too, but passes once there is space again.
+		if strings.Contains(st.Message(), "larger than max") {
+			return errRefused
+		}
+	}
+	return errOther
 }
+
+// retryable reports whether the adapter retries err itself.
+func retryable(err error) bool { return classify(err) == errTransient }
 
 // retry runs op until it succeeds, fails permanently or ctx ends, backing
 // off with jitter between tries.

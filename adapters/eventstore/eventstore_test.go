@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -208,4 +209,36 @@ func TestAdapterWaitsForAServerThatStartsLate(t *testing.T) {
 	require.NoError(t, err)
 	defer srv.Close()
 	require.NoError(t, <-appended)
+}
+
+// TestAppendsThatCanNeverSucceedAreRefused checks the one classification of
+// append errors: too large for the server (InvalidArgument) or for gRPC
+// (ResourceExhausted, message larger than max) is domain.ErrAppendRefused,
+// so that callers dead-letter instead of retrying forever.
+func TestAppendsThatCanNeverSucceedAreRefused(t *testing.T) {
+	if os.Getenv("SAGA_TEST_EVENTSTORE") != "" {
+		t.Skip("needs the embedded server's limits")
+	}
+	srv, err := esdbserver.Start(esdbserver.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), MaxEventSize: 64 << 10})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Close() })
+	s, err := eventstore.Dial(fmt.Sprintf("esdb://%s?tls=false", srv.Addr()), nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+
+	big := newEvent("A", `{}`)
+	big.Data = []byte(`"` + strings.Repeat("a", 100<<10) + `"`)
+	_, err = s.Append(ctx(t), "task-big", domain.ExpectNoStream(), big)
+	require.ErrorIs(t, err, domain.ErrAppendRefused)
+
+	huge := newEvent("A", `{}`)
+	huge.Metadata.TraceParent = strings.Repeat("a", 20<<20)
+	_, err = s.Append(ctx(t), "task-huge", domain.ExpectNoStream(), huge)
+	require.ErrorIs(t, err, domain.ErrAppendRefused)
+
+	_, err = s.Append(ctx(t), "task-fine", domain.ExpectNoStream(), newEvent("A", `{}`))
+	require.NoError(t, err)
+	_, err = s.Append(ctx(t), "task-fine", domain.ExpectNoStream(), newEvent("B", `{}`))
+	require.ErrorIs(t, err, domain.ErrConcurrencyConflict)
+	assert.NotErrorIs(t, err, domain.ErrAppendRefused)
 }
