@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/EventStore/EventStore-Client-Go/v4/esdb"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -241,4 +242,54 @@ func TestAppendsThatCanNeverSucceedAreRefused(t *testing.T) {
 	_, err = s.Append(ctx(t), "task-fine", domain.ExpectNoStream(), newEvent("B", `{}`))
 	require.ErrorIs(t, err, domain.ErrConcurrencyConflict)
 	assert.NotErrorIs(t, err, domain.ErrAppendRefused)
+}
+
+// TestCheckpointSurvivesDeletedStreams tombstones and soft-deletes a
+// checkpoint stream: saving goes on (a tombstoned stream in the next
+// generation), and loading finds the newest live checkpoint, or none,
+// never an error that would stop its follower for good.
+func TestCheckpointSurvivesDeletedStreams(t *testing.T) {
+	s, srv := open(t)
+	if srv == nil {
+		t.Skip("tombstones a stream: embedded server only")
+	}
+	client, err := esdb.NewClient(mustConf(t, fmt.Sprintf("esdb://%s?tls=false", srv.Addr())))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = client.Close() })
+	name := "cp-" + uuid.NewString()[:8]
+
+	require.NoError(t, s.SaveCheckpoint(ctx(t), name, 7))
+	_, err = client.TombstoneStream(ctx(t), "saga-checkpoint-"+name, esdb.TombstoneStreamOptions{ExpectedRevision: esdb.Any{}})
+	require.NoError(t, err)
+	require.NoError(t, s.SaveCheckpoint(ctx(t), name, 9), "saving after a tombstone")
+	pos, ok, err := s.LoadCheckpoint(ctx(t), name)
+	require.NoError(t, err)
+	assert.True(t, ok)
+	assert.Equal(t, uint64(9), pos)
+
+	// Another process (a restart) finds the live generation too.
+	fresh, err := eventstore.Dial(fmt.Sprintf("esdb://%s?tls=false", srv.Addr()), nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = fresh.Close() })
+	pos, ok, err = fresh.LoadCheckpoint(ctx(t), name)
+	require.NoError(t, err)
+	assert.True(t, ok)
+	assert.Equal(t, uint64(9), pos)
+
+	// A soft-deleted checkpoint is no checkpoint: start from the start.
+	_, err = client.DeleteStream(ctx(t), "saga-checkpoint-"+name+".2", esdb.DeleteStreamOptions{ExpectedRevision: esdb.Any{}})
+	require.NoError(t, err)
+	_, ok, err = fresh.LoadCheckpoint(ctx(t), name)
+	require.NoError(t, err)
+	assert.False(t, ok)
+	require.NoError(t, fresh.SaveCheckpoint(ctx(t), name, 11))
+	pos, _, err = fresh.LoadCheckpoint(ctx(t), name)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(11), pos)
+}
+
+func mustConf(t *testing.T, url string) *esdb.Configuration {
+	conf, err := esdb.ParseConnectionString(url)
+	require.NoError(t, err)
+	return conf
 }
