@@ -29,6 +29,10 @@ type Submitter struct {
 	Logger     *slog.Logger
 	// MaxOrderSize bounds an order's body; default DefaultMaxOrderSize.
 	MaxOrderSize int
+	// ReplyTopics says which topics an order may name as replyTo; the zero
+	// value allows domain.DefaultReplyTopicPattern. Saga's own topics and
+	// trigger topics are never allowed.
+	ReplyTopics domain.ReplyTopicPolicy
 
 	accepted, duplicates, rejected atomic.Int64
 }
@@ -56,13 +60,19 @@ func (s *Submitter) HandleOrder(ctx context.Context, msg Inbound) error {
 	wf, err := s.Workflows.Select(ctx, msg.Topic, doc, msg.Headers["ce_type"])
 	if err != nil {
 		if errors.Is(err, domain.ErrUnknownWorkflow) || errors.Is(err, domain.ErrInvalidMessage) {
-			return s.reject(ctx, msg, doc.ReplyTo(domain.Trigger{}), err)
+			return s.reject(ctx, msg, s.allowedReplyTo(ctx, msg, nil, doc.ReplyTo(domain.Trigger{})), err)
 		}
 		return errors.Wrap(err, "choose the workflow of an order")
 	}
 	order, err := doc.Order(wf, msg.Key)
 	if err != nil {
-		return s.reject(ctx, msg, doc.ReplyTo(wf.Trigger), err)
+		return s.reject(ctx, msg, s.allowedReplyTo(ctx, msg, wf, doc.ReplyTo(wf.Trigger)), err)
+	}
+	if order.ReplyTo != "" {
+		if err := s.ReplyTopics.Check(order.ReplyTo, s.triggerTopics(ctx, msg, wf)); err != nil {
+			// No rejection status either: it would go to that topic.
+			return s.reject(ctx, msg, "", err)
+		}
 	}
 	trace := msg.Headers["traceparent"]
 	if !ValidTraceParent(trace) {
@@ -91,6 +101,36 @@ func (s *Submitter) HandleOrder(ctx context.Context, msg Inbound) error {
 	}
 	s.accepted.Add(1)
 	return nil
+}
+
+// TopicLister lists the topics that start tasks (Registry.Topics); a
+// WorkflowSelector that is one lets the submitter forbid them all as reply
+// topics, not only the order's own.
+type TopicLister interface {
+	Topics(ctx context.Context) ([]string, error)
+}
+
+// triggerTopics lists the topics a reply topic must not be: the one the
+// order came from, its workflow's, and every registered workflow's.
+func (s *Submitter) triggerTopics(ctx context.Context, msg Inbound, wf *domain.Workflow) []string {
+	topics := []string{msg.Topic}
+	if wf != nil {
+		topics = append(topics, wf.Trigger.TopicsOrDefault()...)
+	}
+	if lister, ok := s.Workflows.(TopicLister); ok {
+		if all, err := lister.Topics(ctx); err == nil {
+			topics = append(topics, all...)
+		}
+	}
+	return topics
+}
+
+// allowedReplyTo returns topic if a rejection may be sent there, else "".
+func (s *Submitter) allowedReplyTo(ctx context.Context, msg Inbound, wf *domain.Workflow, topic string) string {
+	if topic == "" || s.ReplyTopics.Check(topic, s.triggerTopics(ctx, msg, wf)) != nil {
+		return ""
+	}
+	return topic
 }
 
 // reject dead-letters an order that cannot become a task and, when it names

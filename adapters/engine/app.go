@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -80,6 +81,10 @@ type Config struct {
 	Workflows []*domain.Workflow
 	// MaxOrderSize bounds an order message; default 1 MiB.
 	MaxOrderSize int
+	// ReplyTopicPattern is a regular expression the replyTo of an order
+	// must match; default domain.DefaultReplyTopicPattern. Saga's own topics
+	// and trigger topics are refused whatever it allows.
+	ReplyTopicPattern string
 	Logger       *slog.Logger
 	Clock        processes.Clock
 }
@@ -344,9 +349,17 @@ func (a *App) startProcesses(ctx context.Context) error {
 		}
 	}
 	if cfg.has(RoleSubmitter) {
+		var replyTopics domain.ReplyTopicPolicy
+		if cfg.ReplyTopicPattern != "" {
+			pattern, err := regexp.Compile(cfg.ReplyTopicPattern)
+			if err != nil {
+				return errors.Wrap(err, "reply topic pattern")
+			}
+			replyTopics.Pattern = pattern
+		}
 		producer := a.newProducer("submitter")
 		a.Submitter = &processes.Submitter{Store: a.Store, DeadLetters: producer, Rejections: producer, Workflows: a.Workflows,
-			Actor: "submitter/" + cfg.Instance, Clock: cfg.Clock, Logger: a.logger, MaxOrderSize: cfg.MaxOrderSize}
+			Actor: "submitter/" + cfg.Instance, Clock: cfg.Clock, Logger: a.logger, MaxOrderSize: cfg.MaxOrderSize, ReplyTopics: replyTopics}
 		a.consumeWith(ctx, kafka.ConsumerConfig{Group: "saga-submitter", Topics: a.triggerTopics, MoreTopics: a.Workflows.Topics},
 			a.Submitter.HandleOrder)
 	}

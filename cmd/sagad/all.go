@@ -11,9 +11,9 @@ import (
 	"github.com/cockroachdb/errors"
 
 	"github.com/sagaengine/saga/adapters/demo"
+	"github.com/sagaengine/saga/adapters/engine"
 	"github.com/sagaengine/saga/adapters/kafka"
 	"github.com/sagaengine/saga/adapters/workflowfile"
-	"github.com/sagaengine/saga/adapters/engine"
 	"github.com/sagaengine/saga/domain"
 )
 
@@ -78,6 +78,7 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	rolesFlag := fs.String("roles", envOr("SAGA_ROLES", "all"), "parts to run, comma-separated: submitter, scheduler, supervisor, agents, api, status, or all [$SAGA_ROLES]")
 	supervisorInterval := fs.Duration("supervisor-interval", time.Second, "how often the supervisor looks for attempts past their complete-by")
 	workflowsDir := fs.String("workflows", envOr("SAGA_WORKFLOWS", ""), "register the workflow definitions in this directory (*.yaml, *.yml, *.json) at start; default the demo order workflow when demo agents run [$SAGA_WORKFLOWS]")
+	replyTopics := fs.String("reply-topic-pattern", domain.DefaultReplyTopicPattern, "regular expression an order's replyTo must match; saga's own topics (saga.*, but saga.reply.*), orders and trigger topics are refused whatever it allows")
 	var httpAgents listFlag
 	fs.Var(&httpAgents, "http-agent", "run the built-in HTTP agent also under this agent name, for HTTP steps that name it (repeatable; the agent \"http\" always runs)")
 	services := serviceFlags{}
@@ -107,6 +108,7 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 		Partitions: int32(*partitions), Instance: *instance, DemoAgents: *demoAgents, Faults: faults, Logger: logger,
 		Roles: roles, SupervisorInterval: *supervisorInterval, KafkaFsync: *kafkaFsync, DemoServiceURLs: services,
 		Workflows: workflows, HTTPAgents: httpAgents, KafkaSyncTopics: append([]string{}, kafka.SplitBrokers(*kafkaSyncTopics)...),
+		ReplyTopicPattern: *replyTopics,
 	})
 	if err != nil {
 		return err
