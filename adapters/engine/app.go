@@ -85,8 +85,8 @@ type Config struct {
 	// must match; default domain.DefaultReplyTopicPattern. Saga's own topics
 	// and trigger topics are refused whatever it allows.
 	ReplyTopicPattern string
-	Logger       *slog.Logger
-	Clock        processes.Clock
+	Logger            *slog.Logger
+	Clock             processes.Clock
 }
 
 // Role is a part of the system a process runs.
@@ -425,7 +425,11 @@ func (a *App) startAPI(ctx context.Context) error {
 		return errors.Wrap(err, "http api listen")
 	}
 	a.HTTPAddr = lis.Addr().String()
-	a.http = &http.Server{Handler: httpapi.Handler(a.Tasks, a.Operator, registering{a.Workflows, a}, a), ReadHeaderTimeout: 5 * time.Second}
+	// Timeouts and a header limit, so that slow or hostile clients cannot
+	// hold connections and memory: bodies are small (1 MiB at most).
+	a.http = &http.Server{Handler: httpapi.Handler(a.Tasks, a.Operator, registering{a.Workflows, a}, a, a),
+		ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second,
+		IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
 	a.run("http api", func() error {
 		if err := a.http.Serve(lis); !errors.Is(err, http.ErrServerClosed) {
 			return err
