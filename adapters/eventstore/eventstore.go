@@ -420,7 +420,7 @@ func (s *Store) LoadCheckpoint(ctx context.Context, name string) (uint64, bool, 
 			return 0, false, errors.Wrapf(err, "load checkpoint %s", name)
 		}
 		if !found {
-			s.logger.Warn("no checkpoint; following from the start", "checkpoint", checkpointStream(name, gen))
+			s.logger.Info("no checkpoint; following from the start", "checkpoint", checkpointStream(name, gen))
 		}
 		return position, found, nil
 	}
