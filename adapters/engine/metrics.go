@@ -111,6 +111,7 @@ func (a *App) WriteMetrics(w io.Writer) {
 		st := a.esServer.Store().Stats()
 		writeMetric(w, "saga_eventstore_fsyncs_total", "counter", "Group commits of the embedded event store.", sample{"", float64(st.Syncs)})
 		writeMetric(w, "saga_eventstore_writes_total", "counter", "Writes the embedded event store made durable.", sample{"", float64(st.Writes)})
+		writeMetric(w, "saga_eventstore_refused_writes_total", "counter", "Writes the embedded event store refused: disk full or after a disk failure.", sample{"", float64(st.Refused)})
 	}
 }
 
