@@ -11,6 +11,12 @@ import (
 // there first, and the caller must re-read and decide again.
 var ErrConcurrencyConflict = errors.New("concurrency conflict: the stream moved on")
 
+// ErrAppendRefused is returned by an event store for an append it refused
+// and would refuse again however often it were retried: events too large or
+// invalid, or a deleted stream. The caller must not retry it; the message
+// that caused it is dead-lettered with the reason.
+var ErrAppendRefused = errors.New("append refused by the event store")
+
 // TaskStreamPrefix starts the name of every task stream.
 const TaskStreamPrefix = "task-"
 

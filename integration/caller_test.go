@@ -92,10 +92,10 @@ func TestReplyTopicCarriesTheExactStatusSequence(t *testing.T) {
 func TestStatusMessagesAreCloudEventsOnTheOrdersTrace(t *testing.T) {
 	s := startSystem(t, engine.Config{})
 	const trace = "4bf92f3577b34da6a3ce929d0e0e4736"
-	order := &kgo.Record{Topic: domain.OrdersTopic, Key: []byte("traced-1"), Value: []byte(`{"orderId":"traced-1","replyTo":"traced-replies"}`),
+	order := &kgo.Record{Topic: domain.OrdersTopic, Key: []byte("traced-1"), Value: []byte(`{"orderId":"traced-1","replyTo":"reply.traced"}`),
 		Headers: []kgo.RecordHeader{{Key: "traceparent", Value: []byte("00-" + trace + "-00f067aa0ba902b7-01")}}}
 	require.NoError(t, s.producer().ProduceSync(ctx(t, 10*time.Second), order).FirstErr())
-	records := s.consumeTopic("traced-replies", 8, 30*time.Second)
+	records := s.consumeTopic("reply.traced", 8, 30*time.Second)
 	for _, r := range records {
 		headers := map[string]string{}
 		for _, h := range r.Headers {

@@ -63,14 +63,14 @@ func TestShellAgentAndKcatConsumer(t *testing.T) {
 
 	startShellAgent(t, s, "bell")
 
-	s.publish("bell-1", []byte(`{"orderId":"bell-1","workflow":"bell","replyTo":"bell-replies"}`))
+	s.publish("bell-1", []byte(`{"orderId":"bell-1","workflow":"bell","replyTo":"reply.bell"}`))
 	task := s.awaitTerminal([]string{"bell-1"}, 60*time.Second)["bell-1"]
 	require.Equal(t, domain.StateProcessed, task.State, task.Reason)
 	assert.Equal(t, []string{domain.TaskSubmittedType, domain.StepDispatchedType, domain.StepSucceededType, domain.TaskProcessedType},
 		types(s.stream("bell-1")), "the shell agent completed the step")
 
 	// A non-Go consumer of the reply topic: kcat reads it to the end.
-	out, err := exec.Command("kcat", "-C", "-b", brokers, "-t", "bell-replies", "-o", "beginning", "-e", "-q", "-f", "%k\t%h\t%s\n").Output()
+	out, err := exec.Command("kcat", "-C", "-b", brokers, "-t", "reply.bell", "-o", "beginning", "-e", "-q", "-f", "%k\t%h\t%s\n").Output()
 	require.NoError(t, err)
 	var statuses []string
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {

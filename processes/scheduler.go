@@ -377,6 +377,12 @@ func (sh *shard) load(ctx context.Context, id string) (*domain.Task, error) {
 		t.Apply(ev)
 	}
 	delete(sh.done, id)
+	if !t.Exists() {
+		// Never submitted (a reply naming an unknown task, say): no state
+		// is kept for it, so nothing can later decide for it.
+		delete(sh.tasks, id)
+		return t, nil
+	}
 	if sh.keep(t) {
 		sh.schedule(t)
 	}
@@ -407,7 +413,7 @@ func (sh *shard) advance(ctx context.Context, t *domain.Task, causation string) 
 		if !errors.Is(err, domain.ErrConcurrencyConflict) {
 			return
 		}
-		if t, err = sh.load(ctx, t.ID); err != nil || t.State.Terminal() {
+		if t, err = sh.load(ctx, t.ID); err != nil || t.State.Terminal() || !t.Exists() {
 			return
 		}
 	}
@@ -449,7 +455,14 @@ func (sh *shard) onReply(ctx context.Context, r domain.StepReply, source string)
 
 // commit appends the decided events on the revision they were decided on,
 // folds them into the task and then carries out their effects.
+//
+// Only the submitter creates task streams: commit refuses a task that was
+// never submitted, as its expected revision would be "no stream" and the
+// append would create one.
 func (sh *shard) commit(ctx context.Context, t *domain.Task, events []domain.Event, causation string) error {
+	if !t.Exists() {
+		return errors.Wrapf(domain.ErrTaskNotFound, "%q: the scheduler never creates a task stream", t.ID)
+	}
 	batch, err := toNewEvents(events, domain.EventMetadata{CorrelationID: t.ID, CausationID: causation, Actor: sh.s.Actor})
 	if err != nil {
 		return err

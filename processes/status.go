@@ -124,7 +124,13 @@ func (p *StatusPublisher) publish(ctx context.Context, e domain.RecordedEvent) e
 	}
 	t.Revision = int64(e.Revision) - 1
 	t.Apply(ev)
-	p.Sink.PublishStatus(ctx, domain.StatusOf(t, ev, e.Revision, e.Recorded))
+	st := domain.StatusOf(t, ev, e.Revision, e.Recorded)
+	if domain.ReservedTopic(st.ReplyTo) {
+		// Accepted before reply topics were checked: a status there would
+		// read as a forged order, command or reply.
+		st.ReplyTo = ""
+	}
+	p.Sink.PublishStatus(ctx, st)
 	p.published.Add(1)
 	if t.State == domain.StateProcessed || t.State == domain.StateCompensated {
 		delete(p.tasks, id)

@@ -29,6 +29,10 @@ type Submitter struct {
 	Logger     *slog.Logger
 	// MaxOrderSize bounds an order's body; default DefaultMaxOrderSize.
 	MaxOrderSize int
+	// ReplyTopics says which topics an order may name as replyTo; the zero
+	// value allows domain.DefaultReplyTopicPattern. Saga's own topics and
+	// trigger topics are never allowed.
+	ReplyTopics domain.ReplyTopicPolicy
 
 	accepted, duplicates, rejected atomic.Int64
 }
@@ -56,16 +60,23 @@ func (s *Submitter) HandleOrder(ctx context.Context, msg Inbound) error {
 	wf, err := s.Workflows.Select(ctx, msg.Topic, doc, msg.Headers["ce_type"])
 	if err != nil {
 		if errors.Is(err, domain.ErrUnknownWorkflow) || errors.Is(err, domain.ErrInvalidMessage) {
-			return s.reject(ctx, msg, doc.ReplyTo(domain.Trigger{}), err)
+			return s.reject(ctx, msg, s.allowedReplyTo(ctx, msg, nil, doc.ReplyTo(domain.Trigger{})), err)
 		}
 		return errors.Wrap(err, "choose the workflow of an order")
 	}
 	order, err := doc.Order(wf, msg.Key)
 	if err != nil {
-		return s.reject(ctx, msg, doc.ReplyTo(wf.Trigger), err)
+		return s.reject(ctx, msg, s.allowedReplyTo(ctx, msg, wf, doc.ReplyTo(wf.Trigger)), err)
+	}
+	if order.ReplyTo != "" {
+		if err := s.ReplyTopics.Check(order.ReplyTo, s.triggerTopics(ctx, msg, wf)); err != nil {
+			// No rejection status either: it would go to that topic.
+			return s.reject(ctx, msg, "", err)
+		}
 	}
 	trace := msg.Headers["traceparent"]
-	if trace == "" {
+	if !ValidTraceParent(trace) {
+		// Missing, malformed or oversized: never stored as it came.
 		trace = NewTraceParent()
 	}
 	submitted := domain.Submit(order, wf, trace, s.Clock())
@@ -81,11 +92,45 @@ func (s *Submitter) HandleOrder(ctx context.Context, msg Inbound) error {
 		s.duplicates.Add(1)
 		s.Logger.Info("duplicate order acknowledged", "order", order.OrderID, "source", msg.Source())
 		return nil
+	case errors.Is(err, domain.ErrAppendRefused):
+		// Retrying cannot help (too large, invalid): the record must not
+		// hold up the orders after it.
+		return s.reject(ctx, msg, order.ReplyTo, err)
 	case err != nil:
 		return errors.Wrapf(err, "submit order %s", order.OrderID)
 	}
 	s.accepted.Add(1)
 	return nil
+}
+
+// TopicLister lists the topics that start tasks (Registry.Topics); a
+// WorkflowSelector that is one lets the submitter forbid them all as reply
+// topics, not only the order's own.
+type TopicLister interface {
+	Topics(ctx context.Context) ([]string, error)
+}
+
+// triggerTopics lists the topics a reply topic must not be: the one the
+// order came from, its workflow's, and every registered workflow's.
+func (s *Submitter) triggerTopics(ctx context.Context, msg Inbound, wf *domain.Workflow) []string {
+	topics := []string{msg.Topic}
+	if wf != nil {
+		topics = append(topics, wf.Trigger.TopicsOrDefault()...)
+	}
+	if lister, ok := s.Workflows.(TopicLister); ok {
+		if all, err := lister.Topics(ctx); err == nil {
+			topics = append(topics, all...)
+		}
+	}
+	return topics
+}
+
+// allowedReplyTo returns topic if a rejection may be sent there, else "".
+func (s *Submitter) allowedReplyTo(ctx context.Context, msg Inbound, wf *domain.Workflow, topic string) string {
+	if topic == "" || s.ReplyTopics.Check(topic, s.triggerTopics(ctx, msg, wf)) != nil {
+		return ""
+	}
+	return topic
 }
 
 // reject dead-letters an order that cannot become a task and, when it names
@@ -107,16 +152,30 @@ func (s *Submitter) reject(ctx context.Context, msg Inbound, replyTo string, rea
 			}
 		}
 	}
-	s.Rejections.PublishStatus(ctx, domain.TaskStatus{OrderID: id, Status: domain.StatusRejected, Reason: reason.Error(),
+	s.Rejections.PublishStatus(ctx, domain.TaskStatus{OrderID: id, Status: domain.StatusRejected, Reason: truncateReason(reason.Error()),
 		Time: s.Clock(), ReplyTo: replyTo, TraceParent: msg.Headers["traceparent"]})
 	return errors.Wrap(s.Rejections.Flush(ctx), "tell the caller of a rejected order")
 }
 
+// maxCausationID bounds a CloudEvents id kept as a causation id.
+const maxCausationID = 256
+
 // causation is the id of the message that caused an event: its CloudEvents
-// id when it has one, else its place in the log.
+// id when it has one of at most maxCausationID bytes, else its place in the
+// log.
 func causation(msg Inbound) string {
-	if id := msg.Headers["ce_id"]; id != "" {
+	if id := msg.Headers["ce_id"]; id != "" && len(id) <= maxCausationID {
 		return id
 	}
 	return msg.Source()
+}
+
+// maxReason bounds a reason sent to a caller.
+const maxReason = 1024
+
+func truncateReason(r string) string {
+	if len(r) > maxReason {
+		return r[:maxReason] + "…"
+	}
+	return r
 }

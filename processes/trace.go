@@ -14,17 +14,35 @@ func NewTraceParent() string {
 	return "00-" + hex.EncodeToString(b[:16]) + "-" + hex.EncodeToString(b[16:]) + "-01"
 }
 
+// ValidTraceParent reports whether s is a W3C traceparent header of
+// version 00: 00-<32 lowercase hex, not all zero>-<16 lowercase hex, not all
+// zero>-<2 lowercase hex>, 55 bytes. Anything else (a longer header
+// included) is not trusted: saga starts a new trace instead of storing it.
+func ValidTraceParent(s string) bool {
+	if len(s) != 55 || s[2] != '-' || s[35] != '-' || s[52] != '-' || s[:2] != "00" {
+		return false
+	}
+	trace, span, flags := s[3:35], s[36:52], s[53:]
+	return lowerHex(trace) && lowerHex(span) && lowerHex(flags) &&
+		trace != strings.Repeat("0", 32) && span != strings.Repeat("0", 16)
+}
+
+func lowerHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
 // ChildTraceParent continues parent's trace with a new span id; an invalid
 // or empty parent starts a new trace.
 func ChildTraceParent(parent string) string {
-	parts := strings.Split(parent, "-")
-	if len(parts) != 4 || len(parts[1]) != 32 || len(parts[2]) != 16 {
-		return NewTraceParent()
-	}
-	if _, err := hex.DecodeString(parts[1]); err != nil {
+	if !ValidTraceParent(parent) {
 		return NewTraceParent()
 	}
 	var span [8]byte
 	_, _ = rand.Read(span[:])
-	return parts[0] + "-" + parts[1] + "-" + hex.EncodeToString(span[:]) + "-" + parts[3]
+	return parent[:36] + hex.EncodeToString(span[:]) + parent[52:]
 }

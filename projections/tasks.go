@@ -102,10 +102,11 @@ func (v *Tasks) Get(id string) (*domain.Task, bool) {
 }
 
 // List returns copies of up to limit tasks in the given state (all states
-// when state is empty), ordered by id.
+// when state is empty), ordered by id. The ids are gathered under the read
+// lock and sorted outside it, so that a list never holds up the writer for
+// the sort; a sorted index would avoid gathering every id too.
 func (v *Tasks) List(state domain.TaskState, limit int) []*domain.Task {
 	v.mu.RLock()
-	defer v.mu.RUnlock()
 	var ids []string
 	if state == "" {
 		for id, t := range v.tasks {
@@ -118,13 +119,19 @@ func (v *Tasks) List(state domain.TaskState, limit int) []*domain.Task {
 			ids = append(ids, id)
 		}
 	}
+	v.mu.RUnlock()
 	sort.Strings(ids)
 	if limit > 0 && len(ids) > limit {
 		ids = ids[:limit]
 	}
-	out := make([]*domain.Task, len(ids))
-	for i, id := range ids {
-		out[i] = v.tasks[id].Clone()
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	out := make([]*domain.Task, 0, len(ids))
+	for _, id := range ids {
+		// A task may have moved on while the ids were sorted.
+		if t := v.tasks[id]; t != nil && (state == "" || t.State == state) {
+			out = append(out, t.Clone())
+		}
 	}
 	return out
 }

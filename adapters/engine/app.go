@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -88,8 +89,12 @@ type Config struct {
 	WorkflowDirs []string
 	// MaxOrderSize bounds an order message; default 1 MiB.
 	MaxOrderSize int
-	Logger       *slog.Logger
-	Clock        processes.Clock
+	// ReplyTopicPattern is a regular expression the replyTo of an order
+	// must match; default domain.DefaultReplyTopicPattern. Saga's own topics
+	// and trigger topics are refused whatever it allows.
+	ReplyTopicPattern string
+	Logger            *slog.Logger
+	Clock             processes.Clock
 }
 
 // Role is a part of the system a process runs.
@@ -349,15 +354,9 @@ func (a *App) newProducer(role string) *kafka.Producer {
 
 func (a *App) startProcesses(ctx context.Context) error {
 	cfg := &a.cfg
-	followers := 0
-	defer func() {
-		a.run("event fan-out", func() error { return a.followers.Run(ctx, followers) })
-	}()
-	for _, r := range []Role{RoleScheduler, RoleSupervisor, RoleAPI, RoleStatus} {
-		if cfg.has(r) {
-			followers++
-		}
-	}
+	// The followers of the shared subscription register as they are built
+	// (Register), and it starts delivering once all of them are: no counts.
+	defer a.run("event fan-out", func() error { return a.followers.Run(ctx) })
 	if cfg.has(RoleScheduler) {
 		if err := a.startScheduler(ctx); err != nil {
 			return err
@@ -369,14 +368,22 @@ func (a *App) startProcesses(ctx context.Context) error {
 		}
 	}
 	if cfg.has(RoleSubmitter) {
+		var replyTopics domain.ReplyTopicPolicy
+		if cfg.ReplyTopicPattern != "" {
+			pattern, err := regexp.Compile(cfg.ReplyTopicPattern)
+			if err != nil {
+				return errors.Wrap(err, "reply topic pattern")
+			}
+			replyTopics.Pattern = pattern
+		}
 		producer := a.newProducer("submitter")
 		a.Submitter = &processes.Submitter{Store: a.Store, DeadLetters: producer, Rejections: producer, Workflows: a.Workflows,
-			Actor: "submitter/" + cfg.Instance, Clock: cfg.Clock, Logger: a.logger, MaxOrderSize: cfg.MaxOrderSize}
+			Actor: "submitter/" + cfg.Instance, Clock: cfg.Clock, Logger: a.logger, MaxOrderSize: cfg.MaxOrderSize, ReplyTopics: replyTopics}
 		a.consumeWith(ctx, kafka.ConsumerConfig{Group: "saga-submitter", Topics: a.triggerTopics, MoreTopics: a.Workflows.Topics},
 			a.Submitter.HandleOrder)
 	}
 	if cfg.has(RoleStatus) {
-		a.Status = &processes.StatusPublisher{Store: a.followers, Checkpoints: a.Store, Sink: a.newProducer("status"), Logger: a.logger, Name: "status"}
+		a.Status = &processes.StatusPublisher{Store: a.followers.Register("status"), Checkpoints: a.Store, Sink: a.newProducer("status"), Logger: a.logger, Name: "status"}
 		a.run("status publisher", func() error { return a.Status.Run(ctx) })
 	}
 	if cfg.has(RoleAgents) {
@@ -400,7 +407,7 @@ func (a *App) startScheduler(ctx context.Context) error {
 		return errors.Wrap(err, "scheduler ownership")
 	}
 	commands := a.newProducer("scheduler")
-	a.Scheduler = &processes.Scheduler{Store: a.followers, Commands: commands, DeadLetters: commands, Workflows: a.Workflows,
+	a.Scheduler = &processes.Scheduler{Store: a.followers.Register("scheduler"), Commands: commands, DeadLetters: commands, Workflows: a.Workflows,
 		Actor: "scheduler/" + a.cfg.Instance, Clock: a.cfg.Clock, Logger: a.logger, Ownership: ownership}
 	a.run("scheduler", func() error { return a.Scheduler.Run(ctx) })
 	a.consumeWith(ctx, kafka.ConsumerConfig{Group: "saga-scheduler", Topics: []string{domain.RepliesTopic},
@@ -420,7 +427,7 @@ func (a *App) startSupervisor(ctx context.Context) error {
 		return err
 	}
 	a.lease = lease
-	a.Supervisor = &processes.Supervisor{Store: a.followers, Alerts: a.newProducer("supervisor"), Workflows: a.Workflows, Actor: "supervisor/" + a.cfg.Instance,
+	a.Supervisor = &processes.Supervisor{Store: a.followers.Register("supervisor"), Alerts: a.newProducer("supervisor"), Workflows: a.Workflows, Actor: "supervisor/" + a.cfg.Instance,
 		Clock: a.cfg.Clock, Logger: a.logger, Interval: a.cfg.SupervisorInterval, Leader: lease}
 	a.run("supervisor", func() error { return a.Supervisor.Run(ctx) })
 	return nil
@@ -430,13 +437,18 @@ func (a *App) startSupervisor(ctx context.Context) error {
 func (a *App) startAPI(ctx context.Context) error {
 	a.Tasks = projections.NewTasks(a.logger)
 	a.Operator = &processes.Operator{Store: a.Store, Workflows: a.Workflows, Clock: a.cfg.Clock}
-	a.run("task projection", func() error { return a.Tasks.Run(ctx, a.followers) })
+	projection := a.followers.Register("projection")
+	a.run("task projection", func() error { return a.Tasks.Run(ctx, projection) })
 	lis, err := net.Listen("tcp", listenOr(a.cfg.HTTPListen, httpapi.DefaultListen))
 	if err != nil {
 		return errors.Wrap(err, "http api listen")
 	}
 	a.HTTPAddr = lis.Addr().String()
-	a.http = &http.Server{Handler: httpapi.Handler(a.Tasks, a.Operator, registering{a.Workflows, a}, a), ReadHeaderTimeout: 5 * time.Second}
+	// Timeouts and a header limit, so that slow or hostile clients cannot
+	// hold connections and memory: bodies are small (1 MiB at most).
+	a.http = &http.Server{Handler: httpapi.Handler(a.Tasks, a.Operator, registering{a.Workflows, a}, a, a),
+		ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second,
+		IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
 	a.run("http api", func() error {
 		if err := a.http.Serve(lis); !errors.Is(err, http.ErrServerClosed) {
 			return err

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/sagaengine/saga/adapters/kafka"
 	"github.com/sagaengine/saga/domain"
 )
 
@@ -81,7 +82,20 @@ func (a *App) WriteMetrics(w io.Writer) {
 	}
 	if s := a.Status; s != nil {
 		writeMetric(w, "saga_statuses_published_total", "counter", "Status messages sent, repeats after a restart included.", sample{"", float64(s.Published())})
+		if p, ok := s.Sink.(*kafka.Producer); ok {
+			writeMetric(w, "saga_statuses_undeliverable_total", "counter", "Statuses an order's reply topic refused; each was dead-lettered.", sample{"", float64(p.UndeliverableStatuses())})
+		}
 	}
+	if f := a.followers; f != nil {
+		st := f.Stats()
+		writeMetric(w, "saga_followers_let_go_total", "counter", "Followers of the shared event subscription let go: detached (fell behind, follow on their own) or failed (handler error).",
+			sample{label("reason", "detached"), float64(st.Detached)}, sample{label("reason", "failed"), float64(st.Failed)})
+	}
+	var failures []sample
+	for _, c := range readinessChecks {
+		failures = append(failures, sample{label("check", c), float64(readyFailures[c].Load())})
+	}
+	writeMetric(w, "saga_readiness_failures_total", "counter", "Readiness checks that failed, by check.", failures...)
 	if t := a.Tasks; t != nil {
 		var states []sample
 		counts := t.Counts()
@@ -99,6 +113,7 @@ func (a *App) WriteMetrics(w io.Writer) {
 		st := a.esServer.Store().Stats()
 		writeMetric(w, "saga_eventstore_fsyncs_total", "counter", "Group commits of the embedded event store.", sample{"", float64(st.Syncs)})
 		writeMetric(w, "saga_eventstore_writes_total", "counter", "Writes the embedded event store made durable.", sample{"", float64(st.Writes)})
+		writeMetric(w, "saga_eventstore_refused_writes_total", "counter", "Writes the embedded event store refused: disk full or after a disk failure.", sample{"", float64(st.Refused)})
 	}
 }
 

@@ -19,12 +19,16 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/EventStore/EventStore-Client-Go/v4/esdb"
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/sagaengine/saga/domain"
 )
@@ -37,6 +41,8 @@ type Store struct {
 	mu     sync.Mutex
 	client *esdb.Client
 	closed bool
+	// gens is the generation of each checkpoint in use.
+	gens map[string]int
 }
 
 // Dial connects to the event store at url, e.g. esdb://127.0.0.1:2113?tls=false.
@@ -119,13 +125,19 @@ func (s *Store) Append(ctx context.Context, stream string, expected domain.Expec
 		res, err = c.AppendToStream(ctx, stream, opts, data...)
 		return err
 	})
-	if err != nil {
-		if codeOf(err) == esdb.ErrorCodeWrongExpectedVersion {
-			return 0, errors.Wrapf(domain.ErrConcurrencyConflict, "append to %s: %v", stream, err)
+	switch classify(err) {
+	case nil:
+		return res.NextExpectedVersion, nil
+	case errConflict:
+		return 0, errors.Wrapf(domain.ErrConcurrencyConflict, "append to %s: %v", stream, err)
+	case errRefused:
+		if codeOf(err) == esdb.ErrorCodeStreamDeleted {
+			return 0, errors.Wrapf(errors.Mark(domain.ErrAppendRefused, errStreamDeleted), "append to %s: %v", stream, err)
 		}
+		return 0, errors.Wrapf(domain.ErrAppendRefused, "append to %s: %v", stream, err)
+	default:
 		return 0, errors.Wrapf(err, "append to %s", stream)
 	}
-	return res.NextExpectedVersion, nil
 }
 
 // eventID returns the event's id, deriving one when the caller gave none:
@@ -278,16 +290,55 @@ func codeOf(err error) esdb.ErrorCode {
 	return -1
 }
 
-// retryable decides, in one place, which event-store errors are worth
-// retrying: the connection is down, the client gave up connecting, or the
-// server is restarting.
-func retryable(err error) bool {
+// errStreamDeleted marks an append refused because its stream was
+// tombstoned.
+var errStreamDeleted = errors.New("stream deleted")
+
+// Error classes of classify.
+var (
+	// errTransient: the connection is down, the client gave up connecting,
+	// or the server is restarting; the adapter retries.
+	errTransient = errors.New("transient")
+	// errConflict: the expected revision did not hold.
+	errConflict = errors.New("conflict")
+	// errRefused: the server refused the request as it is (too large,
+	// invalid, stream deleted); the same request can never succeed.
+	errRefused = errors.New("refused")
+	// errOther: anything else, such as a full disk; the caller decides
+	// when to try again.
+	errOther = errors.New("other")
+)
+
+// classify decides, in this one place, what an event-store error means:
+// nil for no error, else one of errTransient, errConflict, errRefused and
+// errOther.
+func classify(err error) error {
+	if err == nil {
+		return nil
+	}
 	switch codeOf(err) {
 	case esdb.ErrorUnavailable, esdb.ErrorCodeDeadlineExceeded, esdb.ErrorCodeNotLeader, esdb.ErrorCodeConnectionClosed:
-		return true
+		return errTransient
+	case esdb.ErrorCodeWrongExpectedVersion:
+		return errConflict
+	case esdb.ErrorCodeStreamDeleted:
+		return errRefused
 	}
-	return false
+	switch st, _ := status.FromError(err); st.Code() {
+	case codes.InvalidArgument:
+		return errRefused
+	case codes.ResourceExhausted:
+		// gRPC's message size limit, on either side; a full disk is
+		// ResourceExhausted too, but passes once there is space again.
+		if strings.Contains(st.Message(), "larger than max") {
+			return errRefused
+		}
+	}
+	return errOther
 }
+
+// retryable reports whether the adapter retries err itself.
+func retryable(err error) bool { return classify(err) == errTransient }
 
 // retry runs op until it succeeds, fails permanently or ctx ends, backing
 // off with jitter between tries.
@@ -318,18 +369,72 @@ const checkpointType = "CheckpointSaved"
 // checkpointsKept bounds a checkpoint stream: only the newest few matter.
 const checkpointsKept = 10
 
-func checkpointStream(name string) string { return "saga-checkpoint-" + name }
+// checkpointStream names generation gen of a checkpoint. A tombstoned
+// stream can never be written again, so when an operator (or an accident)
+// tombstones a checkpoint stream, the checkpoint moves to the next
+// generation: saga-checkpoint-<name>, then saga-checkpoint-<name>.2, ...
+func checkpointStream(name string, gen int) string {
+	if gen == 0 {
+		return "saga-checkpoint-" + name
+	}
+	return "saga-checkpoint-" + name + "." + strconv.Itoa(gen+1)
+}
+
+// maxCheckpointGenerations bounds the search for a live generation.
+const maxCheckpointGenerations = 100
 
 type checkpointBody struct {
 	Position uint64 `json:"position"`
 }
 
-// LoadCheckpoint returns the newest position saved under name.
+// checkpointGen returns the generation of name's checkpoint in use.
+func (s *Store) checkpointGen(name string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.gens[name]
+}
+
+// nextCheckpointGen moves name's checkpoint past a deleted generation.
+func (s *Store) nextCheckpointGen(name string, deleted int) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gens == nil {
+		s.gens = map[string]int{}
+	}
+	if s.gens[name] <= deleted {
+		s.gens[name] = deleted + 1
+		s.logger.Warn("checkpoint stream was deleted; the checkpoint moves to a new stream",
+			"deleted", checkpointStream(name, deleted), "now", checkpointStream(name, deleted+1))
+	}
+	return s.gens[name]
+}
+
+// LoadCheckpoint returns the newest position saved under name. A checkpoint
+// stream that was deleted counts as no checkpoint (the caller starts from
+// its safe point, the start); a tombstoned one is skipped for the next
+// generation.
 func (s *Store) LoadCheckpoint(ctx context.Context, name string) (uint64, bool, error) {
+	for gen := s.checkpointGen(name); gen < maxCheckpointGenerations; gen = s.nextCheckpointGen(name, gen) {
+		position, found, err := s.loadCheckpoint(ctx, checkpointStream(name, gen))
+		if codeOf(err) == esdb.ErrorCodeStreamDeleted {
+			continue
+		}
+		if err != nil {
+			return 0, false, errors.Wrapf(err, "load checkpoint %s", name)
+		}
+		if !found {
+			s.logger.Info("no checkpoint; following from the start", "checkpoint", checkpointStream(name, gen))
+		}
+		return position, found, nil
+	}
+	return 0, false, errors.Newf("load checkpoint %s: %d generations deleted", name, maxCheckpointGenerations)
+}
+
+func (s *Store) loadCheckpoint(ctx context.Context, stream string) (uint64, bool, error) {
 	var body checkpointBody
 	found := false
 	err := s.retry(ctx, func(c *esdb.Client) error {
-		rs, err := c.ReadStream(ctx, checkpointStream(name), esdb.ReadStreamOptions{Direction: esdb.Backwards, From: esdb.End{}}, 1)
+		rs, err := c.ReadStream(ctx, stream, esdb.ReadStreamOptions{Direction: esdb.Backwards, From: esdb.End{}}, 1)
 		if err != nil {
 			return err
 		}
@@ -347,29 +452,34 @@ func (s *Store) LoadCheckpoint(ctx context.Context, name string) (uint64, bool, 
 	if codeOf(err) == esdb.ErrorCodeResourceNotFound {
 		return 0, false, nil
 	}
-	if err != nil {
-		return 0, false, errors.Wrapf(err, "load checkpoint %s", name)
-	}
-	return body.Position, found, nil
+	return body.Position, found, err
 }
 
 // SaveCheckpoint saves position under name. The checkpoint stream keeps
-// only its newest events ($maxCount).
+// only its newest events ($maxCount), so it never grows; if it was
+// tombstoned, the position is saved in the next generation.
 func (s *Store) SaveCheckpoint(ctx context.Context, name string, position uint64) error {
 	data, _ := json.Marshal(checkpointBody{Position: position})
-	rev, err := s.Append(ctx, checkpointStream(name), domain.ExpectAny(), domain.NewEvent{Type: checkpointType, Data: data,
-		Metadata: domain.EventMetadata{Actor: "checkpoint/" + name}})
-	if err != nil {
-		return errors.Wrapf(err, "save checkpoint %s", name)
+	for gen := s.checkpointGen(name); gen < maxCheckpointGenerations; gen = s.nextCheckpointGen(name, gen) {
+		stream := checkpointStream(name, gen)
+		rev, err := s.Append(ctx, stream, domain.ExpectAny(), domain.NewEvent{Type: checkpointType, Data: data,
+			Metadata: domain.EventMetadata{Actor: "checkpoint/" + name}})
+		if errors.Is(err, errStreamDeleted) {
+			continue
+		}
+		if err != nil {
+			return errors.Wrapf(err, "save checkpoint %s", name)
+		}
+		if rev == 0 {
+			var meta esdb.StreamMetadata
+			meta.SetMaxCount(checkpointsKept)
+			err = s.retry(ctx, func(c *esdb.Client) error {
+				_, err := c.SetStreamMetadata(ctx, stream, esdb.AppendToStreamOptions{}, meta)
+				return err
+			})
+			return errors.Wrapf(err, "limit checkpoint stream %s", stream)
+		}
+		return nil
 	}
-	if rev == 0 {
-		var meta esdb.StreamMetadata
-		meta.SetMaxCount(checkpointsKept)
-		err = s.retry(ctx, func(c *esdb.Client) error {
-			_, err := c.SetStreamMetadata(ctx, checkpointStream(name), esdb.AppendToStreamOptions{}, meta)
-			return err
-		})
-		return errors.Wrapf(err, "limit checkpoint stream %s", name)
-	}
-	return nil
+	return errors.Newf("save checkpoint %s: %d generations deleted", name, maxCheckpointGenerations)
 }

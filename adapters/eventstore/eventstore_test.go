@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/EventStore/EventStore-Client-Go/v4/esdb"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -208,4 +210,86 @@ func TestAdapterWaitsForAServerThatStartsLate(t *testing.T) {
 	require.NoError(t, err)
 	defer srv.Close()
 	require.NoError(t, <-appended)
+}
+
+// TestAppendsThatCanNeverSucceedAreRefused checks the one classification of
+// append errors: too large for the server (InvalidArgument) or for gRPC
+// (ResourceExhausted, message larger than max) is domain.ErrAppendRefused,
+// so that callers dead-letter instead of retrying forever.
+func TestAppendsThatCanNeverSucceedAreRefused(t *testing.T) {
+	if os.Getenv("SAGA_TEST_EVENTSTORE") != "" {
+		t.Skip("needs the embedded server's limits")
+	}
+	srv, err := esdbserver.Start(esdbserver.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), MaxEventSize: 64 << 10})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Close() })
+	s, err := eventstore.Dial(fmt.Sprintf("esdb://%s?tls=false", srv.Addr()), nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+
+	big := newEvent("A", `{}`)
+	big.Data = []byte(`"` + strings.Repeat("a", 100<<10) + `"`)
+	_, err = s.Append(ctx(t), "task-big", domain.ExpectNoStream(), big)
+	require.ErrorIs(t, err, domain.ErrAppendRefused)
+
+	huge := newEvent("A", `{}`)
+	huge.Metadata.TraceParent = strings.Repeat("a", 20<<20)
+	_, err = s.Append(ctx(t), "task-huge", domain.ExpectNoStream(), huge)
+	require.ErrorIs(t, err, domain.ErrAppendRefused)
+
+	_, err = s.Append(ctx(t), "task-fine", domain.ExpectNoStream(), newEvent("A", `{}`))
+	require.NoError(t, err)
+	_, err = s.Append(ctx(t), "task-fine", domain.ExpectNoStream(), newEvent("B", `{}`))
+	require.ErrorIs(t, err, domain.ErrConcurrencyConflict)
+	assert.NotErrorIs(t, err, domain.ErrAppendRefused)
+}
+
+// TestCheckpointSurvivesDeletedStreams tombstones and soft-deletes a
+// checkpoint stream: saving goes on (a tombstoned stream in the next
+// generation), and loading finds the newest live checkpoint, or none,
+// never an error that would stop its follower for good.
+func TestCheckpointSurvivesDeletedStreams(t *testing.T) {
+	s, srv := open(t)
+	if srv == nil {
+		t.Skip("tombstones a stream: embedded server only")
+	}
+	client, err := esdb.NewClient(mustConf(t, fmt.Sprintf("esdb://%s?tls=false", srv.Addr())))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = client.Close() })
+	name := "cp-" + uuid.NewString()[:8]
+
+	require.NoError(t, s.SaveCheckpoint(ctx(t), name, 7))
+	_, err = client.TombstoneStream(ctx(t), "saga-checkpoint-"+name, esdb.TombstoneStreamOptions{ExpectedRevision: esdb.Any{}})
+	require.NoError(t, err)
+	require.NoError(t, s.SaveCheckpoint(ctx(t), name, 9), "saving after a tombstone")
+	pos, ok, err := s.LoadCheckpoint(ctx(t), name)
+	require.NoError(t, err)
+	assert.True(t, ok)
+	assert.Equal(t, uint64(9), pos)
+
+	// Another process (a restart) finds the live generation too.
+	fresh, err := eventstore.Dial(fmt.Sprintf("esdb://%s?tls=false", srv.Addr()), nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = fresh.Close() })
+	pos, ok, err = fresh.LoadCheckpoint(ctx(t), name)
+	require.NoError(t, err)
+	assert.True(t, ok)
+	assert.Equal(t, uint64(9), pos)
+
+	// A soft-deleted checkpoint is no checkpoint: start from the start.
+	_, err = client.DeleteStream(ctx(t), "saga-checkpoint-"+name+".2", esdb.DeleteStreamOptions{ExpectedRevision: esdb.Any{}})
+	require.NoError(t, err)
+	_, ok, err = fresh.LoadCheckpoint(ctx(t), name)
+	require.NoError(t, err)
+	assert.False(t, ok)
+	require.NoError(t, fresh.SaveCheckpoint(ctx(t), name, 11))
+	pos, _, err = fresh.LoadCheckpoint(ctx(t), name)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(11), pos)
+}
+
+func mustConf(t *testing.T, url string) *esdb.Configuration {
+	conf, err := esdb.ParseConnectionString(url)
+	require.NoError(t, err)
+	return conf
 }

@@ -4,103 +4,243 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/sagaengine/saga/domain"
 )
 
+// Defaults of Fanout's limits.
+const (
+	// DefaultFollowerQueue bounds how far one follower may lag the shared
+	// subscription before it is detached.
+	DefaultFollowerQueue = 4096
+	// DefaultDetachAfter is how long delivery waits for room in a full
+	// follower queue before it detaches that follower.
+	DefaultDetachAfter = 2 * time.Second
+	// DefaultStallAfter is how long one handler call may run before Stalled
+	// reports its follower.
+	DefaultStallAfter = 30 * time.Second
+)
+
 // Fanout shares one subscription to the store among the followers of one
 // process (scheduler, supervisor, projection, status publisher): each event
-// crosses the network and is decoded once, then handed to every follower in
-// turn. It implements the same SubscribeAll as the Store, and passes
-// Append and ReadStream through.
+// crosses the network and is decoded once, then handed to every follower.
 //
-// Followers must all have called SubscribeAll before Run starts delivering;
-// Run waits for the number it is told. Each follower has a bounded queue and
-// goroutine of its own, so a follower that pauses (a status publisher waiting
-// for its broker) holds up the others only once its queue is full. A
-// follower whose handler fails is dropped (its SubscribeAll returns the
-// error); the others go on.
+// Wiring is explicit: each follower is registered by name with Register
+// before Run starts, and uses the Feed it gets as its event store. A
+// SubscribeAll on the Fanout itself, on a Feed after Run started, or a
+// second one on the same Feed, gets a subscription of its own, so nobody
+// misses events.
+//
+// Followers are isolated from each other. Each has a bounded queue and a
+// goroutine of its own. A follower whose handler fails is forgotten at once
+// (its SubscribeAll returns the error) and never waited for. A follower
+// whose queue stays full for DetachAfter (a status publisher waiting on its
+// broker, say) is detached: the shared subscription stops feeding it, and
+// once it has handled what was queued it continues on a subscription of its
+// own from the last event it handled. We chose detaching over dropping the
+// slow follower: the follower loses nothing, sees no event twice, does not
+// need to know, and catches up at its own pace, while the others never wait
+// for it again. The price is one more subscription while it is behind.
 type Fanout struct {
 	*Store
 	prefix string
+	// QueueSize bounds each follower's queue. Default DefaultFollowerQueue.
+	QueueSize int
+	// DetachAfter is how long delivery waits for room in a full queue
+	// before detaching the follower. Default DefaultDetachAfter.
+	DetachAfter time.Duration
+	// StallAfter is how long a handler call may run before Stalled reports
+	// the follower. Default DefaultStallAfter.
+	StallAfter time.Duration
 
 	mu        sync.Mutex
 	followers []*follower
+	feeds     []*Feed
 	started   bool
-	joined    chan struct{}
+
+	detached, failed atomic.Int64
 }
 
-// followerQueue bounds how far one follower may lag the others.
-const followerQueue = 4096
-
+// follower is a registered follower's place in the shared subscription.
+// Only Run's goroutine sends to queue and closes detached; gone is closed
+// once the follower stops reading.
 type follower struct {
-	after    uint64
-	hasAfter bool
-	prefix   string
-	handle   func(domain.SubscriptionItem) error
 	queue    chan domain.SubscriptionItem
-	ctx      context.Context
+	detached chan struct{}
+	cut      bool // detached; read and written by Run's goroutine only
+	gone     chan struct{}
+	goneOnce sync.Once
+	attached atomic.Bool
 }
+
+func (fl *follower) leave() { fl.goneOnce.Do(func() { close(fl.gone) }) }
 
 // NewFanout shares store's subscriptions to streams starting with prefix.
 func NewFanout(store *Store, prefix string) *Fanout {
-	return &Fanout{Store: store, prefix: prefix, joined: make(chan struct{}, 64)}
+	return &Fanout{Store: store, prefix: prefix}
 }
 
-// SubscribeAll registers a follower and blocks until ctx ends or its handler
-// fails. A follower that comes after delivery started (one that resubscribes
-// from a checkpoint, say), or asks for another prefix, gets a subscription of
-// its own, so it never misses events.
-func (f *Fanout) SubscribeAll(ctx context.Context, from domain.SubscribeFrom, streamPrefix string, handle func(domain.SubscriptionItem) error) error {
+// Feed is one registered follower's event store: Append and ReadStream go
+// to the store, and its first SubscribeAll is fed by the shared
+// subscription. It is safe for concurrent use.
+type Feed struct {
+	*Store
+	fanout *Fanout
+	name   string
+	fl     *follower // nil when registered after Run started
+	// busySince is when the handler call in progress started, in Unix
+	// nanoseconds; zero while idle.
+	busySince atomic.Int64
+}
+
+// Register adds a follower named name (for Stalled and logs). Call it before
+// Run; a Feed registered later gets subscriptions of its own.
+func (f *Fanout) Register(name string) *Feed {
 	f.mu.Lock()
-	if f.started || !strings.HasPrefix(streamPrefix, f.prefix) {
-		f.mu.Unlock()
-		return f.Store.SubscribeAll(ctx, from, streamPrefix, handle)
+	defer f.mu.Unlock()
+	feed := &Feed{Store: f.Store, fanout: f, name: name}
+	if !f.started {
+		feed.fl = &follower{queue: make(chan domain.SubscriptionItem, f.queueSize()),
+			detached: make(chan struct{}), gone: make(chan struct{})}
+		f.followers = append(f.followers, feed.fl)
 	}
+	f.feeds = append(f.feeds, feed)
+	return feed
+}
+
+func (f *Fanout) queueSize() int {
+	if f.QueueSize > 0 {
+		return f.QueueSize
+	}
+	return DefaultFollowerQueue
+}
+
+// FanoutStats counts the followers the fan-out let go.
+type FanoutStats struct {
+	// Detached counts followers moved to a subscription of their own
+	// because their queue stayed full.
+	Detached int64
+	// Failed counts followers whose handler failed.
+	Failed int64
+}
+
+// Stats returns the fan-out's counters.
+func (f *Fanout) Stats() FanoutStats {
+	return FanoutStats{Detached: f.detached.Load(), Failed: f.failed.Load()}
+}
+
+// Stalled names the followers whose handler has been busy with one event
+// for longer than StallAfter.
+func (f *Fanout) Stalled() []string {
+	limit := f.StallAfter
+	if limit <= 0 {
+		limit = DefaultStallAfter
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for _, feed := range f.feeds {
+		if since := feed.busySince.Load(); since != 0 && time.Since(time.Unix(0, since)) > limit {
+			out = append(out, feed.name)
+		}
+	}
+	return out
+}
+
+// SubscribeAll follows the store as Store.SubscribeAll does. The Feed's
+// first call is fed by the shared subscription while it keeps up; see
+// Fanout. It blocks until ctx ends or handle fails.
+func (feed *Feed) SubscribeAll(ctx context.Context, from domain.SubscribeFrom, streamPrefix string, handle func(domain.SubscriptionItem) error) error {
+	handle = feed.timed(handle)
+	fl := feed.fl
+	if fl == nil || !strings.HasPrefix(streamPrefix, feed.fanout.prefix) || !fl.attached.CompareAndSwap(false, true) {
+		return feed.Store.SubscribeAll(ctx, from, streamPrefix, handle)
+	}
+	defer fl.leave()
 	after, hasAfter := from.After()
-	fl := &follower{after: after, hasAfter: hasAfter, prefix: streamPrefix, handle: handle,
-		queue: make(chan domain.SubscriptionItem, followerQueue), ctx: ctx}
-	f.followers = append(f.followers, fl)
-	f.mu.Unlock()
-	f.joined <- struct{}{}
+	// take handles one shared item as this follower's own subscription
+	// would: only its streams, only after its starting point.
+	take := func(it domain.SubscriptionItem) error {
+		if e := it.Event; e != nil {
+			if !strings.HasPrefix(e.Stream, streamPrefix) || (hasAfter && e.Position <= after) {
+				return nil
+			}
+			if err := handle(it); err != nil {
+				return err
+			}
+			after, hasAfter = e.Position, true
+			return nil
+		}
+		return handle(it)
+	}
+	fail := func(err error) error {
+		feed.fanout.failed.Add(1)
+		feed.Store.logger.Warn("event follower failed; the others go on", "follower", feed.name, "err", err.Error())
+		return err
+	}
 	for {
 		select {
 		case it := <-fl.queue:
-			if err := fl.handle(it); err != nil {
-				f.drop(fl)
-				return err
+			if err := take(it); err != nil {
+				return fail(err)
 			}
+		case <-fl.detached:
+			for drained := false; !drained; {
+				select {
+				case it := <-fl.queue:
+					if err := take(it); err != nil {
+						return fail(err)
+					}
+				default:
+					drained = true
+				}
+			}
+			feed.Store.logger.Warn("event follower fell behind; it follows the store on its own", "follower", feed.name, "after", after)
+			own := domain.FromStart()
+			if hasAfter {
+				own = domain.AfterPosition(after)
+			}
+			return feed.Store.SubscribeAll(ctx, own, streamPrefix, handle)
 		case <-ctx.Done():
-			f.drop(fl)
 			return ctx.Err()
 		}
 	}
 }
 
-// Run waits until want followers have joined, then subscribes once from the
-// start and delivers to all of them until ctx ends.
-func (f *Fanout) Run(ctx context.Context, want int) error {
-	for i := 0; i < want; i++ {
-		select {
-		case <-f.joined:
-		case <-ctx.Done():
-			return nil
-		}
+// timed records how long each handler call runs, for Stalled.
+func (feed *Feed) timed(handle func(domain.SubscriptionItem) error) func(domain.SubscriptionItem) error {
+	return func(it domain.SubscriptionItem) error {
+		feed.busySince.Store(time.Now().UnixNano())
+		defer feed.busySince.Store(0)
+		return handle(it)
 	}
+}
+
+// Run subscribes once from the start and delivers to every registered
+// follower until ctx ends. Followers registered after Run started get
+// subscriptions of their own.
+func (f *Fanout) Run(ctx context.Context) error {
 	f.mu.Lock()
 	f.started = true
+	followers := f.followers
 	f.mu.Unlock()
+	if len(followers) == 0 {
+		return nil
+	}
+	wait := f.DetachAfter
+	if wait <= 0 {
+		wait = DefaultDetachAfter
+	}
 	err := f.Store.SubscribeAll(ctx, domain.FromStart(), f.prefix, func(it domain.SubscriptionItem) error {
 		if it.Event != nil {
 			if ev, err := domain.DecodeEvent(it.Event.Type, it.Event.Data); err == nil {
 				it.Event.Decoded = ev
 			}
 		}
-		f.mu.Lock()
-		followers := f.followers
-		f.mu.Unlock()
 		for _, fl := range followers {
-			f.deliver(fl, it)
+			f.deliver(ctx, fl, it, wait)
 		}
 		return nil
 	})
@@ -110,27 +250,30 @@ func (f *Fanout) Run(ctx context.Context, want int) error {
 	return err
 }
 
-// deliver queues an item for a follower, waiting while its queue is full.
-func (f *Fanout) deliver(fl *follower, it domain.SubscriptionItem) {
-	if e := it.Event; e != nil {
-		if !strings.HasPrefix(e.Stream, fl.prefix) || (fl.hasAfter && e.Position <= fl.after) {
-			return
-		}
+// deliver queues an item for a follower. It never blocks on a follower that
+// is gone, and waits at most wait for room before detaching the follower.
+func (f *Fanout) deliver(ctx context.Context, fl *follower, it domain.SubscriptionItem, wait time.Duration) {
+	if fl.cut {
+		return
 	}
 	select {
 	case fl.queue <- it:
-	case <-fl.ctx.Done():
+		return
+	case <-fl.gone:
+		fl.cut = true
+		return
+	default:
 	}
-}
-
-// drop stops delivering to a follower.
-func (f *Fanout) drop(fl *follower) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for i, other := range f.followers {
-		if other == fl {
-			f.followers = append(f.followers[:i:i], f.followers[i+1:]...)
-			return
-		}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case fl.queue <- it:
+	case <-fl.gone:
+		fl.cut = true
+	case <-ctx.Done():
+	case <-timer.C:
+		fl.cut = true
+		close(fl.detached)
+		f.detached.Add(1)
 	}
 }

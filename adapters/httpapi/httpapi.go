@@ -10,7 +10,10 @@
 //	GET  /api/workflows/{name}/versions  every version, oldest first
 //	POST /api/workflows           register a definition (JSON document);
 //	                              ?dryRun=true only validates it
-//	GET  /healthz                 200 once the projection has caught up
+//	GET  /healthz                 liveness: 200 while the process serves
+//	                              (and the projection has caught up)
+//	GET  /readyz                  readiness: 200 when every check passes, else
+//	                              503; each check named in the answer
 //	GET  /metrics                 counters in the Prometheus text format
 //
 // The actions answer 202 once the request is recorded; the task's state
@@ -72,9 +75,34 @@ type Metrics interface {
 	WriteMetrics(w io.Writer)
 }
 
+// Check is the answer of one readiness check.
+type Check struct {
+	Name  string `json:"name"`
+	OK    bool   `json:"ok"`
+	Error string `json:"error,omitempty"`
+}
+
+// Readiness runs the readiness checks of the process.
+type Readiness interface {
+	Readiness(ctx context.Context) []Check
+}
+
+// MaxListLimit caps the limit of GET /api/tasks; it is also the default.
+const MaxListLimit = 1000
+
 // Handler returns the API's handler over the task projection.
-func Handler(tasks *projections.Tasks, ops Operations, workflows Workflows, metrics Metrics) http.Handler {
+func Handler(tasks *projections.Tasks, ops Operations, workflows Workflows, metrics Metrics, ready Readiness) http.Handler {
 	mux := http.NewServeMux()
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		checks := ready.Readiness(r.Context())
+		code, status := http.StatusOK, "ready"
+		for _, c := range checks {
+			if !c.OK {
+				code, status = http.StatusServiceUnavailable, "not ready"
+			}
+		}
+		writeJSON(w, code, map[string]any{"status": status, "checks": checks})
+	})
 	handleWorkflows(mux, workflows)
 	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
@@ -111,14 +139,14 @@ func Handler(tasks *projections.Tasks, ops Operations, workflows Workflows, metr
 				return
 			}
 		}
-		limit := 1000
+		limit := MaxListLimit
 		if l := r.URL.Query().Get("limit"); l != "" {
 			n, err := strconv.Atoi(l)
 			if err != nil || n < 1 {
 				writeError(w, http.StatusBadRequest, "limit must be a positive number")
 				return
 			}
-			limit = n
+			limit = min(n, MaxListLimit)
 		}
 		list := tasks.List(state, limit)
 		writeJSON(w, http.StatusOK, map[string]any{"tasks": list, "count": len(list), "counts": tasks.Counts()})

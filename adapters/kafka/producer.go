@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -41,7 +42,13 @@ type Producer struct {
 
 	mu        sync.Mutex
 	statusErr error
+	// undeliverable counts statuses a reply topic refused.
+	undeliverable atomic.Int64
 }
+
+// UndeliverableStatuses counts the statuses an order's reply topic refused
+// (missing, not allowed, too large): each was logged and dead-lettered.
+func (p *Producer) UndeliverableStatuses() int64 { return p.undeliverable.Load() }
 
 // NewProducer returns a producer writing as source.
 func NewProducer(client *kgo.Client, source string, logger *slog.Logger) *Producer {
@@ -140,6 +147,12 @@ var _ processes.Alerts = (*Producer)(nil)
 
 // PublishStatus produces a status message to the status topic and, if the
 // order named one, to its reply topic, without waiting.
+//
+// A status the reply topic refuses once the client's bounded retries are
+// spent is counted, logged and dead-lettered with the reason, and does not
+// make Flush fail: one caller's broken reply topic must not hold up
+// saga.status and every other task's statuses. A status saga.status refuses
+// does make Flush fail, so the publisher sends it again.
 func (p *Producer) PublishStatus(_ context.Context, st domain.TaskStatus) {
 	body, err := json.Marshal(st)
 	if err != nil {
@@ -153,12 +166,33 @@ func (p *Producer) PublishStatus(_ context.Context, st domain.TaskStatus) {
 	for _, topic := range topics {
 		rec := p.TracedRecord(topic, st.OrderID, domain.StatusMessageType, body, st.TraceParent)
 		p.client.Produce(context.Background(), rec, func(r *kgo.Record, err error) {
-			if err != nil {
+			switch {
+			case err == nil:
+			case r.Topic != domain.StatusTopic:
+				p.undeliverableStatus(r, st, err)
+			default:
 				p.logger.Error("produce status", "topic", r.Topic, "order", st.OrderID, "err", err.Error())
 				p.failStatus(err)
 			}
 		})
 	}
+}
+
+// undeliverableStatus dead-letters a status its reply topic refused. It
+// runs in a produce callback, so it must not wait: a dead letter that finds
+// the client's buffer full is only logged.
+func (p *Producer) undeliverableStatus(r *kgo.Record, st domain.TaskStatus, cause error) {
+	p.undeliverable.Add(1)
+	reason := "status undeliverable to reply topic " + r.Topic + ": " + cause.Error()
+	p.logger.Warn("status dead-lettered", "order", st.OrderID, "revision", st.Revision, "reason", reason)
+	dead := &kgo.Record{Topic: domain.DeadLetterTopic, Key: r.Key, Value: r.Value, Headers: append(r.Headers[:len(r.Headers):len(r.Headers)],
+		kgo.RecordHeader{Key: HeaderDeadLetterReason, Value: []byte(reason)},
+		kgo.RecordHeader{Key: HeaderDeadLetterSource, Value: []byte("status/" + r.Topic)})}
+	p.client.TryProduce(context.Background(), dead, func(_ *kgo.Record, err error) {
+		if err != nil {
+			p.logger.Error("dead-letter an undeliverable status", "order", st.OrderID, "err", err.Error())
+		}
+	})
 }
 
 func (p *Producer) failStatus(err error) {

@@ -144,7 +144,7 @@ func submit(ctx context.Context, args []string) error {
 	fs, c := flags("submit")
 	workflow := fs.String("workflow", "", "workflow to run (default: chosen by the topic's triggers, else order)")
 	version := fs.Int("version", 0, "workflow version to run (default the newest)")
-	replyTo := fs.String("reply-to", "", "topic to receive the task's status messages (default a private one, deleted after)")
+	replyTo := fs.String("reply-to", "", "topic to receive the task's status messages, reply.<name> or saga.reply.<name> by default (default a private one, deleted after)")
 	topic := fs.String("topic", domain.OrdersTopic, "orders topic")
 	wait := fs.Bool("wait", false, "wait until the task ends and print its statuses; exit codes as for watch")
 	timeout := fs.Duration("timeout", 15*time.Second, "how long to wait for saga to accept the order (with --wait: to finish it)")

@@ -1,0 +1,92 @@
+package engine
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/errors"
+
+	"github.com/sagaengine/saga/adapters/httpapi"
+)
+
+// readyTimeout bounds each readiness check that asks a server.
+const readyTimeout = 2 * time.Second
+
+// The readiness checks, by name.
+const (
+	checkProjection = "projection"
+	checkEventStore = "eventstore"
+	checkKafka      = "kafka"
+	checkFollowers  = "followers"
+)
+
+var readinessChecks = []string{checkProjection, checkEventStore, checkKafka, checkFollowers}
+
+// readyFailures counts failed readiness checks, by check.
+var readyFailures = func() map[string]*atomic.Int64 {
+	m := map[string]*atomic.Int64{}
+	for _, c := range readinessChecks {
+		m[c] = new(atomic.Int64)
+	}
+	return m
+}()
+
+// Readiness runs every readiness check: the projection has caught up, the
+// event store answers (and the embedded one accepts writes), the Kafka
+// broker answers, and no follower of the shared subscription is stalled.
+// The checks that ask a server run concurrently, each within readyTimeout.
+func (a *App) Readiness(ctx context.Context) []httpapi.Check {
+	results := make([]httpapi.Check, len(readinessChecks))
+	var wg sync.WaitGroup
+	for i, name := range readinessChecks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := a.check(ctx, name)
+			results[i] = httpapi.Check{Name: name, OK: err == nil}
+			if err != nil {
+				results[i].Error = err.Error()
+				readyFailures[name].Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	return results
+}
+
+func (a *App) check(ctx context.Context, name string) error {
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	switch name {
+	case checkProjection:
+		if a.Tasks == nil {
+			return nil
+		}
+		select {
+		case <-a.Tasks.Ready():
+			return nil
+		default:
+			return errors.New("catching up")
+		}
+	case checkEventStore:
+		if a.esServer != nil {
+			if err := a.esServer.Health(); err != nil {
+				return err
+			}
+		}
+		// Reading a stream that does not exist asks the server for nothing
+		// but an answer.
+		_, err := a.Store.ReadStream(ctx, "saga-readiness")
+		return err
+	case checkKafka:
+		return errors.Wrap(a.client.Ping(ctx), "ping")
+	case checkFollowers:
+		if stalled := a.followers.Stalled(); len(stalled) > 0 {
+			return errors.Newf("stalled: %s", strings.Join(stalled, ", "))
+		}
+	}
+	return nil
+}

@@ -1,0 +1,59 @@
+package kafka_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sagaengine/saga/adapters/kafka"
+	"github.com/sagaengine/saga/domain"
+)
+
+// TestStatusForAMissingReplyTopicIsDeadLettered publishes statuses on a
+// broker that does not create topics: the one for an order whose reply
+// topic does not exist is counted and dead-lettered with the reason, Flush
+// succeeds, and saga.status has every status.
+func TestStatusForAMissingReplyTopicIsDeadLettered(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, domain.StatusTopic, domain.DeadLetterTopic))
+	require.NoError(t, err)
+	t.Cleanup(cluster.Close)
+	client, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.UnknownTopicRetries(1))
+	require.NoError(t, err)
+	t.Cleanup(client.Close)
+	p := kafka.NewProducer(client, "saga/test", nil)
+	c, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	p.PublishStatus(c, domain.TaskStatus{OrderID: "o-1", State: domain.StateProcessing, Revision: 1, ReplyTo: "reply.missing"})
+	p.PublishStatus(c, domain.TaskStatus{OrderID: "o-2", State: domain.StateProcessing, Revision: 1})
+	require.NoError(t, p.Flush(c), "a refused reply topic does not fail the flush")
+	assert.Equal(t, int64(1), p.UndeliverableStatuses())
+
+	read := func(topic string, n int) []*kgo.Record {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+		require.NoError(t, err)
+		defer cl.Close()
+		var out []*kgo.Record
+		for len(out) < n {
+			f := cl.PollFetches(c)
+			require.NoError(t, c.Err())
+			out = append(out, f.Records()...)
+		}
+		return out
+	}
+	assert.Len(t, read(domain.StatusTopic, 2), 2)
+	dead := read(domain.DeadLetterTopic, 1)
+	assert.Equal(t, "o-1", string(dead[0].Key))
+	var reason string
+	for _, h := range dead[0].Headers {
+		if h.Key == kafka.HeaderDeadLetterReason {
+			reason = string(h.Value)
+		}
+	}
+	assert.Contains(t, reason, "reply.missing")
+}
