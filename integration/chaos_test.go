@@ -180,13 +180,20 @@ func final(t *domain.Task) bool {
 // effect happened twice per idempotency key, no event once committed was
 // lost, and every stream replays to the state the live projection shows.
 //
+// Every second kill is also a power loss: before the restart, the broker's
+// files that are not fsynced (groups.log, pids.log, the segments of every
+// topic but the orders and dead letters) lose a tail (see cutPowerLoss).
+// Recovery must re-derive the commands and replies lost with them.
+//
 // CI runs 3 kills and 300 orders; SAGA_CHAOS_KILLS and SAGA_CHAOS_ORDERS
-// (e.g. 50 and 10000) make the long run.
+// (e.g. 50 and 10000) make the long run; SAGA_CHAOS_POWERLOSS=0 turns the
+// power losses off.
 func TestChaos(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos")
 	}
 	kills, orders := envInt("SAGA_CHAOS_KILLS", 3), envInt("SAGA_CHAOS_ORDERS", 300)
+	powerLoss := envInt("SAGA_CHAOS_POWERLOSS", 1) != 0
 	r := newRig(t, []demo.Fault{{Mode: demo.FaultTransient, Rate: 0.1}, {Mode: demo.FaultHang, Rate: 0.03}, {Mode: demo.FaultPermanent, Rate: 0.02}}, 0)
 	ids := orderIDs("chaos", orders)
 	want := map[string]bool{}
@@ -245,10 +252,23 @@ func TestChaos(t *testing.T) {
 	}()
 
 	// The killer: chaos has no event to wait for, so its moments are random.
+	// Every second kill is a power loss: the broker's unsynced files lose
+	// their tails before sagad starts again.
+	atStart, err := unsyncedBrokerFiles(r.spec.DataDir)
+	require.NoError(t, err)
+	powerLosses := 0
 	for k := 0; k < kills; k++ {
 		time.Sleep(time.Duration(300+rand.IntN(1200)) * time.Millisecond)
 		r.kill()
+		if powerLoss && k%2 == 1 {
+			cut, err := cutPowerLoss(r.spec.DataDir, atStart)
+			require.NoError(t, err)
+			powerLosses++
+			t.Logf("power loss at kill %d: cut %s", k+1, cut)
+		}
 		r.start()
+		atStart, err = unsyncedBrokerFiles(r.spec.DataDir)
+		require.NoError(t, err)
 	}
 	<-published
 	select {
@@ -324,7 +344,7 @@ func TestChaos(t *testing.T) {
 		require.NoError(t, err)
 		assert.Empty(t, projections.Drift(replayed.State, &live), "%s: replay differs from the live projection", id)
 	}
-	t.Logf("chaos: %d kills, %d orders: %v; %d commands and replies duplicated", kills, orders, states, duplicated.Load())
+	t.Logf("chaos: %d kills (%d with power loss), %d orders: %v; %d commands and replies duplicated", kills, powerLosses, orders, states, duplicated.Load())
 	assert.Zero(t, states[domain.StateError], "nothing should end in Error with these faults")
 }
 
