@@ -139,6 +139,9 @@ func StartBroker(cfg BrokerConfig) (*Broker, error) {
 		if b.lock, err = lockDataDir(cfg.DataDir); err != nil {
 			return nil, err
 		}
+		if err := trimTornLogs(cfg.DataDir, cfg.Logger); err != nil {
+			return nil, err
+		}
 		if !cfg.Fsync && len(cfg.SyncTopics) > 0 {
 			b.sync = newSyncer(cfg.DataDir, topicMatcher(cfg.SyncTopics), cfg.Logger)
 		}
