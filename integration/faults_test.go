@@ -208,7 +208,7 @@ func TestFaultNoPhantomTasks(t *testing.T) {
 	reply("after")
 	s.consumeTopic(domain.DeadLetterTopic, 2, 30*time.Second)
 	assert.Empty(t, s.stream("ghost-1"), "no phantom task stream")
-	_, ok := s.app.Tasks.Get("ghost-1")
+	_, ok, _ := s.app.Tasks.Get(context.Background(), "ghost-1")
 	assert.False(t, ok)
 	assert.Equal(t, int64(2), s.app.Scheduler.Stats().RejectedReplies)
 }

@@ -234,7 +234,7 @@ func (s *system) consumeTopic(topic string, n int, timeout time.Duration) []*kgo
 func (s *system) awaitView(id string, state domain.TaskState) {
 	s.t.Helper()
 	require.Eventually(s.t, func() bool {
-		task, ok := s.app.Tasks.Get(id)
+		task, ok, _ := s.app.Tasks.Get(context.Background(), id)
 		return ok && task.State == state
 	}, 10*time.Second, 5*time.Millisecond, "the projection shows %s %s", id, state)
 }

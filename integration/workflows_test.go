@@ -105,7 +105,7 @@ func TestUserWorkflowRunsAgainstItsOwnServices(t *testing.T) {
 
 	// Results are part of the task's state, in the API and the audit.
 	s.awaitView("shop-refused", domain.StateCompensated)
-	view, _ := s.app.Tasks.Get("shop-ok")
+	view, _, _ := s.app.Tasks.Get(context.Background(), "shop-ok")
 	var charge map[string]any
 	require.NoError(t, json.Unmarshal(view.Step("charge").Result, &charge))
 	assert.Equal(t, 42.5, charge["amount"])

@@ -32,14 +32,18 @@ import (
 	"github.com/sagaengine/saga/adapters/workflowfile"
 	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/processes"
-	"github.com/sagaengine/saga/projections"
 )
 
 // Config says what to run and where. The zero value of a listen address
 // means the default port on loopback; port 0 picks a free one.
 type Config struct {
-	// DataDir holds the embedded servers' data (eventstore/, kafka/).
+	// DataDir holds the embedded servers' data (eventstore/, kafka/) and
+	// the task view (taskview/).
 	DataDir string
+	// TaskViewDir holds the task view's SQLite file; default
+	// DataDir/taskview, or a temporary directory removed at Close when
+	// there is no DataDir (the view is then rebuilt at every start).
+	TaskViewDir string
 	// KafkaBrokers, when set, uses that Kafka and starts no embedded broker.
 	KafkaBrokers []string
 	KafkaListen  string
@@ -146,7 +150,8 @@ type App struct {
 	Store     *eventstore.Store
 	// followers shares one subscription among this process's followers.
 	followers  *eventstore.Fanout
-	Tasks      *projections.Tasks
+	// Tasks is the task view the API serves (the api role).
+	Tasks      *TaskView
 	Scheduler  *processes.Scheduler
 	Supervisor *processes.Supervisor
 	Operator   *processes.Operator
@@ -167,6 +172,10 @@ type App struct {
 	http    *http.Server
 	lease   *kafka.Lease
 
+	// runCtx is the context every part runs under; Close cancels it.
+	runCtx context.Context
+	// tempDirs are removed by Close.
+	tempDirs []string
 	// agents and triggerTopics are those of the workflows registered at start.
 	agents, triggerTopics []string
 
@@ -212,7 +221,7 @@ func Start(cfg Config) (*App, error) {
 		return nil, problems
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	a := &App{cfg: cfg, logger: cfg.Logger, cancel: cancel, errs: make(chan error, 16),
+	a := &App{cfg: cfg, logger: cfg.Logger, cancel: cancel, runCtx: ctx, errs: make(chan error, 16),
 		Services: map[string]*demo.Service{}, AgentProcs: map[string]*agent.Agent{},
 		HTTPHandlers: map[string]*httpagent.Handler{}}
 	for _, start := range []func() error{a.startEventStore, func() error { return a.registerWorkflows(ctx) },
@@ -433,12 +442,26 @@ func (a *App) startSupervisor(ctx context.Context) error {
 	return nil
 }
 
-// startAPI serves the task projection and the operators' actions over HTTP.
+// startAPI serves the task view and the operators' actions over HTTP.
 func (a *App) startAPI(ctx context.Context) error {
-	a.Tasks = projections.NewTasks(a.logger)
+	dir := a.cfg.TaskViewDir
+	if dir == "" && a.cfg.DataDir != "" {
+		dir = filepath.Join(a.cfg.DataDir, "taskview")
+	}
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "saga-taskview-")
+		if err != nil {
+			return errors.Wrap(err, "task view directory")
+		}
+		a.tempDirs = append(a.tempDirs, tmp)
+		dir = tmp
+	}
+	view, err := openTaskView(ctx, a, dir, a.Store)
+	if err != nil {
+		return err
+	}
+	a.Tasks = view
 	a.Operator = &processes.Operator{Store: a.Store, Workflows: a.Workflows, Clock: a.cfg.Clock}
-	projection := a.followers.Register("projection")
-	a.run("task projection", func() error { return a.Tasks.Run(ctx, projection) })
 	lis, err := net.Listen("tcp", listenOr(a.cfg.HTTPListen, httpapi.DefaultListen))
 	if err != nil {
 		return errors.Wrap(err, "http api listen")
@@ -600,6 +623,9 @@ func (a *App) Close() {
 			if err := a.esServer.Close(); err != nil {
 				a.logger.Error("close event store", "err", err.Error())
 			}
+		}
+		for _, dir := range a.tempDirs {
+			_ = os.RemoveAll(dir)
 		}
 	})
 }

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -98,7 +99,7 @@ func (a *App) WriteMetrics(w io.Writer) {
 	writeMetric(w, "saga_readiness_failures_total", "counter", "Readiness checks that failed, by check.", failures...)
 	if t := a.Tasks; t != nil {
 		var states []sample
-		counts := t.Counts()
+		counts, _ := t.Counts(context.Background())
 		keys := make([]string, 0, len(counts))
 		for s := range counts {
 			keys = append(keys, string(s))

@@ -2,7 +2,11 @@
 // task projection.
 //
 //	GET  /api/tasks/{id}          one task, 404 if unknown
-//	GET  /api/tasks?state=S       tasks in state S (all when omitted), &limit=N
+//	GET  /api/tasks               a page of tasks, newest first: ?state=S, &workflow=W,
+//	                              &since=T, &until=T (RFC 3339), &limit=N (100; at most
+//	                              1000), &cursor= the nextCursor of the page before
+//	POST /api/admin/task-view/rebuild  rebuild the task view from the store while it serves
+//	GET  /api/admin/task-view     whether a rebuild runs; how the last one went
 //	POST /api/tasks/{id}/retry    {"step": "...", "by": "..."}: retry a task in Error
 //	POST /api/tasks/{id}/cancel   {"by": "...", "reason": "..."}: cancel (compensate) a task
 //	GET  /api/workflows           the newest version of every workflow
@@ -31,6 +35,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/projections"
@@ -87,11 +92,40 @@ type Readiness interface {
 	Readiness(ctx context.Context) []Check
 }
 
-// MaxListLimit caps the limit of GET /api/tasks; it is also the default.
-const MaxListLimit = 1000
+// MaxListLimit caps the limit of GET /api/tasks.
+const MaxListLimit = projections.MaxPageSize
 
-// Handler returns the API's handler over the task projection.
-func Handler(tasks *projections.Tasks, ops Operations, workflows Workflows, metrics Metrics, ready Readiness) http.Handler {
+// Tasks is the task view the API serves.
+type Tasks interface {
+	Get(ctx context.Context, id string) (*domain.Task, bool, error)
+	List(ctx context.Context, q projections.TaskQuery) (projections.TaskPage, error)
+	Counts(ctx context.Context) (map[domain.TaskState]int, error)
+	// Ready is closed once the view has caught up with the store.
+	Ready() <-chan struct{}
+}
+
+// Rebuilder is a task view that can be rebuilt from the event store while
+// it serves: POST /api/admin/task-view/rebuild starts it, GET
+// /api/admin/task-view tells how it goes.
+type Rebuilder interface {
+	Rebuild(ctx context.Context) error
+	// RebuildStatus reports whether a rebuild runs and how the last went.
+	RebuildStatus() (running bool, last any)
+}
+
+// TaskList is the answer of GET /api/tasks.
+type TaskList struct {
+	Tasks []*domain.Task `json:"tasks"`
+	// Count is the number of tasks on this page.
+	Count int `json:"count"`
+	// NextCursor, when set, continues with the next page (?cursor=).
+	NextCursor string `json:"nextCursor,omitempty"`
+	// Counts are the numbers of tasks in each state, over all tasks.
+	Counts map[domain.TaskState]int `json:"counts"`
+}
+
+// Handler returns the API's handler over the task view.
+func Handler(tasks Tasks, ops Operations, workflows Workflows, metrics Metrics, ready Readiness) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		checks := ready.Readiness(r.Context())
@@ -122,34 +156,54 @@ func Handler(tasks *projections.Tasks, ops Operations, workflows Workflows, metr
 		}
 		act(w, ops.Cancel(r.Context(), r.PathValue("id"), operator(r, body.By), body.Reason))
 	})
+	if rb, ok := tasks.(Rebuilder); ok {
+		mux.HandleFunc("POST /api/admin/task-view/rebuild", func(w http.ResponseWriter, r *http.Request) {
+			if err := rb.Rebuild(context.WithoutCancel(r.Context())); err != nil {
+				writeError(w, http.StatusConflict, err.Error())
+				return
+			}
+			writeJSON(w, http.StatusAccepted, map[string]string{"status": "rebuilding"})
+		})
+		mux.HandleFunc("GET /api/admin/task-view", func(w http.ResponseWriter, r *http.Request) {
+			running, last := rb.RebuildStatus()
+			writeJSON(w, http.StatusOK, map[string]any{"rebuilding": running, "lastRebuild": last})
+		})
+	}
 	mux.HandleFunc("GET /api/tasks/{id}", func(w http.ResponseWriter, r *http.Request) {
-		t, ok := tasks.Get(r.PathValue("id"))
-		if !ok {
+		t, ok, err := tasks.Get(r.Context(), r.PathValue("id"))
+		switch {
+		case err != nil:
+			writeError(w, http.StatusInternalServerError, err.Error())
+		case !ok:
 			writeError(w, http.StatusNotFound, "no task "+strconv.Quote(r.PathValue("id")))
-			return
+		default:
+			writeJSON(w, http.StatusOK, t)
 		}
-		writeJSON(w, http.StatusOK, t)
 	})
 	mux.HandleFunc("GET /api/tasks", func(w http.ResponseWriter, r *http.Request) {
-		var state domain.TaskState
-		if s := r.URL.Query().Get("state"); s != "" {
-			var ok bool
-			if state, ok = domain.ParseTaskState(s); !ok {
-				writeError(w, http.StatusBadRequest, "unknown state "+strconv.Quote(s)+"; one of Pending, Processing, Processed, Error, Compensating, Compensated")
-				return
-			}
+		q, err := taskQuery(r)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
 		}
-		limit := MaxListLimit
-		if l := r.URL.Query().Get("limit"); l != "" {
-			n, err := strconv.Atoi(l)
-			if err != nil || n < 1 {
-				writeError(w, http.StatusBadRequest, "limit must be a positive number")
-				return
-			}
-			limit = min(n, MaxListLimit)
+		page, err := tasks.List(r.Context(), q)
+		if errors.Is(err, projections.ErrBadCursor) {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
 		}
-		list := tasks.List(state, limit)
-		writeJSON(w, http.StatusOK, map[string]any{"tasks": list, "count": len(list), "counts": tasks.Counts()})
+		if err != nil {
+			writeError(w, http.StatusInternalServerError, err.Error())
+			return
+		}
+		counts, err := tasks.Counts(r.Context())
+		if err != nil {
+			writeError(w, http.StatusInternalServerError, err.Error())
+			return
+		}
+		if page.Tasks == nil {
+			page.Tasks = []*domain.Task{}
+		}
+		writeJSON(w, http.StatusOK, TaskList{Tasks: page.Tasks, Count: len(page.Tasks), NextCursor: page.NextCursor, Counts: counts})
 	})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		select {
@@ -321,4 +375,35 @@ func writeWorkflowError(w http.ResponseWriter, err error) {
 	default:
 		writeError(w, http.StatusInternalServerError, err.Error())
 	}
+}
+
+// taskQuery reads GET /api/tasks's parameters: state, workflow, since and
+// until (RFC 3339 submission times), limit (default 100, capped at 1000)
+// and cursor.
+func taskQuery(r *http.Request) (projections.TaskQuery, error) {
+	params := r.URL.Query()
+	q := projections.TaskQuery{Workflow: params.Get("workflow"), Cursor: params.Get("cursor")}
+	if s := params.Get("state"); s != "" {
+		var ok bool
+		if q.State, ok = domain.ParseTaskState(s); !ok {
+			return q, errors.New("unknown state " + strconv.Quote(s) + "; one of Pending, Processing, Processed, Error, Compensating, Compensated")
+		}
+	}
+	for name, into := range map[string]*time.Time{"since": &q.Since, "until": &q.Until} {
+		if s := params.Get(name); s != "" {
+			t, err := time.Parse(time.RFC3339Nano, s)
+			if err != nil {
+				return q, errors.New(name + " must be an RFC 3339 time such as 2026-11-22T10:00:00Z")
+			}
+			*into = t
+		}
+	}
+	if l := params.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 {
+			return q, errors.New("limit must be a positive number")
+		}
+		q.Limit = min(n, MaxListLimit)
+	}
+	return q, nil
 }
