@@ -1,10 +1,13 @@
 package integration_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +19,7 @@ import (
 	"github.com/sagaengine/saga/adapters/engine"
 	"github.com/sagaengine/saga/adapters/kafka"
 	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/projections"
 )
 
 var happyPath = []string{
@@ -176,4 +180,42 @@ func TestHealthAndUnknownTask(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	assert.Equal(t, http.StatusOK, resp.StatusCode, fmt.Sprint(resp.Status))
+}
+
+// TestTaskViewIsRebuiltFromTheStore deletes the task view's file while
+// sagad is stopped: at the next start it is rebuilt from the store. A
+// rebuild asked for while sagad runs swaps in a fresh file, and the API
+// answers throughout.
+func TestTaskViewIsRebuiltFromTheStore(t *testing.T) {
+	s := startSystem(t, engine.Config{})
+	ids := orderIDs("view", 30)
+	s.publishOrders(ids)
+	s.awaitTerminal(ids, 60*time.Second)
+	s.awaitView(ids[len(ids)-1], domain.StateProcessed)
+
+	s.stop()
+	require.NoError(t, os.RemoveAll(filepath.Join(s.cfg.DataDir, "taskview")))
+	s.start()
+	<-s.app.Tasks.Ready()
+	counts, err := s.app.Tasks.Counts(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, 30, counts[domain.StateProcessed], "the deleted view was rebuilt from the store")
+
+	require.NoError(t, s.app.Tasks.Rebuild(context.Background()))
+	for {
+		status, out := s.api(http.MethodGet, "/api/tasks?limit=1", nil)
+		require.Equal(t, http.StatusOK, status, "the API serves during a rebuild: %v", out)
+		if running, last := s.app.Tasks.Status(); !running {
+			require.NotNil(t, last)
+			require.Empty(t, last.Error)
+			assert.Equal(t, 30, last.Counts[domain.StateProcessed])
+			assert.Equal(t, "tasks-2.db", last.File)
+			break
+		}
+	}
+	page, err := s.app.Tasks.List(context.Background(), projections.TaskQuery{State: domain.StateProcessed, Limit: 1000})
+	require.NoError(t, err)
+	assert.Len(t, page.Tasks, 30)
+	_, err = os.Stat(filepath.Join(s.cfg.DataDir, "taskview", "tasks-1.db"))
+	assert.True(t, os.IsNotExist(err), "the old file is gone")
 }

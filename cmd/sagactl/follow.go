@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"sort"
 	"strings"
 	"time"
 
@@ -215,40 +216,63 @@ func fetchTask(ctx context.Context, api, id string) (*domain.Task, error) {
 	return &t, json.NewDecoder(resp.Body).Decode(&t)
 }
 
-// replay rebuilds the task projection from the whole store and reports
-// its speed.
+// replay asks sagad to rebuild its task view from the whole store (into a
+// fresh file it swaps in once caught up, serving the old one meanwhile),
+// waits for it and reports its speed.
 func replay(ctx context.Context, args []string) error {
 	fs, c := flags("replay")
+	timeout := fs.Duration("timeout", time.Hour, "how long to wait for the rebuild")
 	if err := parseInterspersed(fs, args); err != nil {
 		return err
 	}
-	store, err := openStore(c)
-	if err != nil {
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	if err := call(ctx, http.MethodPost, c.api+"/api/admin/task-view/rebuild", nil, nil); err != nil {
 		return err
 	}
-	defer store.Close()
-	tasks := projections.NewTasks(nil)
-	start := time.Now()
-	var events int
-	stop := errors.New("caught up")
-	err = store.SubscribeAll(ctx, domain.FromStart(), domain.TaskStreamPrefix, func(it domain.SubscriptionItem) error {
-		if it.CaughtUp {
-			return stop
-		}
-		tasks.Apply(*it.Event)
-		events++
-		return nil
-	})
-	if !errors.Is(err, stop) {
-		return err
+	type report struct {
+		Events   int64
+		PerSec   float64 `json:"eventsPerSecond"`
+		Started  time.Time
+		Finished time.Time
+		Counts   map[string]int
+		File     string
+		Error    string
 	}
-	elapsed := time.Since(start)
-	fmt.Printf("replayed %d events of %d tasks in %s: %.0f events/s\n", events, len(tasks.List("", 0)), elapsed.Round(time.Millisecond),
-		float64(events)/elapsed.Seconds())
-	for state, n := range tasks.Counts() {
-		if n > 0 {
-			fmt.Printf("  %-12s %d\n", state, n)
+	var status struct {
+		Rebuilding  bool
+		LastRebuild *report
+	}
+	for {
+		if err := call(ctx, http.MethodGet, c.api+"/api/admin/task-view", nil, &status); err != nil {
+			return err
 		}
+		if !status.Rebuilding && status.LastRebuild != nil && !status.LastRebuild.Finished.IsZero() {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return exitCode{exitTimeout, "the rebuild did not finish in time"}
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	r := status.LastRebuild
+	if r.Error != "" {
+		return errors.Newf("rebuild failed: %s", r.Error)
+	}
+	tasks := 0
+	for _, n := range r.Counts {
+		tasks += n
+	}
+	fmt.Printf("replayed %d events of %d tasks in %s: %.0f events/s, into %s\n", r.Events, tasks,
+		r.Finished.Sub(r.Started).Round(time.Millisecond), r.PerSec, r.File)
+	states := make([]string, 0, len(r.Counts))
+	for state := range r.Counts {
+		states = append(states, state)
+	}
+	sort.Strings(states)
+	for _, state := range states {
+		fmt.Printf("  %-12s %d\n", state, r.Counts[state])
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -30,7 +31,8 @@ commands:
                            wait until saga accepts it (--wait: until it ends); exit
                            code 5 if saga rejects it
   get TASK_ID              show a task's current state
-  tasks [--state STATE]    list tasks
+  tasks [--state STATE]    list tasks, newest first, a page at a time (--workflow,
+                           --since, --until, --limit, --cursor)
   retry TASK_ID [STEP]     retry a task in Error (its failed step or compensation)
   cancel TASK_ID           cancel a task: it compensates what it did
   watch ORDER_ID           follow an order until it ends; exit code 0 processed,
@@ -39,7 +41,8 @@ commands:
   watch --topic TOPIC      follow a status topic (saga.status or a reply topic)
   audit TASK_ID            the task's timeline and state replayed from its stream
                            (--at REVISION|TIME, --json), compared with the live view
-  replay                   rebuild the task projection from the store; report events/s
+  replay                   make sagad rebuild its task view from the store (it serves the
+                           old one meanwhile); report events/s
   workflows COMMAND        apply, validate, list, get or diff workflow definitions
                            ('sagactl workflows help')
 
@@ -212,13 +215,21 @@ func get(ctx context.Context, args []string) error {
 func tasks(ctx context.Context, args []string) error {
 	fs, c := flags("tasks")
 	state := fs.String("state", "", "only tasks in this state")
+	workflow := fs.String("workflow", "", "only tasks of this workflow")
+	since := fs.String("since", "", "only tasks submitted at or after this RFC 3339 time")
+	until := fs.String("until", "", "only tasks submitted before this RFC 3339 time")
+	limit := fs.Int("limit", 100, "tasks per page (at most 1000)")
+	cursor := fs.String("cursor", "", "continue after the page that printed this cursor")
 	if err := parseInterspersed(fs, args); err != nil {
 		return err
 	}
 	q := url.Values{}
-	if *state != "" {
-		q.Set("state", *state)
+	for name, v := range map[string]string{"state": *state, "workflow": *workflow, "since": *since, "until": *until, "cursor": *cursor} {
+		if v != "" {
+			q.Set(name, v)
+		}
 	}
+	q.Set("limit", strconv.Itoa(*limit))
 	return show(ctx, c.api+"/api/tasks?"+q.Encode())
 }
 
