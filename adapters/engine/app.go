@@ -149,7 +149,7 @@ type App struct {
 	Workflows *processes.Registry
 	Store     *eventstore.Store
 	// followers shares one subscription among this process's followers.
-	followers  *eventstore.Fanout
+	followers *eventstore.Fanout
 	// Tasks is the task view the API serves (the api role).
 	Tasks      *TaskView
 	Scheduler  *processes.Scheduler
