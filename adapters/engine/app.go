@@ -40,6 +40,11 @@ type Config struct {
 	// DataDir holds the embedded servers' data (eventstore/, kafka/) and
 	// the task view (taskview/).
 	DataDir string
+	// APITokensFile, when set, turns API authentication on: the tokens
+	// file of httpapi.LoadTokens (viewer and operator roles).
+	APITokensFile string
+	// APITLSCert and APITLSKey, when set, serve the API over TLS.
+	APITLSCert, APITLSKey string
 	// TaskViewDir holds the task view's SQLite file; default
 	// DataDir/taskview, or a temporary directory removed at Close when
 	// there is no DataDir (the view is then rebuilt at every start).
@@ -462,6 +467,12 @@ func (a *App) startAPI(ctx context.Context) error {
 	}
 	a.Tasks = view
 	a.Operator = &processes.Operator{Store: a.Store, Workflows: a.Workflows, Clock: a.cfg.Clock}
+	var tokens *httpapi.Tokens
+	if a.cfg.APITokensFile != "" {
+		if tokens, err = httpapi.LoadTokens(a.cfg.APITokensFile); err != nil {
+			return err
+		}
+	}
 	lis, err := net.Listen("tcp", listenOr(a.cfg.HTTPListen, httpapi.DefaultListen))
 	if err != nil {
 		return errors.Wrap(err, "http api listen")
@@ -469,16 +480,22 @@ func (a *App) startAPI(ctx context.Context) error {
 	a.HTTPAddr = lis.Addr().String()
 	// Timeouts and a header limit, so that slow or hostile clients cannot
 	// hold connections and memory: bodies are small (1 MiB at most).
-	a.http = &http.Server{Handler: httpapi.Handler(a.Tasks, a.Operator, registering{a.Workflows, a}, a, a),
+	a.http = &http.Server{Handler: httpapi.Handler(a.Tasks, a.Operator, registering{a.Workflows, a}, a, a, tokens),
 		ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second,
 		IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
 	a.run("http api", func() error {
-		if err := a.http.Serve(lis); !errors.Is(err, http.ErrServerClosed) {
+		var err error
+		if a.cfg.APITLSCert != "" {
+			err = a.http.ServeTLS(lis, a.cfg.APITLSCert, a.cfg.APITLSKey)
+		} else {
+			err = a.http.Serve(lis)
+		}
+		if !errors.Is(err, http.ErrServerClosed) {
 			return err
 		}
 		return nil
 	})
-	a.logger.Info("http api listening", "addr", a.HTTPAddr)
+	a.logger.Info("http api listening", "addr", a.HTTPAddr, "tls", a.cfg.APITLSCert != "", "tokens", tokens.Enabled())
 	return nil
 }
 

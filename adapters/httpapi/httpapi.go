@@ -124,8 +124,10 @@ type TaskList struct {
 	Counts map[domain.TaskState]int `json:"counts"`
 }
 
-// Handler returns the API's handler over the task view.
-func Handler(tasks Tasks, ops Operations, workflows Workflows, metrics Metrics, ready Readiness) http.Handler {
+// Handler returns the API's handler over the task view. With tokens (nil
+// for none), every request but /healthz and /readyz needs a bearer token,
+// and acting needs an operator's; see guard.
+func Handler(tasks Tasks, ops Operations, workflows Workflows, metrics Metrics, ready Readiness, tokens *Tokens) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		checks := ready.Readiness(r.Context())
@@ -213,12 +215,16 @@ func Handler(tasks Tasks, ops Operations, workflows Workflows, metrics Metrics, 
 			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "catching up"})
 		}
 	})
-	return mux
+	return guard(tokens, mux)
 }
 
-// operator names who acts: the body's "by", else the X-Saga-Operator
-// header, else the client's address.
+// operator names who acts: with tokens on, the token's identity, whatever
+// the request says; else the body's "by", the X-Saga-Operator header, or
+// the client's address.
 func operator(r *http.Request, by string) string {
+	if id, ok := identity(r); ok {
+		return id
+	}
 	if by != "" {
 		return by
 	}

@@ -8,7 +8,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,7 +35,7 @@ func TestReadyzNamesEveryCheck(t *testing.T) {
 		{checks{{Name: "projection", OK: true}, {Name: "kafka", OK: true}}, http.StatusOK},
 		{checks{{Name: "projection", OK: true}, {Name: "kafka", Error: "ping: no broker"}}, http.StatusServiceUnavailable},
 	} {
-		srv := httptest.NewServer(httpapi.Handler(newView(t), nil, nil, tc.checks, tc.checks))
+		srv := httptest.NewServer(httpapi.Handler(newView(t), nil, nil, tc.checks, tc.checks, nil))
 		resp, err := http.Get(srv.URL + "/readyz")
 		require.NoError(t, err)
 		var body struct {
@@ -49,7 +51,7 @@ func TestReadyzNamesEveryCheck(t *testing.T) {
 }
 
 func TestListLimitIsCapped(t *testing.T) {
-	srv := httptest.NewServer(httpapi.Handler(newView(t), nil, nil, checks{}, checks{}))
+	srv := httptest.NewServer(httpapi.Handler(newView(t), nil, nil, checks{}, checks{}, nil))
 	defer srv.Close()
 	for limit, code := range map[string]int{"5": 200, "1000000": 200, "0": 400, "x": 400} {
 		resp, err := http.Get(srv.URL + "/api/tasks?limit=" + limit)
@@ -88,7 +90,7 @@ func TestTasksArePagedWithACursor(t *testing.T) {
 		tasks = append(tasks, task)
 	}
 	require.NoError(t, v.Commit(context.Background(), tasks, 7))
-	srv := httptest.NewServer(httpapi.Handler(v, nil, nil, checks{}, checks{}))
+	srv := httptest.NewServer(httpapi.Handler(v, nil, nil, checks{}, checks{}, nil))
 	defer srv.Close()
 	var ids []string
 	next := srv.URL + "/api/tasks?state=Processed&limit=50"
@@ -118,4 +120,71 @@ func TestTasksArePagedWithACursor(t *testing.T) {
 		resp.Body.Close()
 		assert.Equal(t, code, resp.StatusCode, q)
 	}
+}
+
+// ops records what operators did.
+type ops struct{ by []string }
+
+func (o *ops) Retry(_ context.Context, _, _, by string) error  { o.by = append(o.by, by); return nil }
+func (o *ops) Cancel(_ context.Context, _, by, _ string) error { o.by = append(o.by, by); return nil }
+
+func TestTokensRolesAndOrigins(t *testing.T) {
+	viewerSecret, viewerLine, err := httpapi.NewToken("vera", httpapi.RoleViewer)
+	require.NoError(t, err)
+	operatorSecret, operatorLine, err := httpapi.NewToken("otto", httpapi.RoleOperator)
+	require.NoError(t, err)
+	file := filepath.Join(t.TempDir(), "tokens")
+	require.NoError(t, os.WriteFile(file, []byte("# API tokens\n"+viewerLine+"\n"+operatorLine+"\n"), 0o600))
+	tokens, err := httpapi.LoadTokens(file)
+	require.NoError(t, err)
+	recorded := &ops{}
+	srv := httptest.NewServer(httpapi.Handler(newView(t), recorded, nil, checks{}, checks{}, tokens))
+	defer srv.Close()
+
+	do := func(method, path, contentType, token, origin, body string) int {
+		req, err := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
+		require.NoError(t, err)
+		if contentType != "" {
+			req.Header.Set("Content-Type", contentType)
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		if origin != "" {
+			req.Header.Set("Origin", origin)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		assert.Empty(t, resp.Header.Get("Access-Control-Allow-Origin"), "no CORS, ever")
+		return resp.StatusCode
+	}
+	cancel := "/api/tasks/o-1/cancel"
+	assert.Equal(t, http.StatusUnsupportedMediaType, do(http.MethodPost, cancel, "text/plain", operatorSecret, "https://evil.example", `{"by":"mallory"}`))
+	assert.Equal(t, http.StatusForbidden, do(http.MethodPost, cancel, "application/json", operatorSecret, "https://evil.example", `{}`))
+	assert.Equal(t, http.StatusUnauthorized, do(http.MethodPost, cancel, "application/json", "", "", `{}`))
+	assert.Equal(t, http.StatusUnauthorized, do(http.MethodPost, cancel, "application/json", "saga_forged", "", `{}`))
+	assert.Equal(t, http.StatusForbidden, do(http.MethodPost, cancel, "application/json", viewerSecret, "", `{}`))
+	assert.Empty(t, recorded.by, "nothing refused reached the operators' actions")
+	assert.Equal(t, http.StatusAccepted, do(http.MethodPost, cancel, "application/json", operatorSecret, "", `{"by":"mallory"}`))
+	assert.Equal(t, []string{"otto"}, recorded.by, "the token's identity acts, not the body's by")
+
+	assert.Equal(t, http.StatusUnauthorized, do(http.MethodGet, "/api/tasks", "", "", "", ""))
+	assert.Equal(t, http.StatusOK, do(http.MethodGet, "/api/tasks", "", viewerSecret, "", ""))
+	assert.Equal(t, http.StatusUnauthorized, do(http.MethodGet, "/metrics", "", "", "", ""))
+	assert.Equal(t, http.StatusOK, do(http.MethodGet, "/healthz", "", "", "", ""))
+	assert.Equal(t, http.StatusOK, do(http.MethodGet, "/readyz", "", "", "", ""))
+
+	raw, err := os.ReadFile(file)
+	require.NoError(t, err)
+	assert.NotContains(t, string(raw), operatorSecret, "only hashes are stored")
+}
+
+func TestPostsNeedJSONEvenWithoutTokens(t *testing.T) {
+	srv := httptest.NewServer(httpapi.Handler(newView(t), &ops{}, nil, checks{}, checks{}, nil))
+	defer srv.Close()
+	resp, err := http.Post(srv.URL+"/api/tasks/o-1/cancel", "text/plain", strings.NewReader(`{"by":"x"}`))
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusUnsupportedMediaType, resp.StatusCode)
 }

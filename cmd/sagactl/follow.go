@@ -204,7 +204,7 @@ func fetchTask(ctx context.Context, api, id string) (*domain.Task, error) {
 	if err != nil {
 		return nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := doAPI(req)
 	if err != nil {
 		return nil, err
 	}

@@ -48,10 +48,15 @@ commands:
 
 Flags may come before or after the arguments.
 
+Settings come from flags, then SAGA_* environment variables, then KEY=VALUE
+lines in $SAGA_CONFIG (default ~/.config/saga/sagactl.conf).
+
 common flags:
   --kafka-brokers   Kafka brokers, comma-separated [$SAGA_KAFKA_BROKERS] (default 127.0.0.1:9092)
   --api             saga HTTP API [$SAGA_API] (default http://127.0.0.1:8080)
   --eventstore      event store [$SAGA_EVENTSTORE] (default esdb://127.0.0.1:2113?tls=false)
+  --api-token-file  file with the API's bearer token [$SAGA_API_TOKEN_FILE, or $SAGA_API_TOKEN]
+  --api-ca          CA file for the API's TLS certificate [$SAGA_API_CA]
 `
 
 func main() {
@@ -60,6 +65,10 @@ func main() {
 	if len(os.Args) < 2 {
 		fmt.Fprint(os.Stderr, usage)
 		os.Exit(2)
+	}
+	if err := loadConfigFile(); err != nil {
+		fmt.Fprintln(os.Stderr, "sagactl:", err)
+		os.Exit(exitError)
 	}
 	var err error
 	switch cmd, args := os.Args[1], os.Args[2:]; cmd {
@@ -140,6 +149,8 @@ func flags(name string) (*flag.FlagSet, *common) {
 	fs.StringVar(&c.brokers, "kafka-brokers", envOr("SAGA_KAFKA_BROKERS", kafka.DefaultListen), "Kafka brokers, comma-separated")
 	fs.StringVar(&c.api, "api", envOr("SAGA_API", "http://127.0.0.1:8080"), "saga HTTP API")
 	fs.StringVar(&c.eventstore, "eventstore", envOr("SAGA_EVENTSTORE", "esdb://127.0.0.1:2113?tls=false"), "event store")
+	fs.StringVar(&apiTokenFile, "api-token-file", envOr("SAGA_API_TOKEN_FILE", ""), "file holding the API's bearer token (or $SAGA_API_TOKEN)")
+	fs.StringVar(&apiCAFile, "api-ca", envOr("SAGA_API_CA", ""), "CA certificate file the API's TLS certificate is checked against")
 	return fs, c
 }
 
@@ -281,7 +292,7 @@ func send(ctx context.Context, method, u string, payload []byte) error {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := doAPI(req)
 	if err != nil {
 		return errors.Wrap(err, "is sagad running? GET "+u)
 	}

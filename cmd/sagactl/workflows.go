@@ -330,7 +330,7 @@ func call(ctx context.Context, method, u string, payload []byte, out any) error 
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := doAPI(req)
 	if err != nil {
 		return errors.Wrap(err, "is sagad running? "+method+" "+u)
 	}

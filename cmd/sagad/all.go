@@ -78,6 +78,9 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	supervisorInterval := fs.Duration("supervisor-interval", time.Second, "how often the supervisor looks for attempts past their complete-by")
 	workflowsDir := fs.String("workflows", envOr("SAGA_WORKFLOWS", ""), "register the workflow definitions in this directory (*.yaml, *.yml, *.json) at start; default the demo order workflow when demo agents run [$SAGA_WORKFLOWS]")
 	replyTopics := fs.String("reply-topic-pattern", domain.DefaultReplyTopicPattern, "regular expression an order's replyTo must match; saga's own topics (saga.*, but saga.reply.*), orders and trigger topics are refused whatever it allows")
+	apiTokens := fs.String("api-tokens-file", envOr("SAGA_API_TOKENS_FILE", ""), "require API tokens from this file (make them with 'sagad token'); off: anyone who reaches the API may act [$SAGA_API_TOKENS_FILE]")
+	apiCert := fs.String("api-tls-cert", envOr("SAGA_API_TLS_CERT", ""), "serve the API over TLS with this certificate file [$SAGA_API_TLS_CERT]")
+	apiKey := fs.String("api-tls-key", envOr("SAGA_API_TLS_KEY", ""), "the key of --api-tls-cert [$SAGA_API_TLS_KEY]")
 	var httpAgents listFlag
 	fs.Var(&httpAgents, "http-agent", "run the built-in HTTP agent also under this agent name, for HTTP steps that name it (repeatable; the agent \"http\" always runs)")
 	services := serviceFlags{}
@@ -102,7 +105,7 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 		Partitions: int32(*partitions), Instance: *instance, DemoAgents: *demoAgents, Faults: faults, Logger: logger,
 		Roles: roles, SupervisorInterval: *supervisorInterval, KafkaFsync: *kafkaFsync, DemoServiceURLs: services,
 		WorkflowDirs: workflowDirs, HTTPAgents: httpAgents, KafkaSyncTopics: append([]string{}, kafka.SplitBrokers(*kafkaSyncTopics)...),
-		ReplyTopicPattern: *replyTopics,
+		ReplyTopicPattern: *replyTopics, APITokensFile: *apiTokens, APITLSCert: *apiCert, APITLSKey: *apiKey,
 	})
 	if err != nil {
 		return err

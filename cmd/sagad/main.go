@@ -20,6 +20,7 @@ const usage = `usage: sagad [command] [flags]
 commands:
   (none)       run the whole system in one process on embedded defaults
   eventstore   run only the embedded EventStoreDB-protocol server
+  token        make an API token (sagad token --name NAME --role viewer|operator --file F)
 
 Run 'sagad COMMAND -h' for the flags of a command.
 `
@@ -40,6 +41,8 @@ func main() {
 	switch cmd {
 	case "eventstore":
 		err = runEventStore(ctx, args, logger)
+	case "token":
+		err = runToken(args)
 	case "", "all":
 		err = runAll(ctx, args, logger)
 	case "help":

@@ -1,0 +1,177 @@
+package httpapi
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"mime"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+
+	"github.com/cockroachdb/errors"
+)
+
+// Role is what a token may do.
+type Role string
+
+// The roles: a viewer reads, an operator also acts (retry, cancel, register
+// workflows, rebuild the view).
+const (
+	RoleViewer   Role = "viewer"
+	RoleOperator Role = "operator"
+)
+
+// ErrTokensFile is returned for a tokens file that cannot be used.
+var ErrTokensFile = errors.New("invalid tokens file")
+
+// Token is one API credential: who holds it, what it may do, and the
+// SHA-256 of its secret (the secret itself is never stored).
+type Token struct {
+	Identity string
+	Role     Role
+	hash     [sha256.Size]byte
+}
+
+// Tokens are the API credentials. The zero value (none) turns
+// authentication off: every caller may read and act, as in the loopback
+// development mode.
+type Tokens struct {
+	tokens []Token
+}
+
+// LoadTokens reads a tokens file: one token a line, "IDENTITY ROLE
+// sha256:HEX", with # comments. NewToken makes a line.
+func LoadTokens(path string) (*Tokens, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, errors.Wrapf(err, "open tokens file %s", path)
+	}
+	defer f.Close()
+	var t Tokens
+	lines := bufio.NewScanner(f)
+	for n := 1; lines.Scan(); n++ {
+		line := strings.TrimSpace(lines.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		fields := strings.Fields(line)
+		if len(fields) != 3 {
+			return nil, errors.Wrapf(ErrTokensFile, "%s line %d: want IDENTITY ROLE sha256:HEX", path, n)
+		}
+		role := Role(fields[1])
+		if role != RoleViewer && role != RoleOperator {
+			return nil, errors.Wrapf(ErrTokensFile, "%s line %d: role %q is neither viewer nor operator", path, n, fields[1])
+		}
+		hexHash, ok := strings.CutPrefix(fields[2], "sha256:")
+		raw, err := hex.DecodeString(hexHash)
+		if !ok || err != nil || len(raw) != sha256.Size {
+			return nil, errors.Wrapf(ErrTokensFile, "%s line %d: the hash must be sha256: and 64 hex digits", path, n)
+		}
+		tok := Token{Identity: fields[0], Role: role}
+		copy(tok.hash[:], raw)
+		t.tokens = append(t.tokens, tok)
+	}
+	if err := lines.Err(); err != nil {
+		return nil, errors.Wrapf(err, "read tokens file %s", path)
+	}
+	if len(t.tokens) == 0 {
+		return nil, errors.Wrapf(ErrTokensFile, "%s holds no token", path)
+	}
+	return &t, nil
+}
+
+// NewToken makes a random secret for identity and role, and the line of the
+// tokens file that accepts it. Give the secret to its holder; store only
+// the line.
+func NewToken(identity string, role Role) (secret, line string, err error) {
+	if identity == "" || strings.ContainsAny(identity, " \t\n#") {
+		return "", "", errors.New("an identity is one word")
+	}
+	if role != RoleViewer && role != RoleOperator {
+		return "", "", errors.Newf("role %q is neither viewer nor operator", role)
+	}
+	buf := make([]byte, 32)
+	if _, err := rand.Read(buf); err != nil {
+		return "", "", errors.Wrap(err, "make a token")
+	}
+	secret = "saga_" + base64.RawURLEncoding.EncodeToString(buf)
+	sum := sha256.Sum256([]byte(secret))
+	return secret, identity + " " + string(role) + " sha256:" + hex.EncodeToString(sum[:]), nil
+}
+
+// Enabled reports whether tokens are required.
+func (t *Tokens) Enabled() bool { return t != nil && len(t.tokens) > 0 }
+
+// lookup finds the token whose secret this is, comparing every hash in
+// constant time.
+func (t *Tokens) lookup(secret string) (Token, bool) {
+	sum := sha256.Sum256([]byte(secret))
+	var found Token
+	ok := false
+	for _, tok := range t.tokens {
+		if subtle.ConstantTimeCompare(sum[:], tok.hash[:]) == 1 {
+			found, ok = tok, true
+		}
+	}
+	return found, ok
+}
+
+type identityKey struct{}
+
+// identity is who the request's token belongs to, when tokens are on.
+func identity(r *http.Request) (string, bool) {
+	id, ok := r.Context().Value(identityKey{}).(string)
+	return id, ok
+}
+
+// guard checks every request before the API's handlers:
+//   - a POST must say Content-Type: application/json (415), which a
+//     cross-origin form or text/plain request cannot, and must come from no
+//     other origin than the API's own (403): browsers' simple requests
+//     cannot act;
+//   - with tokens on, every request but /healthz and /readyz needs a valid
+//     bearer token (401), and a POST one of role operator (403).
+//
+// No CORS headers are ever sent, so browsers keep other origins out.
+func guard(tokens *Tokens, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		open := r.URL.Path == "/healthz" || r.URL.Path == "/readyz"
+		if r.Method != http.MethodGet && r.Method != http.MethodHead && !open {
+			if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+				writeError(w, http.StatusUnsupportedMediaType, "a request that acts must send Content-Type: application/json")
+				return
+			}
+			if origin := r.Header.Get("Origin"); origin != "" && !sameOrigin(origin, r.Host) {
+				writeError(w, http.StatusForbidden, "requests from another origin are refused")
+				return
+			}
+		}
+		if !tokens.Enabled() || open {
+			next.ServeHTTP(w, r)
+			return
+		}
+		secret, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		tok, known := tokens.lookup(strings.TrimSpace(secret))
+		if !ok || !known {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="saga"`)
+			writeError(w, http.StatusUnauthorized, "a valid bearer token is required")
+			return
+		}
+		if r.Method != http.MethodGet && r.Method != http.MethodHead && tok.Role != RoleOperator {
+			writeError(w, http.StatusForbidden, "token of "+tok.Identity+" may read, not act (role viewer)")
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), identityKey{}, tok.Identity)))
+	})
+}
+
+func sameOrigin(origin, host string) bool {
+	u, err := url.Parse(origin)
+	return err == nil && u.Host == host
+}
