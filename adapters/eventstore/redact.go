@@ -40,3 +40,21 @@ func redactIn(msg, connection string) string {
 	}
 	return msg
 }
+
+// URLFlag is a flag.Value holding a connection string, shown redacted in
+// usage messages (where its default may come from the environment).
+type URLFlag string
+
+// String is the redacted connection string.
+func (u *URLFlag) String() string {
+	if u == nil {
+		return ""
+	}
+	return Redact(string(*u))
+}
+
+// Set keeps the connection string as given.
+func (u *URLFlag) Set(v string) error {
+	*u = URLFlag(v)
+	return nil
+}

@@ -18,6 +18,8 @@ const usage = `usage: sagad [command] [flags]
 commands:
   (none)       run the whole system in one process on embedded defaults
   eventstore   run only the embedded EventStoreDB-protocol server
+  eventstore-user --users-file FILE [--admin] NAME
+               add a user of the event store's secure mode (password on stdin)
 
 Run 'sagad COMMAND -h' for the flags of a command.
 `
@@ -38,6 +40,8 @@ func main() {
 	switch cmd {
 	case "eventstore":
 		err = runEventStore(ctx, args, logger)
+	case "eventstore-user":
+		err = runEventStoreUser(args)
 	case "", "all":
 		err = runAll(ctx, args, logger)
 	case "help":
