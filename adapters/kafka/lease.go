@@ -50,7 +50,7 @@ func StartLease(ctx context.Context, brokers []string, group string, logger *slo
 		kgo.SeedBrokers(brokers...),
 		kgo.ConsumerGroup(group),
 		kgo.ConsumeTopics(LeaseTopic),
-		kgo.SessionTimeout(6*time.Second),
+		kgo.SessionTimeout(6 * time.Second),
 		kgo.HeartbeatInterval(time.Second),
 		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { set(m, true) }),
 		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { set(m, false) }),
