@@ -382,7 +382,7 @@ func (a *App) startKafka(ctx context.Context) error {
 	topicCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := kafka.EnsureTopics(topicCtx, client, a.cfg.Partitions, a.Topics()...); err != nil {
-		return err
+		return a.KafkaSecurity.Explain(err)
 	}
 	return nil
 }

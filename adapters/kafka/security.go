@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strconv"
@@ -219,6 +220,23 @@ func (s Security) mechanism() sasl.Mechanism {
 		})
 	}
 	return nil
+}
+
+// ErrAuthenticationFailed marks an error Explain takes for a refused SASL
+// login.
+var ErrAuthenticationFailed = errors.New("kafka SASL authentication failed")
+
+// Explain adds what an error most likely means under these settings. A
+// broker that refuses a SASL login may simply close the connection (the
+// embedded broker does; Kafka answers SASL_AUTHENTICATION_FAILED, which
+// franz-go reports clearly), which a client sees as EOF: with SASL on,
+// Explain marks such an error with ErrAuthenticationFailed.
+func (s Security) Explain(err error) error {
+	if err == nil || s.SASLMechanism == "" || !errors.Is(err, io.EOF) && !strings.HasSuffix(err.Error(), "EOF") {
+		return err
+	}
+	return errors.Wrapf(ErrAuthenticationFailed, "the broker closed the connection (%v): check SASL %s user %q and its password, and that the broker accepts %s",
+		err, strings.ToUpper(s.SASLMechanism), s.SASLUser, strings.ToUpper(s.SASLMechanism))
 }
 
 // String describes the settings without their secrets.

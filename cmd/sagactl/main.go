@@ -187,7 +187,7 @@ func submit(ctx context.Context, args []string) error {
 	}
 	cl, err := client.New(waitCtx, client.Config{Brokers: kafka.SplitBrokers(c.brokers), OrdersTopic: *topic, ReplyTopic: *replyTo, KafkaOptions: kafkaOpts})
 	if err != nil {
-		return errors.Wrap(err, "is Kafka reachable at "+c.brokers+"?")
+		return errors.Wrap(c.security.Explain(err), "is Kafka reachable at "+c.brokers+"?")
 	}
 	defer cl.Close()
 	if err := cl.Submit(waitCtx, fs.Arg(0), order); err != nil {
