@@ -9,23 +9,15 @@ import (
 // redacted replaces a password in what Redact returns.
 const redacted = "xxxxx"
 
-// userinfo matches the credentials of a connection string that does not
-// parse as a URL.
-var userinfo = regexp.MustCompile(`(://[^:/@\s]*):[^@\s]*@`)
+// userinfo matches the user and password of a connection string; the
+// password runs to the last @ before the host, as url.Parse reads it.
+var userinfo = regexp.MustCompile(`(://[^:/@\s]*):[^/?#\s]*@`)
 
 // Redact returns a connection string (esdb://user:password@host...) fit to
 // log, print or report: the password replaced by xxxxx, everything else as
 // it was. Every log line, error and metric that shows an event-store
 // address goes through it.
 func Redact(connection string) string {
-	u, err := url.Parse(connection)
-	if err == nil && u.User != nil {
-		if _, has := u.User.Password(); has {
-			u.User = url.UserPassword(u.User.Username(), redacted)
-			return strings.Replace(u.String(), url.QueryEscape(redacted), redacted, 1)
-		}
-		return connection
-	}
 	return userinfo.ReplaceAllString(connection, "${1}:"+redacted+"@")
 }
 

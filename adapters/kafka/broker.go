@@ -205,6 +205,11 @@ func StartBroker(cfg BrokerConfig) (*Broker, error) {
 		return nil, errors.Wrapf(err, "start embedded kafka on %s", cfg.Listen)
 	}
 	b.cluster = cluster
+	if len(cfg.Users) > 0 {
+		if err := b.advertiseSASLHandshakeV0(cluster); err != nil {
+			return nil, err
+		}
+	}
 	if b.sync != nil {
 		lookup := func(id [16]byte) (string, bool) {
 			if info := cluster.TopicIDInfo(id); info != nil {

@@ -232,7 +232,7 @@ var ErrAuthenticationFailed = errors.New("kafka SASL authentication failed")
 // franz-go reports clearly), which a client sees as EOF: with SASL on,
 // Explain marks such an error with ErrAuthenticationFailed.
 func (s Security) Explain(err error) error {
-	if err == nil || s.SASLMechanism == "" || !errors.Is(err, io.EOF) && !strings.HasSuffix(err.Error(), "EOF") {
+	if err == nil || s.SASLMechanism == "" || !errors.Is(err, io.EOF) && !strings.Contains(err.Error(), "EOF") {
 		return err
 	}
 	return errors.Wrapf(ErrAuthenticationFailed, "the broker closed the connection (%v): check SASL %s user %q and its password, and that the broker accepts %s",
