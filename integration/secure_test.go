@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -178,9 +179,15 @@ func TestSecureSystem(t *testing.T) {
 		require.Error(t, err, "a plaintext client")
 	})
 
+	resp, err := http.Get("http://" + s.app.HTTPAddr + "/metrics")
+	require.NoError(t, err)
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NotEmpty(t, metrics)
+
 	// Every log line of the run, debug included, and none holds a secret.
 	s.stop()
-	all := logs.String()
+	all := logs.String() + string(metrics)
 	require.NotEmpty(t, all)
 	for name, secret := range map[string]string{"kafka": kafkaPass, "event store": esPass, "reader": readerPassword} {
 		assert.NotContains(t, all, secret, "the %s password is in the logs", name)
