@@ -104,6 +104,9 @@ func runEventStoreUser(args []string) error {
 	if err := os.WriteFile(*usersFile, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
 		return errors.Wrap(err, "write users file")
 	}
+	if err := os.Chmod(*usersFile, 0o600); err != nil {
+		return errors.Wrap(err, "restrict the users file to its owner")
+	}
 	fmt.Fprintf(os.Stderr, "user %s written to %s\n", name, *usersFile)
 	return nil
 }
