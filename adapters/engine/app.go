@@ -29,6 +29,7 @@ import (
 	"github.com/sagaengine/saga/adapters/httpagent"
 	"github.com/sagaengine/saga/adapters/httpapi"
 	"github.com/sagaengine/saga/adapters/kafka"
+	"github.com/sagaengine/saga/adapters/secure"
 	"github.com/sagaengine/saga/adapters/workflowfile"
 	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/processes"
@@ -58,8 +59,22 @@ type Config struct {
 	// KafkaSyncTopics are the topics whose produces the embedded broker
 	// acknowledges only once fsynced; nil means kafka.DefaultSyncTopics.
 	KafkaSyncTopics []string
+	// KafkaSecurity is how every Kafka client of the engine (producers,
+	// consumers, agents, the lease, topic creation) connects to
+	// KafkaBrokers: TLS and SASL. With Secure and the embedded broker, the
+	// generated credentials are used instead.
+	KafkaSecurity kafka.Security
+	// Secure runs the embedded broker and event store in secure mode: TLS
+	// with a local CA and SASL/SCRAM on Kafka, TLS and users on the event
+	// store, with certificates and random credentials generated into
+	// SecureDir on first start and reused after (see adapters/secure).
+	// The engine's own clients use them; App.Secure says where they are.
+	Secure bool
+	// SecureDir holds the secure mode's files; default DataDir/secure.
+	SecureDir string
 	// EventStoreURL, when set, uses that EventStoreDB and starts no
-	// embedded server.
+	// embedded server. It may carry credentials: the engine prints it only
+	// through eventstore.Redact.
 	EventStoreURL    string
 	EventStoreListen string
 	HTTPListen       string
@@ -147,9 +162,16 @@ type App struct {
 	cfg    Config
 	logger *slog.Logger
 
-	KafkaBrokers  []string
+	KafkaBrokers []string
+	// KafkaSecurity is how the engine's clients connect to KafkaBrokers.
+	KafkaSecurity kafka.Security
+	// EventStoreURL may carry a password: print it with eventstore.Redact.
 	EventStoreURL string
 	HTTPAddr      string
+	// Secure are the secure mode's files, with Config.Secure.
+	Secure *secure.Files
+	// kafkaOpts apply KafkaSecurity to every Kafka client.
+	kafkaOpts []kgo.Opt
 
 	Workflows *processes.Registry
 	Store     *eventstore.Store
@@ -252,14 +274,30 @@ func (a *App) startEventStore() error {
 		if a.cfg.DataDir == "" {
 			return errors.New("a data directory is required for the embedded event store")
 		}
-		srv, err := esdbserver.Start(esdbserver.Config{
+		esCfg := esdbserver.Config{
 			Listen: listenOr(a.cfg.EventStoreListen, esdbserver.DefaultListen), DataDir: filepath.Join(a.cfg.DataDir, "eventstore"), Logger: a.logger,
-		})
+		}
+		if a.cfg.Secure {
+			files, err := a.secureFiles()
+			if err != nil {
+				return err
+			}
+			if esCfg.TLS, err = files.ServerTLS(); err != nil {
+				return err
+			}
+			esCfg.UsersFile = files.EventStoreUsers
+		}
+		srv, err := esdbserver.Start(esCfg)
 		if err != nil {
 			return err
 		}
 		a.esServer = srv
 		a.EventStoreURL = fmt.Sprintf("esdb://%s?tls=false", srv.Addr())
+		if a.cfg.Secure {
+			if a.EventStoreURL, err = a.Secure.EventStoreURL(srv.Addr()); err != nil {
+				return err
+			}
+		}
 	}
 	store, err := eventstore.Dial(a.EventStoreURL, a.logger)
 	if err != nil {
@@ -332,17 +370,30 @@ func (a *App) startKafka(ctx context.Context) error {
 		if a.cfg.DataDir == "" {
 			return errors.New("a data directory is required for the embedded kafka")
 		}
-		broker, err := kafka.StartBroker(kafka.BrokerConfig{
+		brokerCfg := kafka.BrokerConfig{
 			Listen: listenOr(a.cfg.KafkaListen, kafka.DefaultListen), DataDir: filepath.Join(a.cfg.DataDir, "kafka"),
 			Partitions: a.cfg.Partitions, Topics: a.Topics(), Fsync: a.cfg.KafkaFsync, SyncTopics: a.cfg.KafkaSyncTopics, Logger: a.logger,
-		})
+		}
+		if a.cfg.Secure {
+			if err := a.secureBroker(&brokerCfg); err != nil {
+				return err
+			}
+		}
+		broker, err := kafka.StartBroker(brokerCfg)
 		if err != nil {
 			return err
 		}
 		a.broker = broker
 		a.KafkaBrokers = broker.Addrs()
+	} else {
+		a.KafkaSecurity = a.cfg.KafkaSecurity
 	}
-	client, err := kafka.NewClient(a.KafkaBrokers)
+	opts, err := a.KafkaSecurity.Opts()
+	if err != nil {
+		return err
+	}
+	a.kafkaOpts = opts
+	client, err := kafka.NewClient(a.KafkaBrokers, a.kafkaOpts...)
 	if err != nil {
 		return err
 	}
@@ -350,16 +401,16 @@ func (a *App) startKafka(ctx context.Context) error {
 	topicCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := kafka.EnsureTopics(topicCtx, client, a.cfg.Partitions, a.Topics()...); err != nil {
-		return err
+		return a.KafkaSecurity.Explain(err)
 	}
 	return nil
 }
 
 // newProducer gives a process a Kafka client of its own.
 func (a *App) newProducer(role string) *kafka.Producer {
-	client, err := kafka.NewClient(a.KafkaBrokers)
+	client, err := kafka.NewClient(a.KafkaBrokers, a.kafkaOpts...)
 	if err != nil {
-		// NewClient fails only on invalid options, which are fixed here.
+		// NewClient fails only on invalid options, checked in startKafka.
 		panic(err)
 	}
 	a.clients = append(a.clients, client)
@@ -436,7 +487,7 @@ func (a *App) startScheduler(ctx context.Context) error {
 func (a *App) startSupervisor(ctx context.Context) error {
 	leaseCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	lease, err := kafka.StartLease(leaseCtx, a.KafkaBrokers, "saga-supervisor", a.logger)
+	lease, err := kafka.StartLease(leaseCtx, a.KafkaBrokers, "saga-supervisor", a.logger, a.kafkaOpts...)
 	if err != nil {
 		return err
 	}
@@ -557,7 +608,7 @@ func (a *App) startHTTPAgent(ctx context.Context, name string, cfg httpagent.Con
 
 // startAgent runs an agent through the Go agent SDK, as any program would.
 func (a *App) startAgent(ctx context.Context, name string, handler agent.Handler, breakerOpenFor time.Duration) error {
-	ag, err := agent.New(name, handler, agent.Config{Brokers: a.KafkaBrokers, Logger: a.logger, Clock: a.cfg.Clock, BreakerOpenFor: breakerOpenFor})
+	ag, err := agent.New(name, handler, agent.Config{Brokers: a.KafkaBrokers, KafkaOptions: a.kafkaOpts, Logger: a.logger, Clock: a.cfg.Clock, BreakerOpenFor: breakerOpenFor})
 	if err != nil {
 		return errors.Wrapf(err, "agent %s", name)
 	}
@@ -571,7 +622,7 @@ func (a *App) consume(ctx context.Context, group string, topics []string, h kafk
 }
 
 func (a *App) consumeWith(ctx context.Context, cfg kafka.ConsumerConfig, h kafka.Handler) {
-	cfg.Brokers, cfg.Logger = a.KafkaBrokers, a.logger
+	cfg.Brokers, cfg.Logger, cfg.Opts = a.KafkaBrokers, a.logger, append(cfg.Opts, a.kafkaOpts...)
 	a.run(cfg.Group, func() error { return kafka.Consume(ctx, cfg, h) })
 }
 

@@ -2,6 +2,7 @@ package esdbserver
 
 import (
 	"context"
+	"crypto/tls"
 	"log/slog"
 	"net"
 	"runtime"
@@ -13,6 +14,7 @@ import (
 	"github.com/EventStore/EventStore-Client-Go/v4/protos/streams"
 	"github.com/cockroachdb/errors"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/sagaengine/saga/adapters/esdbserver/eslog"
@@ -78,6 +80,20 @@ type Config struct {
 	// one more is refused with ResourceExhausted. Default
 	// DefaultMaxSubscriptions.
 	MaxSubscriptions int
+	// TLS, when set, makes the server secure: it serves TLS only, with
+	// this configuration, and every call but discovery must carry the
+	// credentials of a user (HTTP basic, as EventStoreDB clients send them
+	// over TLS): anonymous calls fail with Unauthenticated. Reading $all,
+	// reading or writing $-prefixed streams, deleting and tombstoning are
+	// reserved to AdminsGroup (PermissionDenied otherwise). Unset, the
+	// server is insecure: plaintext, and anyone may do anything.
+	TLS *tls.Config
+	// UsersFile lists the users of a secure server (LoadUsers). With
+	// neither it nor Users, a secure server has one user, admin with the
+	// well-known password changeit, and says so loudly.
+	UsersFile string
+	// Users are users besides those of UsersFile.
+	Users []User
 	// Logger receives the server's logs. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -152,13 +168,37 @@ func Start(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, errors.Wrapf(err, "open event store in %s", cfg.DataDir)
 	}
+	var secure []grpc.ServerOption
+	if cfg.TLS != nil {
+		users := cfg.Users
+		if cfg.UsersFile != "" {
+			fromFile, err := LoadUsers(cfg.UsersFile)
+			if err != nil {
+				_ = store.Close()
+				return nil, err
+			}
+			users = append(fromFile, users...)
+		}
+		if len(users) == 0 {
+			hash, err := HashPassword(DefaultAdminPassword)
+			if err != nil {
+				_ = store.Close()
+				return nil, err
+			}
+			users = []User{{Name: DefaultAdminUser, Hash: hash, Groups: []string{AdminsGroup}}}
+			cfg.Logger.Warn("EVENT STORE RUNS WITH THE DEFAULT ACCOUNT admin/changeit, WHICH EVERYONE KNOWS: give it a users file")
+		}
+		auth := newAuthenticator(users)
+		secure = []grpc.ServerOption{grpc.Creds(credentials.NewTLS(cfg.TLS)),
+			grpc.ChainUnaryInterceptor(auth.unary), grpc.ChainStreamInterceptor(auth.stream)}
+	}
 	lis, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		_ = store.Close()
 		return nil, errors.Wrapf(err, "listen on %s", cfg.Listen)
 	}
 	s := &Server{cfg: cfg, store: store, lis: lis, done: make(chan error, 1), closing: make(chan struct{})}
-	s.grpc = grpc.NewServer(
+	s.grpc = grpc.NewServer(append(secure,
 		grpc.MaxRecvMsgSize(cfg.MaxEventSize+1<<20),
 		// Appends are short streams: reuse handler goroutines and receive
 		// buffers instead of making new ones for each call.
@@ -169,12 +209,12 @@ func Start(cfg Config) (*Server, error) {
 		// flight; the default enforcement would answer too_many_pings and
 		// drop idle subscriptions.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
-	)
+	)...)
 	s.streams = &streamsService{store: store, cfg: &s.cfg, closing: s.closing}
 	streams.RegisterStreamsServer(s.grpc, s.streams)
 	serverfeatures.RegisterServerFeaturesServer(s.grpc, featuresService{})
 	go func() { s.done <- s.grpc.Serve(lis) }()
-	cfg.Logger.Info("event store listening", "addr", lis.Addr().String(), "data", cfg.DataDir)
+	cfg.Logger.Info("event store listening", "addr", lis.Addr().String(), "data", cfg.DataDir, "tls", cfg.TLS != nil, "authentication", cfg.TLS != nil)
 	return s, nil
 }
 

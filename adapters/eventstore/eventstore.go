@@ -53,7 +53,8 @@ func Dial(url string, logger *slog.Logger) (*Store, error) {
 	}
 	conf, err := esdb.ParseConnectionString(url)
 	if err != nil {
-		return nil, errors.Wrapf(err, "event store address %q", url)
+		// The client's errors may quote the address, password included.
+		return nil, errors.Newf("event store address %q: %s", Redact(url), redactIn(err.Error(), url))
 	}
 	conf.Logger = func(level esdb.LogLevel, format string, args ...any) {
 		// The client logs every dropped subscription and transient error at
@@ -62,7 +63,7 @@ func Dial(url string, logger *slog.Logger) (*Store, error) {
 	}
 	client, err := esdb.NewClient(conf)
 	if err != nil {
-		return nil, errors.Wrap(err, "create event store client")
+		return nil, errors.Newf("create event store client for %s: %s", Redact(url), redactIn(err.Error(), url))
 	}
 	return &Store{conf: conf, client: client, logger: logger}, nil
 }

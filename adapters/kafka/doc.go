@@ -18,6 +18,11 @@
 // by default (see Broker). One broker at a time may use a data directory
 // (ErrDataDirLocked).
 //
+// Security: every client saga makes takes its TLS and SASL settings from
+// one Security (RegisterFlags gives sagad, sagactl and sagabench the same
+// flags and environment variables); the embedded broker can require TLS
+// and SASL (BrokerConfig.TLS and Users).
+//
 // Messages follow the CloudEvents Kafka binding in binary mode: ce_*
 // headers and a JSON body, keyed by task id so one task's messages stay in
 // order.

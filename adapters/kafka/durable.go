@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"fmt"
 	"log/slog"
@@ -477,7 +478,10 @@ func (c *syncConn) awaitDurable(corr int32) error {
 // acknowledgements when there is a syncer.
 type brokerListener struct {
 	net.Listener
-	s        *syncer
+	s *syncer
+	// tls, when set, is the server configuration every connection from
+	// the network is served with; in-process ones stay plain.
+	tls      *tls.Config
 	internal chan net.Conn
 	open     chan struct{}
 	openOnce sync.Once
@@ -503,6 +507,11 @@ func (l *brokerListener) Accept() (net.Conn, error) {
 	conn, err := l.Listener.Accept()
 	if err != nil {
 		return nil, err
+	}
+	if l.tls != nil {
+		// The handshake runs on the first read, in kfake's goroutine for
+		// this connection; the sync layer sees the decrypted frames.
+		conn = tls.Server(conn, l.tls)
 	}
 	return l.wrap(conn), nil
 }

@@ -28,9 +28,10 @@ type Lease struct {
 
 var _ processes.Leadership = (*Lease)(nil)
 
-// StartLease joins the election of group.
-func StartLease(ctx context.Context, brokers []string, group string, logger *slog.Logger) (*Lease, error) {
-	admin, err := NewClient(brokers)
+// StartLease joins the election of group; opts are extra client options
+// (Security.Opts).
+func StartLease(ctx context.Context, brokers []string, group string, logger *slog.Logger, opts ...kgo.Opt) (*Lease, error) {
+	admin, err := NewClient(brokers, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -45,16 +46,16 @@ func StartLease(ctx context.Context, brokers []string, group string, logger *slo
 			logger.Info("supervisor lease changed", "group", group, "leader", held)
 		}
 	}
-	l.client, err = kgo.NewClient(
+	l.client, err = kgo.NewClient(append([]kgo.Opt{
 		kgo.SeedBrokers(brokers...),
 		kgo.ConsumerGroup(group),
 		kgo.ConsumeTopics(LeaseTopic),
-		kgo.SessionTimeout(6*time.Second),
+		kgo.SessionTimeout(6 * time.Second),
 		kgo.HeartbeatInterval(time.Second),
 		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { set(m, true) }),
 		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { set(m, false) }),
 		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { set(m, false) }),
-	)
+	}, opts...)...)
 	if err != nil {
 		return nil, errors.Wrap(err, "lease client")
 	}

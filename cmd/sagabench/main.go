@@ -41,8 +41,9 @@ type config struct {
 	brokers, data, jsonOut, svgOut     string
 	latency                            time.Duration
 	workflow                           string
-	kafkaFsync                         bool
+	kafkaFsync, secure                 bool
 	cpuProfile                         string
+	security                           *kafka.Security
 }
 
 // Result is what a run measured.
@@ -78,6 +79,8 @@ func main() {
 	flag.StringVar(&c.svgOut, "svg", "", "write a latency histogram to this SVG file")
 	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured run (embedded: the whole system) to this file")
 	flag.BoolVar(&c.kafkaFsync, "kafka-fsync", false, "make the embedded Kafka fsync every batch too (the event store always does)")
+	flag.BoolVar(&c.secure, "secure", false, "run the embedded system in secure mode (TLS and SASL/SCRAM on Kafka, TLS and users on the event store)")
+	c.security = kafka.RegisterFlags(flag.CommandLine)
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -116,7 +119,7 @@ func run(ctx context.Context, c config) error {
 			dir = tmp
 		}
 		a, err := engine.Start(engine.Config{DataDir: dir, KafkaListen: "127.0.0.1:0", EventStoreListen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0",
-			DemoAgents: true, KafkaFsync: c.kafkaFsync, Workflows: []*domain.Workflow{demo.Workflow(), benchWorkflow(c.steps)},
+			DemoAgents: true, KafkaFsync: c.kafkaFsync, Secure: c.secure, Workflows: []*domain.Workflow{demo.Workflow(), benchWorkflow(c.steps)},
 			Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 		if err != nil {
 			return err
@@ -128,6 +131,7 @@ func run(ctx context.Context, c config) error {
 		}
 		<-a.Scheduler.Ready()
 		brokers = a.KafkaBrokers
+		*c.security = a.KafkaSecurity
 		if c.workflow == "" {
 			c.workflow = "bench"
 		}
@@ -135,7 +139,11 @@ func run(ctx context.Context, c config) error {
 	} else if c.workflow == "" {
 		c.workflow = domain.DefaultWorkflow
 	}
-	cl, err := client.New(ctx, client.Config{Brokers: brokers})
+	kafkaOpts, err := c.security.Opts()
+	if err != nil {
+		return err
+	}
+	cl, err := client.New(ctx, client.Config{Brokers: brokers, KafkaOptions: kafkaOpts})
 	if err != nil {
 		return err
 	}

@@ -41,7 +41,7 @@ type exitCode struct {
 func (e exitCode) Error() string { return e.msg }
 
 func openStore(c *common) (*eventstore.Store, error) {
-	return eventstore.Dial(c.eventstore, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	return eventstore.Dial(string(c.eventstore), slog.New(slog.NewTextHandler(io.Discard, nil)))
 }
 
 // watch follows one order's events until it reaches a final state, or a
@@ -118,7 +118,11 @@ func watchOrder(ctx context.Context, c *common, orderID string) error {
 }
 
 func watchTopic(ctx context.Context, c *common, topic string) error {
-	client, err := kafka.NewClient(kafka.SplitBrokers(c.brokers), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	kafkaOpts, err := c.kafkaOpts()
+	if err != nil {
+		return err
+	}
+	client, err := kafka.NewClient(kafka.SplitBrokers(c.brokers), append(kafkaOpts, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
 	if err != nil {
 		return err
 	}

@@ -18,8 +18,10 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sagaengine/saga/adapters/client"
+	"github.com/sagaengine/saga/adapters/eventstore"
 	"github.com/sagaengine/saga/adapters/kafka"
 	"github.com/sagaengine/saga/domain"
 )
@@ -57,6 +59,10 @@ common flags:
   --eventstore      event store [$SAGA_EVENTSTORE] (default esdb://127.0.0.1:2113?tls=false)
   --api-token-file  file with the API's bearer token [$SAGA_API_TOKEN_FILE, or $SAGA_API_TOKEN]
   --api-ca          CA file for the API's TLS certificate [$SAGA_API_CA]
+  --kafka-tls, --kafka-tls-ca, --kafka-tls-cert, --kafka-tls-key, --kafka-tls-server-name,
+  --kafka-sasl-mechanism, --kafka-sasl-user, --kafka-sasl-password-file, --kafka-sasl-token-file
+                    Kafka TLS and SASL [$SAGA_KAFKA_TLS_CA, $SAGA_KAFKA_SASL_MECHANISM, ...;
+                    passwords only from a file or $SAGA_KAFKA_SASL_PASSWORD]; see docs/operations.md
 `
 
 func main() {
@@ -140,17 +146,24 @@ func envOr(name, def string) string {
 type common struct {
 	brokers    string
 	api        string
-	eventstore string
+	eventstore eventstore.URLFlag
+	security   *kafka.Security
 }
+
+// kafkaOpts are the Kafka security options of the flags.
+func (c *common) kafkaOpts() ([]kgo.Opt, error) { return c.security.Opts() }
 
 func flags(name string) (*flag.FlagSet, *common) {
 	fs := flag.NewFlagSet("sagactl "+name, flag.ContinueOnError)
 	c := &common{}
 	fs.StringVar(&c.brokers, "kafka-brokers", envOr("SAGA_KAFKA_BROKERS", kafka.DefaultListen), "Kafka brokers, comma-separated")
 	fs.StringVar(&c.api, "api", envOr("SAGA_API", "http://127.0.0.1:8080"), "saga HTTP API")
-	fs.StringVar(&c.eventstore, "eventstore", envOr("SAGA_EVENTSTORE", "esdb://127.0.0.1:2113?tls=false"), "event store")
 	fs.StringVar(&apiTokenFile, "api-token-file", envOr("SAGA_API_TOKEN_FILE", ""), "file holding the API's bearer token (or $SAGA_API_TOKEN)")
 	fs.StringVar(&apiCAFile, "api-ca", envOr("SAGA_API_CA", ""), "CA certificate file the API's TLS certificate is checked against")
+	c.eventstore = eventstore.URLFlag(envOr("SAGA_EVENTSTORE", "esdb://127.0.0.1:2113?tls=false"))
+	fs.Var(&c.eventstore, "eventstore",
+		"event store; a password belongs in $SAGA_EVENTSTORE, not in this flag, which others can read in the process list")
+	c.security = kafka.RegisterFlags(fs)
 	return fs, c
 }
 
@@ -182,9 +195,13 @@ func submit(ctx context.Context, args []string) error {
 	}
 	waitCtx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	cl, err := client.New(waitCtx, client.Config{Brokers: kafka.SplitBrokers(c.brokers), OrdersTopic: *topic, ReplyTopic: *replyTo})
+	kafkaOpts, err := c.kafkaOpts()
 	if err != nil {
-		return errors.Wrap(err, "is Kafka reachable at "+c.brokers+"?")
+		return err
+	}
+	cl, err := client.New(waitCtx, client.Config{Brokers: kafka.SplitBrokers(c.brokers), OrdersTopic: *topic, ReplyTopic: *replyTo, KafkaOptions: kafkaOpts})
+	if err != nil {
+		return errors.Wrap(c.security.Explain(err), "is Kafka reachable at "+c.brokers+"?")
 	}
 	defer cl.Close()
 	if err := cl.Submit(waitCtx, fs.Arg(0), order); err != nil {

@@ -3,8 +3,11 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -12,6 +15,7 @@ import (
 
 	"github.com/sagaengine/saga/adapters/demo"
 	"github.com/sagaengine/saga/adapters/engine"
+	"github.com/sagaengine/saga/adapters/eventstore"
 	"github.com/sagaengine/saga/adapters/kafka"
 	"github.com/sagaengine/saga/domain"
 )
@@ -61,6 +65,11 @@ func envOr(name, def string) string {
 	return def
 }
 
+func envBool(name string) bool {
+	v, _ := strconv.ParseBool(os.Getenv(name))
+	return v
+}
+
 func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	fs := flag.NewFlagSet("sagad", flag.ContinueOnError)
 	data := fs.String("data", defaultDataDir(""), "directory of the embedded servers' data")
@@ -68,7 +77,9 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	esListen := fs.String("eventstore-listen", "127.0.0.1:2113", "address of the embedded event store")
 	httpListen := fs.String("http-listen", "127.0.0.1:8080", "address of the HTTP API")
 	brokers := fs.String("kafka-brokers", envOr("SAGA_KAFKA_BROKERS", ""), "use these Kafka brokers (comma-separated) and start no embedded broker [$SAGA_KAFKA_BROKERS]")
-	esURL := fs.String("eventstore", envOr("SAGA_EVENTSTORE", ""), "use this EventStoreDB (esdb://...) and start no embedded event store [$SAGA_EVENTSTORE]")
+	esURL := new(eventstore.URLFlag)
+	*esURL = eventstore.URLFlag(envOr("SAGA_EVENTSTORE", ""))
+	fs.Var(esURL, "eventstore", "use this EventStoreDB (esdb://...) and start no embedded event store; give a password through $SAGA_EVENTSTORE, not this flag, which others can read in the process list [$SAGA_EVENTSTORE]")
 	instance := fs.String("instance", envOr("SAGA_INSTANCE", ""), "name of this instance in events (default sagad@HOSTNAME) [$SAGA_INSTANCE]")
 	partitions := fs.Int("partitions", 4, "partitions of the topics saga creates")
 	kafkaFsync := fs.Bool("kafka-fsync", false, "make the embedded Kafka fsync every batch of every topic and every offset commit, one by one (slower). Off: the sync topics are still fsynced before they are acknowledged; other records survive kill -9 but not power loss")
@@ -81,6 +92,8 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	apiTokens := fs.String("api-tokens-file", envOr("SAGA_API_TOKENS_FILE", ""), "require API tokens from this file (make them with 'sagad token'); off: anyone who reaches the API may act [$SAGA_API_TOKENS_FILE]")
 	apiCert := fs.String("api-tls-cert", envOr("SAGA_API_TLS_CERT", ""), "serve the API over TLS with this certificate file [$SAGA_API_TLS_CERT]")
 	apiKey := fs.String("api-tls-key", envOr("SAGA_API_TLS_KEY", ""), "the key of --api-tls-cert [$SAGA_API_TLS_KEY]")
+	secureMode := fs.Bool("secure", envBool("SAGA_SECURE"), "run the embedded Kafka and event store with TLS and authentication: a local CA, certificates and random credentials are generated into DATA/secure on first start and reused [$SAGA_SECURE]")
+	kafkaSecurity := kafka.RegisterFlags(fs)
 	var httpAgents listFlag
 	fs.Var(&httpAgents, "http-agent", "run the built-in HTTP agent also under this agent name, for HTTP steps that name it (repeatable; the agent \"http\" always runs)")
 	services := serviceFlags{}
@@ -101,17 +114,25 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	logger.Info("starting saga", "data", *data, "roles", *rolesFlag)
 	a, err := engine.Start(engine.Config{
 		DataDir: *data, KafkaBrokers: kafka.SplitBrokers(*brokers), KafkaListen: *kafkaListen,
-		EventStoreURL: strings.TrimSpace(*esURL), EventStoreListen: *esListen, HTTPListen: *httpListen,
+		EventStoreURL: strings.TrimSpace(string(*esURL)), EventStoreListen: *esListen, HTTPListen: *httpListen,
 		Partitions: int32(*partitions), Instance: *instance, DemoAgents: *demoAgents, Faults: faults, Logger: logger,
 		Roles: roles, SupervisorInterval: *supervisorInterval, KafkaFsync: *kafkaFsync, DemoServiceURLs: services,
 		WorkflowDirs: workflowDirs, HTTPAgents: httpAgents, KafkaSyncTopics: append([]string{}, kafka.SplitBrokers(*kafkaSyncTopics)...),
 		ReplyTopicPattern: *replyTopics, APITokensFile: *apiTokens, APITLSCert: *apiCert, APITLSKey: *apiKey,
+		Secure: *secureMode, KafkaSecurity: *kafkaSecurity,
 	})
 	if err != nil {
 		return err
 	}
-	logger.Info("saga is running", "kafka", strings.Join(a.KafkaBrokers, ","), "eventstore", a.EventStoreURL,
-		"api", "http://"+a.HTTPAddr+"/api/tasks")
+	logger.Info("saga is running", "kafka", strings.Join(a.KafkaBrokers, ","), "kafka-security", a.KafkaSecurity,
+		"eventstore", eventstore.Redact(a.EventStoreURL), "api", "http://"+a.HTTPAddr+"/api/tasks")
+	if a.Secure != nil {
+		esAddr := *esListen
+		if u, err := url.Parse(a.EventStoreURL); err == nil {
+			esAddr = u.Host
+		}
+		fmt.Fprint(os.Stderr, a.Secure.Instructions(strings.Join(a.KafkaBrokers, ","), esAddr))
+	}
 	if os.Getenv("SAGA_READY_FILE") != "" {
 		// Lets a supervising test or script know the ports are bound.
 		_ = os.WriteFile(os.Getenv("SAGA_READY_FILE"), []byte(a.HTTPAddr), 0o644)

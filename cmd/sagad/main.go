@@ -21,6 +21,8 @@ commands:
   (none)       run the whole system in one process on embedded defaults
   eventstore   run only the embedded EventStoreDB-protocol server
   token        make an API token (sagad token --name NAME --role viewer|operator --file F)
+  eventstore-user --users-file FILE [--admin] NAME
+               add a user of the event store's secure mode (password on stdin)
 
 Run 'sagad COMMAND -h' for the flags of a command.
 `
@@ -43,6 +45,8 @@ func main() {
 		err = runEventStore(ctx, args, logger)
 	case "token":
 		err = runToken(args)
+	case "eventstore-user":
+		err = runEventStoreUser(args)
 	case "", "all":
 		err = runAll(ctx, args, logger)
 	case "help":
