@@ -3,7 +3,9 @@ package integration_test
 import (
 	"encoding/json"
 	"errors"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -97,6 +99,30 @@ func TestSagactlAuditAndReplay(t *testing.T) {
 	out, code = s.sagactl("audit", "nope")
 	assert.Equal(t, 1, code, out)
 	assert.Contains(t, out, "task not found")
+
+	out, code = s.sagactl("tasks", "--state", "Compensated", "--output", "json")
+	require.Equal(t, 0, code, out)
+	var list struct {
+		Tasks  []domain.Task
+		Counts map[string]int
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &list), out)
+	require.Len(t, list.Tasks, 1)
+	assert.Equal(t, "audit-1", list.Tasks[0].ID)
+	out, code = s.sagactl("get", "audit-1")
+	require.Equal(t, 0, code, out)
+	assert.Contains(t, out, "STEP")
+	assert.Contains(t, out, "schedule-shipping")
+	out, code = s.sagactl("audit", "--help")
+	assert.Equal(t, 0, code, out)
+	assert.Contains(t, out, "examples:")
+	out, code = s.sagactl("completion", "bash")
+	require.Equal(t, 0, code, out)
+	assert.Contains(t, out, "complete -o default -F _sagactl sagactl")
+	script := filepath.Join(t.TempDir(), "sagactl.bash")
+	require.NoError(t, os.WriteFile(script, []byte(out), 0o644))
+	syntax, err := exec.Command("bash", "-n", script).CombinedOutput()
+	require.NoError(t, err, string(syntax))
 
 	out, code = s.sagactl("replay")
 	require.Equal(t, 0, code, out)

@@ -40,8 +40,21 @@ type exitCode struct {
 
 func (e exitCode) Error() string { return e.msg }
 
-func openStore(c *common) (*eventstore.Store, error) {
-	return eventstore.Dial(string(c.eventstore), slog.New(slog.NewTextHandler(io.Discard, nil)))
+// openStore connects to the event store and makes sure it answers within
+// a few seconds, so that a command never waits silently on a server that
+// is not there.
+func openStore(ctx context.Context, c *common) (*eventstore.Store, error) {
+	store, err := eventstore.Dial(string(c.eventstore), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		return nil, err
+	}
+	probe, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := store.ReadStream(probe, "saga-sagactl-probe"); err != nil {
+		store.Close()
+		return nil, errors.Wrapf(err, "no answer from the event store at %s within 5s; is sagad running", eventstore.Redact(string(c.eventstore)))
+	}
+	return store, nil
 }
 
 // watch follows one order's events until it reaches a final state, or a
@@ -67,7 +80,13 @@ func watch(ctx context.Context, args []string) error {
 	return watchOrder(ctx, c, fs.Arg(0))
 }
 
-func printStatus(st domain.TaskStatus) {
+// printStatus prints a status as a line, or as a JSON line with -o json.
+func printStatus(c *common, st domain.TaskStatus) {
+	if *c.output == outputJSON {
+		raw, _ := json.Marshal(st)
+		fmt.Println(string(raw))
+		return
+	}
 	line := fmt.Sprintf("%s  %-10s rev %-3d %-24s", st.Time.UTC().Format("2006-01-02T15:04:05.000Z"), st.OrderID, st.Revision, st.Status)
 	if st.Step != "" {
 		line += " " + st.Step
@@ -82,7 +101,7 @@ func printStatus(st domain.TaskStatus) {
 }
 
 func watchOrder(ctx context.Context, c *common, orderID string) error {
-	store, err := openStore(c)
+	store, err := openStore(ctx, c)
 	if err != nil {
 		return err
 	}
@@ -101,7 +120,7 @@ func watchOrder(ctx context.Context, c *common, orderID string) error {
 		}
 		task.Apply(ev)
 		st := domain.StatusOf(task, ev, it.Event.Revision, it.Event.Recorded)
-		printStatus(st)
+		printStatus(c, st)
 		if st.Final() {
 			final = &st
 			return stop
@@ -127,6 +146,12 @@ func watchTopic(ctx context.Context, c *common, topic string) error {
 		return err
 	}
 	defer client.Close()
+	probe, cancel := context.WithTimeout(ctx, 5*time.Second)
+	err = client.Ping(probe)
+	cancel()
+	if err != nil {
+		return errors.Wrapf(err, "no answer from Kafka at %s within 5s; is sagad running", c.brokers)
+	}
 	for {
 		fetches := client.PollFetches(ctx)
 		if ctx.Err() != nil {
@@ -141,7 +166,7 @@ func watchTopic(ctx context.Context, c *common, topic string) error {
 				fmt.Printf("%s/%d/%d: not a status message: %s\n", r.Topic, r.Partition, r.Offset, truncate(string(r.Value)))
 				return
 			}
-			printStatus(st)
+			printStatus(c, st)
 		})
 	}
 }
@@ -157,7 +182,7 @@ func truncate(s string) string {
 func audit(ctx context.Context, args []string) error {
 	fs, c := flags("audit")
 	at := fs.String("at", "", "show the state at this revision or RFC 3339 time")
-	asJSON := fs.Bool("json", false, "print JSON")
+	asJSON := fs.Bool("json", false, "print JSON (as --output json)")
 	noLive := fs.Bool("no-live", false, "do not compare with the live projection of the API")
 	if err := parseInterspersed(fs, args); err != nil {
 		return err
@@ -169,7 +194,7 @@ func audit(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	store, err := openStore(c)
+	store, err := openStore(ctx, c)
 	if err != nil {
 		return err
 	}
@@ -190,7 +215,7 @@ func audit(ctx context.Context, args []string) error {
 			report.CompareWith(live)
 		}
 	}
-	if *asJSON {
+	if *asJSON || *c.output == outputJSON {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
 		err = enc.Encode(report)
@@ -263,6 +288,9 @@ func replay(ctx context.Context, args []string) error {
 	r := status.LastRebuild
 	if r.Error != "" {
 		return errors.Newf("rebuild failed: %s", r.Error)
+	}
+	if *c.output == outputJSON {
+		return printJSON(r)
 	}
 	tasks := 0
 	for _, n := range r.Counts {

@@ -7,13 +7,11 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -47,6 +45,10 @@ commands:
                            old one meanwhile); report events/s
   workflows COMMAND        apply, validate, list, get or diff workflow definitions
                            ('sagactl workflows help')
+  completion bash          a bash completion script: source <(sagactl completion bash)
+
+'sagactl COMMAND --help' shows a command's flags with examples; every command takes
+--output table|json (-o).
 
 Flags may come before or after the arguments.
 
@@ -78,29 +80,23 @@ func main() {
 	}
 	var err error
 	switch cmd, args := os.Args[1], os.Args[2:]; cmd {
-	case "submit":
-		err = submit(ctx, args)
-	case "get":
-		err = get(ctx, args)
-	case "tasks":
-		err = tasks(ctx, args)
-	case "retry":
-		err = retry(ctx, args)
-	case "cancel":
-		err = cancel(ctx, args)
-	case "watch":
-		err = watch(ctx, args)
-	case "audit":
-		err = audit(ctx, args)
-	case "replay":
-		err = replay(ctx, args)
-	case "workflows", "workflow":
-		err = workflowsCmd(ctx, args)
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 		return
+	case "workflow":
+		err = workflowsCmd(ctx, args)
+	case "completion":
+		err = completion(ctx, args)
 	default:
-		err = errors.Newf("unknown command %q\n\n%s", cmd, usage)
+		run, ok := commands[cmd]
+		if !ok {
+			err = errors.Newf("unknown command %q\n\n%s", cmd, usage)
+			break
+		}
+		err = run(ctx, args)
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		return // --help printed the command's usage
 	}
 	var code exitCode
 	if errors.As(err, &code) {
@@ -113,10 +109,24 @@ func main() {
 	}
 }
 
+// commands are sagactl's commands, by name.
+var commands map[string]func(context.Context, []string) error
+
+func init() {
+	commands = map[string]func(context.Context, []string) error{
+		"submit": submit, "get": get, "tasks": tasks, "retry": retry, "cancel": cancel,
+		"watch": watch, "audit": audit, "replay": replay, "workflows": workflowsCmd,
+	}
+}
+
 // parseInterspersed parses flags wherever they stand among the arguments,
 // as kubectl and most CLIs do: "audit o-1 --json" and "audit --json o-1"
 // mean the same. After "--" everything is an argument.
 func parseInterspersed(fs *flag.FlagSet, args []string) error {
+	if collecting != nil {
+		collecting(fs)
+		return errCollected
+	}
 	var positional []string
 	for {
 		if err := fs.Parse(args); err != nil {
@@ -144,6 +154,7 @@ func envOr(name, def string) string {
 }
 
 type common struct {
+	output     *string
 	brokers    string
 	api        string
 	eventstore eventstore.URLFlag
@@ -155,7 +166,8 @@ func (c *common) kafkaOpts() ([]kgo.Opt, error) { return c.security.Opts() }
 
 func flags(name string) (*flag.FlagSet, *common) {
 	fs := flag.NewFlagSet("sagactl "+name, flag.ContinueOnError)
-	c := &common{}
+	setUsage(fs, name)
+	c := &common{output: output(fs)}
 	fs.StringVar(&c.brokers, "kafka-brokers", envOr("SAGA_KAFKA_BROKERS", kafka.DefaultListen), "Kafka brokers, comma-separated")
 	fs.StringVar(&c.api, "api", envOr("SAGA_API", "http://127.0.0.1:8080"), "saga HTTP API")
 	fs.StringVar(&apiTokenFile, "api-token-file", envOr("SAGA_API_TOKEN_FILE", ""), "file holding the API's bearer token (or $SAGA_API_TOKEN)")
@@ -214,7 +226,7 @@ func submit(ctx context.Context, args []string) error {
 	}
 	outcome, err := await(waitCtx, fs.Arg(0))
 	for _, st := range outcome.Statuses {
-		printStatus(st)
+		printStatus(c, st)
 	}
 	switch {
 	case errors.Is(err, client.ErrRejected):
@@ -237,7 +249,17 @@ func get(ctx context.Context, args []string) error {
 	if fs.NArg() != 1 {
 		return errors.New("usage: sagactl get [flags] TASK_ID")
 	}
-	return show(ctx, c.api+"/api/tasks/"+url.PathEscape(fs.Arg(0)))
+	if err := checkOutput(*c.output); err != nil {
+		return err
+	}
+	var t domain.Task
+	if err := call(ctx, http.MethodGet, c.api+"/api/tasks/"+url.PathEscape(fs.Arg(0)), nil, &t); err != nil {
+		return err
+	}
+	if *c.output == outputJSON {
+		return printJSON(t)
+	}
+	return printTask(&t)
 }
 
 func tasks(ctx context.Context, args []string) error {
@@ -258,7 +280,17 @@ func tasks(ctx context.Context, args []string) error {
 		}
 	}
 	q.Set("limit", strconv.Itoa(*limit))
-	return show(ctx, c.api+"/api/tasks?"+q.Encode())
+	if err := checkOutput(*c.output); err != nil {
+		return err
+	}
+	var list taskList
+	if err := call(ctx, http.MethodGet, c.api+"/api/tasks?"+q.Encode(), nil, &list); err != nil {
+		return err
+	}
+	if *c.output == outputJSON {
+		return printJSON(list)
+	}
+	return printTaskList(list)
 }
 
 func operatorName() string {
@@ -278,7 +310,7 @@ func retry(ctx context.Context, args []string) error {
 		return errors.New("usage: sagactl retry [flags] TASK_ID [STEP]")
 	}
 	body, _ := json.Marshal(map[string]string{"step": fs.Arg(1), "by": *by})
-	return send(ctx, http.MethodPost, c.api+"/api/tasks/"+url.PathEscape(fs.Arg(0))+"/retry", body)
+	return act(ctx, c, "retry", fs.Arg(0), body)
 }
 
 func cancel(ctx context.Context, args []string) error {
@@ -292,37 +324,21 @@ func cancel(ctx context.Context, args []string) error {
 		return errors.New("usage: sagactl cancel [flags] TASK_ID")
 	}
 	body, _ := json.Marshal(map[string]string{"by": *by, "reason": *reason})
-	return send(ctx, http.MethodPost, c.api+"/api/tasks/"+url.PathEscape(fs.Arg(0))+"/cancel", body)
+	return act(ctx, c, "cancel", fs.Arg(0), body)
 }
 
-// show prints the API's JSON answer, or its error.
-func show(ctx context.Context, u string) error { return send(ctx, http.MethodGet, u, nil) }
-
-// send calls the API and prints its JSON answer, or returns its error.
-func send(ctx context.Context, method, u string, payload []byte) error {
-	var body io.Reader
-	if payload != nil {
-		body = strings.NewReader(string(payload))
-	}
-	req, err := http.NewRequestWithContext(ctx, method, u, body)
-	if err != nil {
+// act asks the API for an operator's action on a task.
+func act(ctx context.Context, c *common, action, id string, body []byte) error {
+	if err := checkOutput(*c.output); err != nil {
 		return err
 	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := doAPI(req)
-	if err != nil {
-		return errors.Wrap(err, "is sagad running? GET "+u)
-	}
-	defer resp.Body.Close()
-	respBody, err := io.ReadAll(resp.Body)
-	if err != nil {
+	var answer map[string]any
+	if err := call(ctx, http.MethodPost, c.api+"/api/tasks/"+url.PathEscape(id)+"/"+action, body, &answer); err != nil {
 		return err
 	}
-	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusAccepted {
-		var e struct{ Error string }
-		_ = json.Unmarshal(respBody, &e)
-		return errors.Newf("%s: %s", resp.Status, strings.TrimSpace(e.Error))
+	if *c.output == outputJSON {
+		return printJSON(answer)
 	}
-	_, err = os.Stdout.Write(respBody)
-	return err
+	fmt.Printf("%s of task %s accepted; follow it with: sagactl watch %s\n", action, id, id)
+	return nil
 }

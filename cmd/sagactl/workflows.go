@@ -144,12 +144,14 @@ func workflowsList(ctx context.Context, args []string) error {
 	if err := parseInterspersed(fs, args); err != nil {
 		return err
 	}
-	if *asJSON {
-		return show(ctx, c.api+"/api/workflows")
+	var answer struct {
+		Workflows []workflowView `json:"workflows"`
 	}
-	var answer struct{ Workflows []workflowView }
 	if err := call(ctx, http.MethodGet, c.api+"/api/workflows", nil, &answer); err != nil {
 		return err
+	}
+	if *asJSON || *c.output == outputJSON {
+		return printJSON(answer)
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tVERSION\tSTEPS\tTRIGGER")
@@ -181,7 +183,7 @@ func workflowsGet(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if *asJSON {
+	if *asJSON || *c.output == outputJSON {
 		doc, err := w.MarshalDefinition()
 		if err != nil {
 			return err

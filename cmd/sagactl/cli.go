@@ -1,0 +1,210 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/cockroachdb/errors"
+
+	"github.com/sagaengine/saga/domain"
+)
+
+// Output formats of --output.
+const (
+	outputTable = "table"
+	outputJSON  = "json"
+)
+
+// commandHelp is each command's usage line and examples, for --help.
+var commandHelp = map[string]struct{ usage, examples string }{
+	"submit": {"sagactl submit [flags] ORDER_ID [JSON]", `  sagactl submit o-1 '{"items":[{"sku":"book","qty":1}]}'
+  sagactl submit u-1 '{"amount":12}' --workflow signup --wait
+  sagactl submit o-2 --reply-to reply.shop -o json`},
+	"get":       {"sagactl get [flags] TASK_ID", "  sagactl get o-1\n  sagactl get o-1 -o json | jq .steps"},
+	"tasks":     {"sagactl tasks [flags]", "  sagactl tasks --state Error\n  sagactl tasks --workflow signup --since 2026-11-22T00:00:00Z -o json\n  sagactl tasks --cursor CURSOR_FROM_THE_LAST_PAGE"},
+	"retry":     {"sagactl retry [flags] TASK_ID [STEP]", "  sagactl retry o-1\n  sagactl retry o-1 charge-payment"},
+	"cancel":    {"sagactl cancel [flags] TASK_ID", "  sagactl cancel o-1 --reason 'customer asked'"},
+	"watch":     {"sagactl watch [flags] ORDER_ID | --topic TOPIC", "  sagactl watch o-1 --timeout 30s\n  sagactl watch --topic saga.status -o json"},
+	"audit":     {"sagactl audit [flags] TASK_ID", "  sagactl audit o-1\n  sagactl audit o-1 --at 4\n  sagactl audit o-1 -o json"},
+	"replay":    {"sagactl replay [flags]", "  sagactl replay"},
+	"workflows": {"sagactl workflows COMMAND [flags] [args]", "  sagactl workflows apply my-saga/\n  sagactl workflows diff my-saga/signup.yaml\n  sagactl workflows get signup --version 1"},
+}
+
+// output registers --output (-o) on a command's flags.
+func output(fs *flag.FlagSet) *string {
+	o := new(string)
+	fs.StringVar(o, "output", outputTable, "output format: table or json")
+	fs.StringVar(o, "o", outputTable, "short for --output")
+	return o
+}
+
+func checkOutput(o string) error {
+	if o != outputTable && o != outputJSON {
+		return errors.Newf("--output must be table or json, not %q", o)
+	}
+	return nil
+}
+
+// setUsage gives a command's flags a usage text with examples.
+func setUsage(fs *flag.FlagSet, name string) {
+	help, ok := commandHelp[strings.Fields(name)[0]]
+	if !ok {
+		return
+	}
+	fs.Usage = func() {
+		w := fs.Output()
+		fmt.Fprintf(w, "usage: %s\n\nexamples:\n%s\n\nflags:\n", help.usage, help.examples)
+		fs.PrintDefaults()
+	}
+}
+
+// printJSON prints v as indented JSON.
+func printJSON(v any) error {
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// printTask prints a task's state as a table.
+func printTask(t *domain.Task) error {
+	fmt.Printf("Task %s  workflow %s v%d  state %s\n", t.ID, t.Workflow, t.WorkflowVersion, t.State)
+	fmt.Printf("submitted %s  updated %s\n", stamp(t.SubmittedAt), stamp(t.UpdatedAt))
+	if t.Reason != "" {
+		fmt.Println("reason:", t.Reason)
+	}
+	if t.CancelledBy != "" {
+		fmt.Println("cancelled by:", t.CancelledBy)
+	}
+	fmt.Println()
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "STEP\tAGENT\tSTATE\tATTEMPT\tFAILURES\tLOCKED BY\tCOMPLETE BY\tCOMPENSATION\tRESULT")
+	for _, s := range t.Steps {
+		completeBy := "-"
+		if s.CompleteBy != nil {
+			completeBy = stamp(*s.CompleteBy)
+		}
+		comp := "-"
+		if s.Compensation != nil {
+			comp = fmt.Sprintf("%s (attempt %d)", s.Compensation.State, s.Compensation.Attempt)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", s.Name, dash(s.Agent), s.State, s.Attempt, s.FailureCount,
+			dash(s.LockedBy), completeBy, comp, dash(truncate(string(s.Result))))
+	}
+	return tw.Flush()
+}
+
+// printTaskList prints a page of tasks as a table.
+func printTaskList(list taskList) error {
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TASK\tWORKFLOW\tSTATE\tSUBMITTED\tUPDATED\tREASON")
+	for _, t := range list.Tasks {
+		fmt.Fprintf(tw, "%s\t%s v%d\t%s\t%s\t%s\t%s\n", t.ID, t.Workflow, t.WorkflowVersion, t.State, stamp(t.SubmittedAt),
+			stamp(t.UpdatedAt), dash(truncate(t.Reason)))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	states := make([]string, 0, len(list.Counts))
+	for s, n := range list.Counts {
+		states = append(states, fmt.Sprintf("%s %d", s, n))
+	}
+	sort.Strings(states)
+	fmt.Printf("\n%d on this page; all tasks: %s\n", len(list.Tasks), strings.Join(states, ", "))
+	if list.NextCursor != "" {
+		fmt.Printf("more: --cursor %s\n", list.NextCursor)
+	}
+	return nil
+}
+
+// taskList is the API's answer to GET /api/tasks.
+type taskList struct {
+	Tasks      []*domain.Task           `json:"tasks"`
+	Count      int                      `json:"count"`
+	NextCursor string                   `json:"nextCursor,omitempty"`
+	Counts     map[domain.TaskState]int `json:"counts"`
+}
+
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format("2006-01-02T15:04:05.000Z")
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// completion prints a bash completion script: commands, and each command's
+// flags as its own flag set declares them, so the two cannot drift.
+func completion(_ context.Context, args []string) error {
+	if len(args) != 1 || args[0] != "bash" {
+		return errors.New("usage: sagactl completion bash   (then: source <(sagactl completion bash))")
+	}
+	commands := make([]string, 0, len(commandHelp))
+	for name := range commandHelp {
+		commands = append(commands, name)
+	}
+	sort.Strings(commands)
+	flagsOf := map[string][]string{}
+	for _, name := range commands {
+		flagsOf[name] = commandFlags(name)
+	}
+	var b strings.Builder
+	b.WriteString("# bash completion for sagactl: source <(sagactl completion bash)\n_sagactl() {\n")
+	b.WriteString("  local cur=\"${COMP_WORDS[COMP_CWORD]}\" cmd=\"${COMP_WORDS[1]}\"\n")
+	b.WriteString("  if [ \"$COMP_CWORD\" -eq 1 ]; then COMPREPLY=($(compgen -W \"" + strings.Join(append(commands, "completion", "help"), " ") + "\" -- \"$cur\")); return; fi\n")
+	b.WriteString("  case \"$cmd\" in\n")
+	for _, name := range commands {
+		words := flagsOf[name]
+		if name == "workflows" {
+			words = append([]string{"apply", "validate", "list", "get", "diff"}, words...)
+		}
+		fmt.Fprintf(&b, "    %s) COMPREPLY=($(compgen -W %q -- \"$cur\")) ;;\n", name, strings.Join(words, " "))
+	}
+	b.WriteString("  esac\n}\ncomplete -o default -F _sagactl sagactl\n")
+	fmt.Print(b.String())
+	return nil
+}
+
+// collecting, when set, makes flags() hand each command's flag set to it
+// and stop the command before it does anything.
+var collecting func(*flag.FlagSet)
+
+// errCollected stops a command whose flags were collected.
+var errCollected = errors.New("flags collected")
+
+// commandFlags lists a command's flags by running it with its flag set
+// captured.
+func commandFlags(name string) []string {
+	var names []string
+	collecting = func(fs *flag.FlagSet) {
+		fs.VisitAll(func(f *flag.Flag) {
+			if len(f.Name) == 1 {
+				names = append(names, "-"+f.Name)
+			} else {
+				names = append(names, "--"+f.Name)
+			}
+		})
+	}
+	defer func() { collecting = nil }()
+	run := commands[name]
+	if name == "workflows" {
+		run = func(ctx context.Context, args []string) error { return workflowsList(ctx, args) }
+	}
+	if run != nil {
+		_ = run(context.Background(), nil)
+	}
+	sort.Strings(names)
+	return names
+}
