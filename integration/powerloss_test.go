@@ -37,7 +37,7 @@ func unsyncedBrokerFiles(dataDir string) (map[string]int64, error) {
 		}
 		partition := filepath.Base(filepath.Dir(path)) // url-escaped topic, "-", partition
 		topic, err := url.PathUnescape(partition[:strings.LastIndexByte(partition, '-')])
-		if err != nil || slices.Contains(kafka.DefaultSyncTopics, topic) {
+		if err != nil || kafka.SyncTopicMatch(kafka.DefaultSyncTopics, topic) {
 			return err
 		}
 		info, err := d.Info()

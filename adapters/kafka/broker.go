@@ -40,9 +40,19 @@ var ErrDataDirLocked = errors.New("data directory is locked by another broker")
 // DefaultSyncTopics are the topics whose produces the embedded broker
 // acknowledges only once they are on stable storage when BrokerConfig's
 // SyncTopics is nil: the orders topic, the input whose loss the event store
-// cannot make good, and the dead-letter topic, the only record left of an
-// invalid order once the submitter has committed past it.
-var DefaultSyncTopics = []string{domain.OrdersTopic, domain.DeadLetterTopic}
+// cannot make good; the dead-letter topic, the only record left of an
+// invalid order once the submitter has committed past it; and the status
+// and alert topics (saga.status, the reply topics, saga.alerts), because
+// the status publisher and the supervisor record in the event store that
+// they sent them, so a power loss must not take back what they sent.
+// Commands and replies are left unsynced: recovery re-sends lost commands
+// and times out attempts whose replies were lost.
+var DefaultSyncTopics = []string{domain.OrdersTopic, domain.DeadLetterTopic, domain.StatusTopic, domain.AlertsTopic,
+	"reply.*", "saga.reply.*"}
+
+// SyncTopicMatch reports whether topic is one of patterns, names or
+// prefix* patterns as BrokerConfig.SyncTopics takes them.
+func SyncTopicMatch(patterns []string, topic string) bool { return topicMatcher(patterns)(topic) }
 
 // BrokerConfig configures the embedded broker.
 type BrokerConfig struct {
@@ -97,19 +107,16 @@ func (u SASLUser) String() string { return u.Mechanism + " " + u.User }
 //
 // What it keeps durable, and why that is enough for saga's contract ("what
 // saga acknowledges, it never loses"): a produce to a synced topic (by
-// default the orders and dead-letter topics) is acknowledged only after its
-// records, and the directory entries of new files, are fsynced, so an
-// acknowledged order survives a power loss, and so does the dead letter of
-// an invalid one. Everything else is written without fsync: records of
-// other topics, committed group offsets and producer state. Commands and
-// replies are internal records that recovery re-derives from the event
-// store: the scheduler re-sends the commands of in-flight steps, and a lost
-// reply is covered by the supervisor's deadline and retry. Status messages
-// and alerts are not synced either: the status publisher saves its
-// checkpoint once the broker has acknowledged, so statuses published just
-// before a power loss can be lost; add domain.StatusTopic (reply topics
-// have arbitrary names: "*") to SyncTopics where clients must see every
-// status.
+// default the orders, dead-letter, status, reply and alert topics, see
+// DefaultSyncTopics) is acknowledged only after its records, and the
+// directory entries of new files, are fsynced, so an acknowledged order
+// survives a power loss, and so do the dead letter of an invalid one and a
+// status whose sending the status publisher has checkpointed. Everything
+// else is written without fsync: commands, replies, committed group offsets
+// and producer state. Commands and replies are internal records that
+// recovery re-derives from the event store: the scheduler re-sends the
+// commands of in-flight steps, and a lost reply is covered by the
+// supervisor's deadline and retry.
 //
 // The one hazard in unsynced data is a committed offset that survives while
 // the records it covers do not: new records would reuse the lost offsets

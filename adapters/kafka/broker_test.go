@@ -22,8 +22,8 @@ import (
 	"github.com/sagaengine/saga/domain"
 )
 
-// unsyncedTopic is a topic the default broker does not fsync.
-const unsyncedTopic = domain.StatusTopic
+// unsyncedTopic is a topic the default broker does not fsync: commands.
+var unsyncedTopic = domain.CommandTopic("test")
 
 // lockedBuffer collects log output from several goroutines.
 type lockedBuffer struct {

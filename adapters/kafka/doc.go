@@ -5,18 +5,19 @@
 // only after a handler has finished with a record.
 //
 // Durability of the embedded broker: a produce to a synced topic (by
-// default the orders and dead-letter topics, see BrokerConfig.SyncTopics)
-// is acknowledged only once its records are fsynced; concurrent produces
-// share fsyncs. That is what the durability contract needs: an acknowledged
-// order survives a power loss until the submitter has appended its
-// TaskSubmitted to the event store or dead-lettered it. Commands, replies,
+// default the orders, dead-letter, status, reply and alert topics, see
+// DefaultSyncTopics) is acknowledged only once its records are fsynced;
+// concurrent produces share fsyncs. That is what the durability contract
+// needs: an acknowledged order survives a power loss until the submitter
+// has appended its TaskSubmitted to the event store or dead-lettered it,
+// and a status or alert survives once its publisher has recorded sending
+// it. Commands, replies,
 // committed offsets and producer state are written without fsync: recovery
 // re-derives commands and replies from the event store (in-flight commands
 // are re-sent, lost replies time out and are retried), and a committed
 // offset left past a log end shortened by a power loss is clamped back at
-// start, so no record is skipped. Status messages and alerts are not synced
-// by default (see Broker). One broker at a time may use a data directory
-// (ErrDataDirLocked).
+// start, so no record is skipped. One broker at a time may use a data
+// directory (ErrDataDirLocked).
 //
 // Security: every client saga makes takes its TLS and SASL settings from
 // one Security (RegisterFlags gives sagad, sagactl and sagabench the same

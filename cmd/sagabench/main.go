@@ -42,7 +42,7 @@ type config struct {
 	latency                            time.Duration
 	workflow                           string
 	kafkaFsync, secure                 bool
-	cpuProfile                         string
+	cpuProfile, syncTopics             string
 	security                           *kafka.Security
 }
 
@@ -61,6 +61,7 @@ type Result struct {
 	CPUs          int                `json:"cpus"`
 	Embedded      bool               `json:"embedded"`
 	KafkaFsync    bool               `json:"kafkaFsync"`
+	SyncTopics    string             `json:"kafkaSyncTopics"`
 	latencies     []time.Duration
 }
 
@@ -79,6 +80,7 @@ func main() {
 	flag.StringVar(&c.svgOut, "svg", "", "write a latency histogram to this SVG file")
 	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured run (embedded: the whole system) to this file")
 	flag.BoolVar(&c.kafkaFsync, "kafka-fsync", false, "make the embedded Kafka fsync every batch too (the event store always does)")
+	flag.StringVar(&c.syncTopics, "kafka-sync-topics", strings.Join(kafka.DefaultSyncTopics, ","), "topics (or prefix*) the embedded Kafka fsyncs before acknowledging, as sagad's flag")
 	flag.BoolVar(&c.secure, "secure", false, "run the embedded system in secure mode (TLS and SASL/SCRAM on Kafka, TLS and users on the event store)")
 	c.security = kafka.RegisterFlags(flag.CommandLine)
 	flag.Parse()
@@ -105,7 +107,7 @@ func benchWorkflow(n int) *domain.Workflow {
 
 func run(ctx context.Context, c config) error {
 	res := &Result{Orders: c.orders, Concurrency: c.concurrency, Rate: c.rate, Steps: c.steps, ServiceDelay: c.latency.String(),
-		CPUs: runtime.GOMAXPROCS(0), Embedded: c.brokers == "", KafkaFsync: c.kafkaFsync, Outcomes: map[string]int{}}
+		CPUs: runtime.GOMAXPROCS(0), Embedded: c.brokers == "", KafkaFsync: c.kafkaFsync, SyncTopics: c.syncTopics, Outcomes: map[string]int{}}
 	brokers := kafka.SplitBrokers(c.brokers)
 	var embedded *engine.App
 	if res.Embedded {
@@ -119,7 +121,7 @@ func run(ctx context.Context, c config) error {
 			dir = tmp
 		}
 		a, err := engine.Start(engine.Config{DataDir: dir, KafkaListen: "127.0.0.1:0", EventStoreListen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0",
-			DemoAgents: true, KafkaFsync: c.kafkaFsync, Secure: c.secure, Workflows: []*domain.Workflow{demo.Workflow(), benchWorkflow(c.steps)},
+			DemoAgents: true, KafkaFsync: c.kafkaFsync, KafkaSyncTopics: append([]string{}, kafka.SplitBrokers(c.syncTopics)...), Secure: c.secure, Workflows: []*domain.Workflow{demo.Workflow(), benchWorkflow(c.steps)},
 			Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 		if err != nil {
 			return err
