@@ -473,7 +473,7 @@ func (a *App) startScheduler(ctx context.Context) error {
 	}
 	commands := a.newProducer("scheduler")
 	a.Scheduler = &processes.Scheduler{Store: a.followers.Register("scheduler"), Commands: commands, DeadLetters: commands, Workflows: a.Workflows,
-		Actor: "scheduler/" + a.cfg.Instance, Clock: a.cfg.Clock, Logger: a.logger, Ownership: ownership}
+		Actor: "scheduler/" + a.cfg.Instance, Clock: a.cfg.Clock, Logger: a.logger, Ownership: ownership, Checkpoints: a.Store}
 	a.run("scheduler", func() error { return a.Scheduler.Run(ctx) })
 	a.consumeWith(ctx, kafka.ConsumerConfig{Group: "saga-scheduler", Topics: []string{domain.RepliesTopic},
 		OnAssigned: func(m map[string][]int32) { ownership.Assigned(m); go a.Scheduler.Rebalanced(ctx) },
@@ -493,7 +493,7 @@ func (a *App) startSupervisor(ctx context.Context) error {
 	}
 	a.lease = lease
 	a.Supervisor = &processes.Supervisor{Store: a.followers.Register("supervisor"), Alerts: a.newProducer("supervisor"), Workflows: a.Workflows, Actor: "supervisor/" + a.cfg.Instance,
-		Clock: a.cfg.Clock, Logger: a.logger, Interval: a.cfg.SupervisorInterval, Leader: lease}
+		Clock: a.cfg.Clock, Logger: a.logger, Interval: a.cfg.SupervisorInterval, Leader: lease, Checkpoints: a.Store}
 	a.run("supervisor", func() error { return a.Supervisor.Run(ctx) })
 	return nil
 }
