@@ -72,7 +72,7 @@ type Fanout struct {
 	decided bool
 	start   domain.SubscribeFrom
 
-	detached, failed atomic.Int64
+	detached, failed, delivered atomic.Int64
 }
 
 // follower is a registered follower's place in the shared subscription.
@@ -147,6 +147,10 @@ type FanoutStats struct {
 func (f *Fanout) Stats() FanoutStats {
 	return FanoutStats{Detached: f.detached.Load(), Failed: f.failed.Load()}
 }
+
+// Delivered counts the events the shared subscription received: with
+// followers resuming from checkpoints, those after the earliest checkpoint.
+func (f *Fanout) Delivered() int64 { return f.delivered.Load() }
 
 // Stalled names the followers whose handler has been busy with one event
 // for longer than StallAfter.
@@ -267,6 +271,7 @@ func (f *Fanout) Run(ctx context.Context) error {
 	}
 	err = f.Store.SubscribeAll(ctx, from, f.prefix, func(it domain.SubscriptionItem) error {
 		if it.Event != nil {
+			f.delivered.Add(1)
 			if ev, err := domain.DecodeEvent(it.Event.Type, it.Event.Data); err == nil {
 				it.Event.Decoded = ev
 			}
