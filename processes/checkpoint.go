@@ -124,12 +124,14 @@ func saveTaskCheckpoint(ctx context.Context, cps TaskCheckpoints, name string, c
 }
 
 // checkpointer decides when a follower saves a task checkpoint: once
-// CheckpointEvery has passed since the last one while events arrive, and
-// when the follower catches up. Saves run one at a time, in the
-// background, so the follower does not wait for the store. It is used by
-// the follower's subscription goroutine only.
+// every has passed since the last one while events arrive, when the
+// follower catches up, and on a tick after the events stopped. Saves run
+// one at a time, in the background, so the follower does not wait for the
+// store. It is safe for concurrent use: the subscription goroutine calls
+// handled and caughtUp, another goroutine ticks.
 type checkpointer struct {
 	every    time.Duration
+	mu       sync.Mutex
 	lastSave time.Time
 	// position is that of the last event handled; pending says it is not
 	// in a checkpoint yet.
@@ -137,7 +139,9 @@ type checkpointer struct {
 	pending  bool
 	saving   atomic.Bool
 	// snapshot captures the follower's unfinished tasks as of position and
-	// returns the save to run; nil means no checkpoints.
+	// returns the save to run; nil means no checkpoints. It is called
+	// after the event at position was handled (or queued in order), and
+	// may see state past it, never before it.
 	snapshot func(ctx context.Context, position uint64) (func(), error)
 }
 
@@ -147,6 +151,8 @@ func (c *checkpointer) handled(ctx context.Context, position uint64) error {
 	if c.snapshot == nil {
 		return nil
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.position, c.pending = position, true
 	if time.Since(c.lastSave) < c.every {
 		return nil
@@ -157,15 +163,52 @@ func (c *checkpointer) handled(ctx context.Context, position uint64) error {
 // caughtUp saves a checkpoint soon after a catch-up, so that a follower
 // that had to read the whole history does not have to again.
 func (c *checkpointer) caughtUp(ctx context.Context) error {
-	if c.snapshot == nil || !c.pending {
+	if c.snapshot == nil {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.pending {
 		return nil
 	}
 	return c.take(ctx)
 }
 
+// tick saves the events handled since the last checkpoint once every has
+// passed, so that the last events before a quiet time are covered too.
+func (c *checkpointer) tick(ctx context.Context) error {
+	if c.snapshot == nil {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.pending || time.Since(c.lastSave) < c.every {
+		return nil
+	}
+	return c.take(ctx)
+}
+
+// ticking calls tick every every until ctx ends.
+func (c *checkpointer) ticking(ctx context.Context) {
+	if c.snapshot == nil {
+		return
+	}
+	ticker := time.NewTicker(c.every)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+			_ = c.tick(ctx)
+		}
+	}
+}
+
+// take starts a save; the caller holds mu.
 func (c *checkpointer) take(ctx context.Context) error {
 	if !c.saving.CompareAndSwap(false, true) {
-		return nil // one save at a time; a later event tries again
+		return nil // one save at a time; a later event or tick tries again
 	}
 	save, err := c.snapshot(ctx, c.position)
 	if err != nil {

@@ -177,6 +177,11 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	}
 	defer wg.Wait()
 	cps := s.checkpointer()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		cps.ticking(ctx)
+	}()
 	caughtUp := false
 	err := s.Store.SubscribeAll(ctx, from, domain.TaskStreamPrefix, func(it domain.SubscriptionItem) error {
 		if it.CaughtUp {

@@ -64,7 +64,7 @@ type Supervisor struct {
 	once    sync.Once
 
 	// unsure holds the tasks whose stream could not be read; checkpoints
-	// name them until a read succeeds. Used by the subscription goroutine.
+	// name them until a read succeeds. Under mu.
 	unsure map[string]struct{}
 
 	timeouts, conflicts, alerts          atomic.Int64
@@ -134,6 +134,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 			from = domain.AfterPosition(cp.Position)
 		}
 		cps = &checkpointer{every: s.CheckpointEvery, lastSave: time.Now(), snapshot: s.snapshot}
+		go cps.ticking(ctx)
 	}
 	errs := make(chan error, 1)
 	go func() {
@@ -187,10 +188,10 @@ func (s *Supervisor) resumeFrom(ctx context.Context, cp domain.TaskCheckpoint) {
 	for _, t := range tasks {
 		s.file(t)
 	}
-	s.mu.Unlock()
 	for _, id := range unread {
 		s.unsure[id] = struct{}{}
 	}
+	s.mu.Unlock()
 	s.Logger.Info("supervisor resumes from its checkpoint", "position", cp.Position, "tasks", len(cp.Tasks),
 		"took", time.Since(began).Round(time.Millisecond))
 }
@@ -208,10 +209,11 @@ func (s *Supervisor) file(t *domain.Task) {
 }
 
 // snapshot captures the tasks the supervisor keeps (unfinished and in
-// Error) as of the event at position, which it has applied: the
-// subscription goroutine applies events one by one and calls it in
-// between. Tasks that went final through the supervisor's own appends past
-// position have events after it and come back on demand.
+// Error, and those it could not read) once it has applied the event at
+// position; it may have applied more. Tasks that went final past position
+// (by the supervisor's own appends, say) have events after it and come
+// back on demand, so the set names every task unfinished at position with
+// nothing after it.
 func (s *Supervisor) snapshot(_ context.Context, position uint64) (func(), error) {
 	cp := domain.TaskCheckpoint{Position: position}
 	s.mu.Lock()
@@ -221,10 +223,10 @@ func (s *Supervisor) snapshot(_ context.Context, position uint64) (func(), error
 	for id := range s.failed {
 		cp.Tasks = append(cp.Tasks, id)
 	}
-	s.mu.Unlock()
 	for id := range s.unsure {
 		cp.Tasks = append(cp.Tasks, id)
 	}
+	s.mu.Unlock()
 	return func() {
 		if saveTaskCheckpoint(context.Background(), s.Checkpoints, s.CheckpointName, cp, s.Logger) {
 			s.checkpoints.Add(1)
@@ -254,13 +256,13 @@ func (s *Supervisor) apply(ctx context.Context, e domain.RecordedEvent) {
 	s.mu.Unlock()
 	if t == nil && e.Revision > 0 {
 		read, err := readTask(ctx, s.Store, id, s.Logger)
+		s.mu.Lock()
+		defer s.mu.Unlock()
 		if err != nil {
 			s.unsure[id] = struct{}{}
 			return
 		}
 		delete(s.unsure, id)
-		s.mu.Lock()
-		defer s.mu.Unlock()
 		if s.known(id) == nil && read.Exists() {
 			s.file(read)
 		}
