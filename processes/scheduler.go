@@ -96,8 +96,18 @@ func (s *Scheduler) Stats() SchedulerStats {
 }
 
 // maxDone bounds how many finished tasks a shard remembers to skip their
-// last events cheaply; past it, it forgets them and would re-read instead.
-const maxDone = 50_000
+// last events cheaply: those it appended itself, which the subscription
+// delivers shortly after. Past it, it forgets the oldest and would re-read
+// its stream should an event of it still come. A shard finishing 20 tasks
+// a second remembers the last minute's.
+const maxDone = 1024
+
+// doneOrder is the order in which a shard's finished tasks were
+// remembered, oldest first, as a ring of maxDone ids.
+type doneOrder struct {
+	ids  [maxDone]string
+	next int
+}
 
 type shard struct {
 	s     *Scheduler
@@ -105,7 +115,8 @@ type shard struct {
 	tasks map[string]*domain.Task
 	// done remembers the final revision of tasks that reached a terminal
 	// state, which are no longer kept in tasks.
-	done map[string]int64
+	done      map[string]int64
+	doneOrder *doneOrder
 	// unsure holds the tasks whose stream could not be read: their state
 	// is unknown, so checkpoints name them until a read succeeds.
 	unsure map[string]struct{}
@@ -136,7 +147,7 @@ func (s *Scheduler) setup() {
 		for i := 0; i < n; i++ {
 			timer := time.NewTimer(time.Hour)
 			timer.Stop()
-			s.shards = append(s.shards, &shard{s: s, inbox: make(chan job, 256), tasks: map[string]*domain.Task{}, done: map[string]int64{},
+			s.shards = append(s.shards, &shard{s: s, inbox: make(chan job, 256), tasks: map[string]*domain.Task{}, done: map[string]int64{}, doneOrder: &doneOrder{},
 				unsure: map[string]struct{}{}, timer: timer})
 		}
 	})
@@ -478,14 +489,24 @@ func (sh *shard) onEvent(ctx context.Context, e *domain.RecordedEvent) {
 func (sh *shard) keep(t *domain.Task) bool {
 	if t.State.Terminal() {
 		delete(sh.tasks, t.ID)
-		if len(sh.done) >= maxDone {
-			clear(sh.done)
-		}
-		sh.done[t.ID] = t.Revision
+		sh.remember(t)
 		return false
 	}
 	sh.tasks[t.ID] = t
 	return true
+}
+
+// remember notes the final revision of a task that reached a terminal
+// state, forgetting the oldest one past maxDone.
+func (sh *shard) remember(t *domain.Task) {
+	if _, ok := sh.done[t.ID]; !ok {
+		ring := sh.doneOrder
+		if old := ring.ids[ring.next]; old != "" {
+			delete(sh.done, old)
+		}
+		ring.ids[ring.next], ring.next = t.ID, (ring.next+1)%maxDone
+	}
+	sh.done[t.ID] = t.Revision
 }
 
 // load reads a task's whole stream and folds it. A task whose stream
