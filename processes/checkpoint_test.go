@@ -295,3 +295,51 @@ func TestFollowersResumeFromTheirCheckpointReadingOnlyUnfinishedTasks(t *testing
 	assert.LessOrEqual(t, store.beforeCaughtUp.Load(), int64(2*10), "only the events after the checkpoint are delivered at start")
 	assert.LessOrEqual(t, s2.Stats().StartEvents, int64(10))
 }
+
+type statusSink struct{ published atomic.Int64 }
+
+func (s *statusSink) PublishStatus(context.Context, domain.TaskStatus) { s.published.Add(1) }
+func (s *statusSink) Flush(context.Context) error                     { return nil }
+
+// TestStatusPublisherRestartsWithoutReadingFinishedTasks restarts the
+// status publisher over a store of finished tasks: it publishes what came
+// after its checkpoint and reads no finished task's stream.
+func TestStatusPublisherRestartsWithoutReadingFinishedTasks(t *testing.T) {
+	srv, err := esdbserver.Start(esdbserver.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir()})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Close() })
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	raw, err := eventstore.Dial(fmt.Sprintf("esdb://%s?tls=false", srv.Addr()), logger)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = raw.Close() })
+	work := oneStep("work", time.Second, domain.CompensateOnExhausted)
+	h := history{t: t, store: raw, now: time.Now()}
+	ok := domain.StepReply{Attempt: 1, Outcome: domain.OutcomeSucceeded, Result: json.RawMessage(`{}`)}
+	const finished = 200
+	for i := range finished {
+		h.task(fmt.Sprintf("done-%d", i), work, true, ok)
+	}
+
+	first, stop := context.WithCancel(context.Background())
+	sink := &statusSink{}
+	p1 := &processes.StatusPublisher{Store: raw, Checkpoints: raw, Sink: sink, Logger: logger, Name: "status"}
+	go func() { _ = p1.Run(first) }()
+	require.Eventually(t, func() bool {
+		pos, ok, err := raw.LoadCheckpoint(context.Background(), "status")
+		return err == nil && ok && pos > 0 && sink.published.Load() == 4*finished
+	}, 30*time.Second, 10*time.Millisecond)
+	stop()
+
+	h.task("late-1", work, true, ok)
+	store := &countingStore{Store: raw, reads: map[string]int{}}
+	c, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	again := &statusSink{}
+	p2 := &processes.StatusPublisher{Store: store, Checkpoints: raw, Sink: again, Logger: logger, Name: "status"}
+	go func() { _ = p2.Run(c) }()
+	require.Eventually(t, func() bool { return again.published.Load() >= 4 }, 30*time.Second, 10*time.Millisecond)
+	for stream := range store.streamsRead() {
+		assert.False(t, strings.HasPrefix(stream, "task-done-"), "a finished task's stream was read: %s", stream)
+	}
+	assert.LessOrEqual(t, store.beforeCaughtUp.Load(), int64(4+4), "the restarted publisher starts at its checkpoint")
+}
