@@ -299,7 +299,7 @@ func TestFollowersResumeFromTheirCheckpointReadingOnlyUnfinishedTasks(t *testing
 type statusSink struct{ published atomic.Int64 }
 
 func (s *statusSink) PublishStatus(context.Context, domain.TaskStatus) { s.published.Add(1) }
-func (s *statusSink) Flush(context.Context) error                     { return nil }
+func (s *statusSink) Flush(context.Context) error                      { return nil }
 
 // TestStatusPublisherRestartsWithoutReadingFinishedTasks restarts the
 // status publisher over a store of finished tasks: it publishes what came
