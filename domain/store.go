@@ -143,3 +143,26 @@ func AfterPosition(p uint64) SubscribeFrom { return SubscribeFrom{position: p, a
 
 // After returns the checkpoint position, if there is one.
 func (f SubscribeFrom) After() (uint64, bool) { return f.position, f.after }
+
+// TaskCheckpoint is a position in the store together with the tasks that
+// were unfinished there: a follower that folds every event up to Position
+// and then loads these tasks' streams knows every task that still needs it,
+// without reading finished history.
+type TaskCheckpoint struct {
+	Position uint64
+	// Tasks are the ids of the tasks unfinished at Position (and possibly
+	// some that finished: loading them shows it).
+	Tasks []string
+}
+
+// Before reports whether a subscription from f delivers some event that
+// one from g does not: f starts earlier.
+func (f SubscribeFrom) Before(g SubscribeFrom) bool {
+	switch {
+	case !g.after:
+		return false
+	case !f.after:
+		return true
+	}
+	return f.position < g.position
+}

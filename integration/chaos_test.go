@@ -47,7 +47,7 @@ func runChaosChild(spec string) {
 	a, err := engine.Start(engine.Config{DataDir: c.DataDir, KafkaListen: c.Kafka, EventStoreListen: c.EventStore, HTTPListen: c.HTTP,
 		DemoAgents: true, DemoServiceURLs: c.Services, Instance: "chaos-" + strconv.Itoa(os.Getpid()),
 		Workflows:          []*domain.Workflow{fastWorkflow(time.Duration(c.BudgetMillis) * time.Millisecond)},
-		SupervisorInterval: 100 * time.Millisecond, Logger: testLogger()})
+		SupervisorInterval: 100 * time.Millisecond, CheckpointEvery: 200 * time.Millisecond, Logger: testLogger()})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "chaos child:", err)
 		os.Exit(2)

@@ -51,7 +51,7 @@ func runChild(spec string) {
 		os.Exit(2)
 	}
 	a, err := engine.Start(engine.Config{Roles: roles, KafkaBrokers: kafka.SplitBrokers(parts[1]), EventStoreURL: parts[2],
-		Instance: parts[3], Logger: testLogger(), SupervisorInterval: 50 * time.Millisecond})
+		Instance: parts[3], Logger: testLogger(), SupervisorInterval: 50 * time.Millisecond, CheckpointEvery: 200 * time.Millisecond})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)

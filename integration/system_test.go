@@ -55,6 +55,10 @@ func startSystem(t *testing.T, cfg engine.Config) *system {
 	if cfg.SupervisorInterval == 0 {
 		cfg.SupervisorInterval = 50 * time.Millisecond
 	}
+	if cfg.CheckpointEvery == 0 {
+		// Often, so that restarts in tests resume from checkpoints.
+		cfg.CheckpointEvery = 200 * time.Millisecond
+	}
 	s := &system{t: t, cfg: cfg}
 	s.start()
 	t.Cleanup(s.stop)

@@ -83,6 +83,14 @@ type Checkpoints interface {
 	SaveCheckpoint(ctx context.Context, name string, position uint64) error
 }
 
+// TaskCheckpoints keep task checkpoints under a name, so that a follower,
+// or another instance of it, resumes there. Saving keeps the stream of a
+// name bounded; loading returns the newest saved.
+type TaskCheckpoints interface {
+	LoadTaskCheckpoint(ctx context.Context, name string) (domain.TaskCheckpoint, bool, error)
+	SaveTaskCheckpoint(ctx context.Context, name string, cp domain.TaskCheckpoint) error
+}
+
 // StatusSink delivers task status messages to StatusTopic and to the
 // order's reply topic.
 type StatusSink interface {

@@ -17,11 +17,20 @@ import (
 
 // Scheduler is the process manager that drives tasks through their steps.
 //
-// It follows every task stream from the start of the store. While it catches
-// up it only folds events; once caught up it decides for every unfinished
-// task and re-sends the commands of attempts still in flight (agents are
-// idempotent), so a restart finishes what was started. Live, it decides after
-// every event and every agent reply.
+// It follows every task stream, keeping in memory only unfinished tasks.
+// With Checkpoints it resumes from the newest task checkpoint: it reads the
+// streams of the tasks unfinished there and follows the store after it, so
+// start-up does not grow with finished history; without one it follows the
+// store from the start. While it catches up it only folds events; once
+// caught up it decides for every unfinished task and re-sends the commands
+// of attempts still in flight (agents are idempotent), so a restart
+// finishes what was started. Live, it decides after every event and every
+// agent reply.
+//
+// Every instance folds every unfinished task, its own or not, so that one
+// that takes over partitions from another already knows their tasks. It
+// saves a checkpoint every CheckpointEvery while events arrive, from its
+// own folded state (see snapshot).
 //
 // Each task belongs to one of a fixed set of shards, a goroutine that alone
 // owns the task's state, so decisions for one task never race while
@@ -44,6 +53,15 @@ type Scheduler struct {
 	// schedulers share the work; nil means all of them. Call Rebalanced
 	// when it changes.
 	Ownership Ownership
+	// Checkpoints, when set, keep the scheduler's task checkpoints, shared
+	// by every scheduler instance under CheckpointName; nil means follow
+	// the store from the start at every start.
+	Checkpoints TaskCheckpoints
+	// CheckpointName names the checkpoint. Default "scheduler".
+	CheckpointName string
+	// CheckpointEvery bounds the time between checkpoints while events
+	// arrive. Default DefaultTaskCheckpointEvery.
+	CheckpointEvery time.Duration
 
 	init   sync.Once
 	shards []*shard
@@ -52,6 +70,7 @@ type Scheduler struct {
 	liveShards atomic.Int64
 
 	dispatched, staleReplies, rejectedReplies, conflicts atomic.Int64
+	startLoads, startEvents, checkpoints                 atomic.Int64
 }
 
 // SchedulerStats counts what the scheduler did.
@@ -60,16 +79,35 @@ type SchedulerStats struct {
 	StaleReplies    int64
 	RejectedReplies int64
 	Conflicts       int64
+	// StartLoads counts the task streams read at start, those of the
+	// tasks unfinished at the checkpoint.
+	StartLoads int64
+	// StartEvents counts the events delivered before the scheduler caught
+	// up: those after the checkpoint, or every one without a checkpoint.
+	StartEvents int64
+	// Checkpoints counts the task checkpoints saved.
+	Checkpoints int64
 }
 
 // Stats returns the scheduler's counters.
 func (s *Scheduler) Stats() SchedulerStats {
-	return SchedulerStats{s.dispatched.Load(), s.staleReplies.Load(), s.rejectedReplies.Load(), s.conflicts.Load()}
+	return SchedulerStats{Dispatched: s.dispatched.Load(), StaleReplies: s.staleReplies.Load(), RejectedReplies: s.rejectedReplies.Load(),
+		Conflicts: s.conflicts.Load(), StartLoads: s.startLoads.Load(), StartEvents: s.startEvents.Load(), Checkpoints: s.checkpoints.Load()}
 }
 
 // maxDone bounds how many finished tasks a shard remembers to skip their
-// last events cheaply; past it, it forgets them and would re-read instead.
-const maxDone = 50_000
+// last events cheaply: those it appended itself, which the subscription
+// delivers shortly after. Past it, it forgets the oldest and would re-read
+// its stream should an event of it still come. A shard finishing 20 tasks
+// a second remembers the last minute's.
+const maxDone = 1024
+
+// doneOrder is the order in which a shard's finished tasks were
+// remembered, oldest first, as a ring of maxDone ids.
+type doneOrder struct {
+	ids  [maxDone]string
+	next int
+}
 
 type shard struct {
 	s     *Scheduler
@@ -77,8 +115,12 @@ type shard struct {
 	tasks map[string]*domain.Task
 	// done remembers the final revision of tasks that reached a terminal
 	// state, which are no longer kept in tasks.
-	done map[string]int64
-	live bool
+	done      map[string]int64
+	doneOrder *doneOrder
+	// unsure holds the tasks whose stream could not be read: their state
+	// is unknown, so checkpoints name them until a read succeeds.
+	unsure map[string]struct{}
+	live   bool
 	// wakes holds the times at which retries of tasks fall due.
 	wakes dueHeap[wakeEntry]
 	timer *time.Timer
@@ -91,6 +133,8 @@ type job struct {
 	reply      *domain.StepReply
 	source     string
 	done       chan error
+	// snapshot asks for the ids of the shard's unfinished tasks.
+	snapshot chan<- []string
 }
 
 func (s *Scheduler) setup() {
@@ -103,7 +147,8 @@ func (s *Scheduler) setup() {
 		for i := 0; i < n; i++ {
 			timer := time.NewTimer(time.Hour)
 			timer.Stop()
-			s.shards = append(s.shards, &shard{s: s, inbox: make(chan job, 256), tasks: map[string]*domain.Task{}, done: map[string]int64{}, timer: timer})
+			s.shards = append(s.shards, &shard{s: s, inbox: make(chan job, 256), tasks: map[string]*domain.Task{}, done: map[string]int64{}, doneOrder: &doneOrder{},
+				unsure: map[string]struct{}{}, timer: timer})
 		}
 	})
 }
@@ -117,6 +162,22 @@ func (s *Scheduler) Ready() <-chan struct{} {
 // Run follows the store and decides until ctx ends.
 func (s *Scheduler) Run(ctx context.Context) error {
 	s.setup()
+	if s.CheckpointName == "" {
+		s.CheckpointName = "scheduler"
+	}
+	if s.CheckpointEvery <= 0 {
+		s.CheckpointEvery = DefaultTaskCheckpointEvery
+	}
+	from := domain.FromStart()
+	if s.Checkpoints != nil {
+		if cp, ok := resumePoint(ctx, s.Checkpoints, s.CheckpointName, s.Logger); ok {
+			s.resumeFrom(ctx, cp)
+			from = domain.AfterPosition(cp.Position)
+		}
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
 	var wg sync.WaitGroup
 	for _, sh := range s.shards {
 		wg.Add(1)
@@ -126,25 +187,97 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		}(sh)
 	}
 	defer wg.Wait()
-	err := s.Store.SubscribeAll(ctx, domain.FromStart(), domain.TaskStreamPrefix, func(it domain.SubscriptionItem) error {
+	cps := s.checkpointer()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		cps.ticking(ctx)
+	}()
+	caughtUp := false
+	err := s.Store.SubscribeAll(ctx, from, domain.TaskStreamPrefix, func(it domain.SubscriptionItem) error {
 		if it.CaughtUp {
 			for _, sh := range s.shards {
 				if err := s.enqueue(ctx, sh, job{caughtUp: true}); err != nil {
 					return err
 				}
 			}
-			return nil
+			caughtUp = true
+			return cps.caughtUp(ctx)
+		}
+		if !caughtUp {
+			s.startEvents.Add(1)
 		}
 		id, ok := domain.TaskIDFromStream(it.Event.Stream)
 		if !ok {
 			return nil
 		}
-		return s.enqueue(ctx, s.shardOf(id), job{event: it.Event})
+		if err := s.enqueue(ctx, s.shardOf(id), job{event: it.Event}); err != nil {
+			return err
+		}
+		return cps.handled(ctx, it.Event.Position)
 	})
 	if ctx.Err() != nil {
 		return nil
 	}
 	return errors.Wrap(err, "scheduler subscription")
+}
+
+// resumeFrom loads the tasks a checkpoint names into their shards, before
+// the shards run.
+func (s *Scheduler) resumeFrom(ctx context.Context, cp domain.TaskCheckpoint) {
+	began := time.Now()
+	tasks, unread := loadTasks(ctx, s.Store, cp.Tasks, s.Logger)
+	s.startLoads.Add(int64(len(cp.Tasks)))
+	for _, t := range tasks {
+		if sh := s.shardOf(t.ID); sh.keep(t) {
+			sh.schedule(t)
+		}
+	}
+	for _, id := range unread {
+		s.shardOf(id).unsure[id] = struct{}{}
+	}
+	s.Logger.Info("scheduler resumes from its checkpoint", "position", cp.Position, "tasks", len(cp.Tasks),
+		"unfinished", len(tasks), "took", time.Since(began).Round(time.Millisecond))
+}
+
+// checkpointer returns what saves the scheduler's checkpoints; without
+// Checkpoints it saves none.
+func (s *Scheduler) checkpointer() *checkpointer {
+	if s.Checkpoints == nil {
+		return &checkpointer{}
+	}
+	return &checkpointer{every: s.CheckpointEvery, lastSave: time.Now(), snapshot: s.snapshot}
+}
+
+// snapshot collects the unfinished tasks of every shard as of the last
+// event enqueued, and saves them with position. Each shard answers after
+// the events queued before the request, so its answer covers every event
+// up to position. A shard may already have applied its own appends past
+// position (a task it just finished is missing then): such a task has an
+// event after position, which brings it back on demand. So the checkpoint
+// names every task that was unfinished at position and has nothing after
+// it, as a resume needs.
+func (s *Scheduler) snapshot(ctx context.Context, position uint64) (func(), error) {
+	answers := make(chan []string, len(s.shards))
+	for _, sh := range s.shards {
+		if err := s.enqueue(ctx, sh, job{snapshot: answers}); err != nil {
+			return nil, err
+		}
+	}
+	return func() {
+		cp := domain.TaskCheckpoint{Position: position}
+		for range s.shards {
+			select {
+			case ids := <-answers:
+				cp.Tasks = append(cp.Tasks, ids...)
+			case <-ctx.Done():
+				return
+			}
+		}
+		if saveTaskCheckpoint(ctx, s.Checkpoints, s.CheckpointName, cp, s.Logger) {
+			s.checkpoints.Add(1)
+		}
+	}, nil
 }
 
 func (s *Scheduler) enqueue(ctx context.Context, sh *shard, j job) error {
@@ -224,6 +357,15 @@ func (sh *shard) run(ctx context.Context) {
 				sh.onEvent(ctx, j.event)
 			case j.reply != nil:
 				j.done <- sh.onReply(ctx, *j.reply, j.source)
+			case j.snapshot != nil:
+				ids := make([]string, 0, len(sh.tasks)+len(sh.unsure))
+				for id := range sh.tasks {
+					ids = append(ids, id)
+				}
+				for id := range sh.unsure {
+					ids = append(ids, id)
+				}
+				j.snapshot <- ids
 			}
 		}
 	}
@@ -347,35 +489,38 @@ func (sh *shard) onEvent(ctx context.Context, e *domain.RecordedEvent) {
 func (sh *shard) keep(t *domain.Task) bool {
 	if t.State.Terminal() {
 		delete(sh.tasks, t.ID)
-		if len(sh.done) >= maxDone {
-			clear(sh.done)
-		}
-		sh.done[t.ID] = t.Revision
+		sh.remember(t)
 		return false
 	}
 	sh.tasks[t.ID] = t
 	return true
 }
 
-// load reads a task's whole stream and folds it.
+// remember notes the final revision of a task that reached a terminal
+// state, forgetting the oldest one past maxDone.
+func (sh *shard) remember(t *domain.Task) {
+	if _, ok := sh.done[t.ID]; !ok {
+		ring := sh.doneOrder
+		if old := ring.ids[ring.next]; old != "" {
+			delete(sh.done, old)
+		}
+		ring.ids[ring.next], ring.next = t.ID, (ring.next+1)%maxDone
+	}
+	sh.done[t.ID] = t.Revision
+}
+
+// load reads a task's whole stream and folds it. A task whose stream
+// cannot be read is remembered as unsure, so that checkpoints keep naming
+// it until a read succeeds.
 func (sh *shard) load(ctx context.Context, id string) (*domain.Task, error) {
 	recorded, err := sh.s.Store.ReadStream(ctx, domain.TaskStream(id))
 	if err != nil {
 		sh.s.Logger.Error("read task stream", "task", id, "err", err.Error())
+		sh.unsure[id] = struct{}{}
 		return nil, err
 	}
-	t := domain.NewTask(id)
-	for _, r := range recorded {
-		ev, err := domain.DecodeEvent(r.Type, r.Data)
-		if err != nil {
-			// An event this version cannot read: keep the revision in step
-			// so appends still carry the right expectation.
-			sh.s.Logger.Error("task event cannot be folded", "task", id, "revision", r.Revision, "err", err.Error())
-			t.Revision++
-			continue
-		}
-		t.Apply(ev)
-	}
+	t := foldStream(id, recorded, sh.s.Logger)
+	delete(sh.unsure, id)
 	delete(sh.done, id)
 	if !t.Exists() {
 		// Never submitted (a reply naming an unknown task, say): no state

@@ -22,6 +22,12 @@ import (
 // Several supervisors may run. Only the leader acts, but correctness never
 // depends on the election: a timeout is appended on the revision it was
 // decided on, so two supervisors can never both time out the same attempt.
+//
+// It keeps in memory only unfinished tasks and tasks in Error. With
+// Checkpoints it resumes from the newest task checkpoint, as the scheduler
+// does: it reads the streams of the tasks the checkpoint names and follows
+// the store after it; a task it does not know that has a new event is read
+// then.
 type Supervisor struct {
 	Store     EventStore
 	Alerts    Alerts
@@ -37,6 +43,15 @@ type Supervisor struct {
 	Grace time.Duration
 	// Leader says whether this instance may act; nil means always.
 	Leader Leadership
+	// Checkpoints, when set, keep the supervisor's task checkpoints, shared
+	// by every supervisor instance under CheckpointName; nil means follow
+	// the store from the start at every start.
+	Checkpoints TaskCheckpoints
+	// CheckpointName names the checkpoint. Default "supervisor".
+	CheckpointName string
+	// CheckpointEvery bounds the time between checkpoints while events
+	// arrive. Default DefaultTaskCheckpointEvery.
+	CheckpointEvery time.Duration
 
 	mu        sync.Mutex
 	tasks     map[string]*domain.Task
@@ -48,15 +63,27 @@ type Supervisor struct {
 	ready   chan struct{}
 	once    sync.Once
 
-	timeouts, conflicts, alerts atomic.Int64
+	// unsure holds the tasks whose stream could not be read; checkpoints
+	// name them until a read succeeds. Under mu.
+	unsure map[string]struct{}
+
+	timeouts, conflicts, alerts          atomic.Int64
+	startLoads, startEvents, checkpoints atomic.Int64
 }
 
 // SupervisorStats counts what the supervisor did.
-type SupervisorStats struct{ Timeouts, Conflicts, Alerts int64 }
+type SupervisorStats struct {
+	Timeouts, Conflicts, Alerts int64
+	// StartLoads, StartEvents and Checkpoints count as the scheduler's
+	// do: task streams read at start, events before caught up, checkpoints
+	// saved.
+	StartLoads, StartEvents, Checkpoints int64
+}
 
 // Stats returns the supervisor's counters.
 func (s *Supervisor) Stats() SupervisorStats {
-	return SupervisorStats{s.timeouts.Load(), s.conflicts.Load(), s.alerts.Load()}
+	return SupervisorStats{Timeouts: s.timeouts.Load(), Conflicts: s.conflicts.Load(), Alerts: s.alerts.Load(),
+		StartLoads: s.startLoads.Load(), StartEvents: s.startEvents.Load(), Checkpoints: s.checkpoints.Load()}
 }
 
 type deadline struct {
@@ -73,12 +100,19 @@ func (d deadline) dueAt() time.Time { return d.at }
 func (s *Supervisor) init() {
 	s.once.Do(func() {
 		s.tasks, s.failed, s.alerted = map[string]*domain.Task{}, map[string]*domain.Task{}, map[string]int64{}
+		s.unsure = map[string]struct{}{}
 		s.ready = make(chan struct{})
 		if s.Interval <= 0 {
 			s.Interval = time.Second
 		}
 		if s.Grace == 0 {
 			s.Grace = 100 * time.Millisecond
+		}
+		if s.CheckpointName == "" {
+			s.CheckpointName = "supervisor"
+		}
+		if s.CheckpointEvery <= 0 {
+			s.CheckpointEvery = DefaultTaskCheckpointEvery
 		}
 	})
 }
@@ -92,16 +126,31 @@ func (s *Supervisor) Ready() <-chan struct{} {
 // Run follows the store and scans for timeouts until ctx ends.
 func (s *Supervisor) Run(ctx context.Context) error {
 	s.init()
+	from := domain.FromStart()
+	cps := &checkpointer{}
+	if s.Checkpoints != nil {
+		if cp, ok := resumePoint(ctx, s.Checkpoints, s.CheckpointName, s.Logger); ok {
+			s.resumeFrom(ctx, cp)
+			from = domain.AfterPosition(cp.Position)
+		}
+		cps = &checkpointer{every: s.CheckpointEvery, lastSave: time.Now(), snapshot: s.snapshot}
+		go cps.ticking(ctx)
+	}
 	errs := make(chan error, 1)
 	go func() {
 		var caughtUp sync.Once
-		errs <- s.Store.SubscribeAll(ctx, domain.FromStart(), domain.TaskStreamPrefix, func(it domain.SubscriptionItem) error {
+		live := false
+		errs <- s.Store.SubscribeAll(ctx, from, domain.TaskStreamPrefix, func(it domain.SubscriptionItem) error {
 			if it.CaughtUp {
 				caughtUp.Do(func() { close(s.ready) })
-				return nil
+				live = true
+				return cps.caughtUp(ctx)
 			}
-			s.apply(*it.Event)
-			return nil
+			if !live {
+				s.startEvents.Add(1)
+			}
+			s.apply(ctx, *it.Event)
+			return cps.handled(ctx, it.Event.Position)
 		})
 	}()
 	ticker := time.NewTicker(s.Interval)
@@ -129,20 +178,100 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	}
 }
 
-// apply folds a recorded event into the supervisor's view.
-func (s *Supervisor) apply(e domain.RecordedEvent) {
+// resumeFrom loads the tasks a checkpoint names, with the deadlines of
+// their attempts in flight.
+func (s *Supervisor) resumeFrom(ctx context.Context, cp domain.TaskCheckpoint) {
+	began := time.Now()
+	tasks, unread := loadTasks(ctx, s.Store, cp.Tasks, s.Logger)
+	s.startLoads.Add(int64(len(cp.Tasks)))
+	s.mu.Lock()
+	for _, t := range tasks {
+		s.file(t)
+	}
+	for _, id := range unread {
+		s.unsure[id] = struct{}{}
+	}
+	s.mu.Unlock()
+	s.Logger.Info("supervisor resumes from its checkpoint", "position", cp.Position, "tasks", len(cp.Tasks),
+		"took", time.Since(began).Round(time.Millisecond))
+}
+
+// file keeps a task read from its stream, indexing the deadlines of its
+// attempts in flight. The caller holds mu.
+func (s *Supervisor) file(t *domain.Task) {
+	s.track(t, nil)
+	if s.tasks[t.ID] != t {
+		return
+	}
+	for _, a := range t.InFlight() {
+		heap.Push(&s.deadlines, deadline{at: a.CompleteBy, taskID: t.ID, step: a.Step, compensation: a.Compensation, attempt: a.Attempt})
+	}
+}
+
+// snapshot captures the tasks the supervisor keeps (unfinished and in
+// Error, and those it could not read) once it has applied the event at
+// position; it may have applied more. Tasks that went final past position
+// (by the supervisor's own appends, say) have events after it and come
+// back on demand, so the set names every task unfinished at position with
+// nothing after it.
+func (s *Supervisor) snapshot(_ context.Context, position uint64) (func(), error) {
+	cp := domain.TaskCheckpoint{Position: position}
+	s.mu.Lock()
+	for id := range s.tasks {
+		cp.Tasks = append(cp.Tasks, id)
+	}
+	for id := range s.failed {
+		cp.Tasks = append(cp.Tasks, id)
+	}
+	for id := range s.unsure {
+		cp.Tasks = append(cp.Tasks, id)
+	}
+	s.mu.Unlock()
+	return func() {
+		if saveTaskCheckpoint(context.Background(), s.Checkpoints, s.CheckpointName, cp, s.Logger) {
+			s.checkpoints.Add(1)
+		}
+	}, nil
+}
+
+// known returns the task kept under id, if any. The caller holds mu.
+func (s *Supervisor) known(id string) *domain.Task {
+	if t := s.tasks[id]; t != nil {
+		return t
+	}
+	return s.failed[id]
+}
+
+// apply folds a recorded event into the supervisor's view. An event of a
+// task it does not know, other than the first, makes it read the task's
+// stream: the task started before the checkpoint it resumed from, or went
+// final and came back (an operator's retry).
+func (s *Supervisor) apply(ctx context.Context, e domain.RecordedEvent) {
 	id, ok := domain.TaskIDFromStream(e.Stream)
 	if !ok {
+		return
+	}
+	s.mu.Lock()
+	t := s.known(id)
+	s.mu.Unlock()
+	if t == nil && e.Revision > 0 {
+		read, err := readTask(ctx, s.Store, id, s.Logger)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if err != nil {
+			s.unsure[id] = struct{}{}
+			return
+		}
+		delete(s.unsure, id)
+		if s.known(id) == nil && read.Exists() {
+			s.file(read)
+		}
 		return
 	}
 	ev, err := e.Decode()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	t := s.tasks[id]
-	if t == nil {
-		t = s.failed[id]
-	}
-	if t == nil {
+	if t = s.known(id); t == nil {
 		t = domain.NewTask(id)
 	}
 	if int64(e.Revision) <= t.Revision {
@@ -158,8 +287,8 @@ func (s *Supervisor) apply(e domain.RecordedEvent) {
 	s.track(t, ev)
 }
 
-// track files the task by its state and indexes a new attempt's deadline.
-// The caller holds mu.
+// track files the task by its state and indexes a new attempt's deadline
+// (ev may be nil). The caller holds mu.
 func (s *Supervisor) track(t *domain.Task, ev domain.Event) {
 	switch {
 	case t.State == domain.StateError:

@@ -103,6 +103,10 @@ type Config struct {
 	DemoServiceURLs map[string]string
 	// SupervisorInterval is how often the supervisor scans; default 1 s.
 	SupervisorInterval time.Duration
+	// CheckpointEvery bounds the time between the scheduler's and the
+	// supervisor's task checkpoints, from which they resume; default
+	// processes.DefaultTaskCheckpointEvery.
+	CheckpointEvery time.Duration
 	// Faults injects failures into demo services, by agent name.
 	Faults map[string][]demo.Fault
 	// Workflows are registered at start (a new version for each one that
@@ -473,7 +477,8 @@ func (a *App) startScheduler(ctx context.Context) error {
 	}
 	commands := a.newProducer("scheduler")
 	a.Scheduler = &processes.Scheduler{Store: a.followers.Register("scheduler"), Commands: commands, DeadLetters: commands, Workflows: a.Workflows,
-		Actor: "scheduler/" + a.cfg.Instance, Clock: a.cfg.Clock, Logger: a.logger, Ownership: ownership}
+		Actor: "scheduler/" + a.cfg.Instance, Clock: a.cfg.Clock, Logger: a.logger, Ownership: ownership,
+		Checkpoints: a.Store, CheckpointEvery: a.cfg.CheckpointEvery}
 	a.run("scheduler", func() error { return a.Scheduler.Run(ctx) })
 	a.consumeWith(ctx, kafka.ConsumerConfig{Group: "saga-scheduler", Topics: []string{domain.RepliesTopic},
 		OnAssigned: func(m map[string][]int32) { ownership.Assigned(m); go a.Scheduler.Rebalanced(ctx) },
@@ -493,7 +498,8 @@ func (a *App) startSupervisor(ctx context.Context) error {
 	}
 	a.lease = lease
 	a.Supervisor = &processes.Supervisor{Store: a.followers.Register("supervisor"), Alerts: a.newProducer("supervisor"), Workflows: a.Workflows, Actor: "supervisor/" + a.cfg.Instance,
-		Clock: a.cfg.Clock, Logger: a.logger, Interval: a.cfg.SupervisorInterval, Leader: lease}
+		Clock: a.cfg.Clock, Logger: a.logger, Interval: a.cfg.SupervisorInterval, Leader: lease,
+		Checkpoints: a.Store, CheckpointEvery: a.cfg.CheckpointEvery}
 	a.run("supervisor", func() error { return a.Supervisor.Run(ctx) })
 	return nil
 }

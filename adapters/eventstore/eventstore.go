@@ -384,8 +384,11 @@ func checkpointStream(name string, gen int) string {
 // maxCheckpointGenerations bounds the search for a live generation.
 const maxCheckpointGenerations = 100
 
+// checkpointBody is a saved checkpoint: a position and, for task
+// checkpoints, the tasks unfinished there.
 type checkpointBody struct {
-	Position uint64 `json:"position"`
+	Position uint64   `json:"position"`
+	Tasks    []string `json:"tasks,omitempty"`
 }
 
 // checkpointGen returns the generation of name's checkpoint in use.
@@ -415,26 +418,39 @@ func (s *Store) nextCheckpointGen(name string, deleted int) int {
 // its safe point, the start); a tombstoned one is skipped for the next
 // generation.
 func (s *Store) LoadCheckpoint(ctx context.Context, name string) (uint64, bool, error) {
+	body, found, err := s.loadNamed(ctx, name)
+	return body.Position, found, err
+}
+
+// LoadTaskCheckpoint returns the newest task checkpoint saved under name,
+// with the same rules for deleted streams as LoadCheckpoint.
+func (s *Store) LoadTaskCheckpoint(ctx context.Context, name string) (domain.TaskCheckpoint, bool, error) {
+	body, found, err := s.loadNamed(ctx, name)
+	return domain.TaskCheckpoint{Position: body.Position, Tasks: body.Tasks}, found, err
+}
+
+func (s *Store) loadNamed(ctx context.Context, name string) (checkpointBody, bool, error) {
 	for gen := s.checkpointGen(name); gen < maxCheckpointGenerations; gen = s.nextCheckpointGen(name, gen) {
-		position, found, err := s.loadCheckpoint(ctx, checkpointStream(name, gen))
+		body, found, err := s.loadCheckpoint(ctx, checkpointStream(name, gen))
 		if codeOf(err) == esdb.ErrorCodeStreamDeleted {
 			continue
 		}
 		if err != nil {
-			return 0, false, errors.Wrapf(err, "load checkpoint %s", name)
+			return body, false, errors.Wrapf(err, "load checkpoint %s", name)
 		}
 		if !found {
 			s.logger.Info("no checkpoint; following from the start", "checkpoint", checkpointStream(name, gen))
 		}
-		return position, found, nil
+		return body, found, nil
 	}
-	return 0, false, errors.Newf("load checkpoint %s: %d generations deleted", name, maxCheckpointGenerations)
+	return checkpointBody{}, false, errors.Newf("load checkpoint %s: %d generations deleted", name, maxCheckpointGenerations)
 }
 
-func (s *Store) loadCheckpoint(ctx context.Context, stream string) (uint64, bool, error) {
+func (s *Store) loadCheckpoint(ctx context.Context, stream string) (checkpointBody, bool, error) {
 	var body checkpointBody
 	found := false
 	err := s.retry(ctx, func(c *esdb.Client) error {
+		body, found = checkpointBody{}, false
 		rs, err := c.ReadStream(ctx, stream, esdb.ReadStreamOptions{Direction: esdb.Backwards, From: esdb.End{}}, 1)
 		if err != nil {
 			return err
@@ -451,16 +467,31 @@ func (s *Store) loadCheckpoint(ctx context.Context, stream string) (uint64, bool
 		return json.Unmarshal(ev.Event.Data, &body)
 	})
 	if codeOf(err) == esdb.ErrorCodeResourceNotFound {
-		return 0, false, nil
+		return checkpointBody{}, false, nil
 	}
-	return body.Position, found, err
+	return body, found, err
 }
 
 // SaveCheckpoint saves position under name. The checkpoint stream keeps
 // only its newest events ($maxCount), so it never grows; if it was
 // tombstoned, the position is saved in the next generation.
 func (s *Store) SaveCheckpoint(ctx context.Context, name string, position uint64) error {
-	data, _ := json.Marshal(checkpointBody{Position: position})
+	return s.saveNamed(ctx, name, checkpointBody{Position: position})
+}
+
+// SaveTaskCheckpoint saves a task checkpoint under name, in a stream
+// bounded as SaveCheckpoint's. The checkpoint is one event, so its tasks
+// must fit in the store's event size limit; a save that does not fit fails
+// and the previous checkpoint stays in force.
+func (s *Store) SaveTaskCheckpoint(ctx context.Context, name string, cp domain.TaskCheckpoint) error {
+	return s.saveNamed(ctx, name, checkpointBody{Position: cp.Position, Tasks: cp.Tasks})
+}
+
+func (s *Store) saveNamed(ctx context.Context, name string, body checkpointBody) error {
+	data, err := json.Marshal(body)
+	if err != nil {
+		return errors.Wrapf(err, "encode checkpoint %s", name)
+	}
 	for gen := s.checkpointGen(name); gen < maxCheckpointGenerations; gen = s.nextCheckpointGen(name, gen) {
 		stream := checkpointStream(name, gen)
 		rev, err := s.Append(ctx, stream, domain.ExpectAny(), domain.NewEvent{Type: checkpointType, Data: data,
@@ -471,7 +502,9 @@ func (s *Store) SaveCheckpoint(ctx context.Context, name string, position uint64
 		if err != nil {
 			return errors.Wrapf(err, "save checkpoint %s", name)
 		}
-		if rev == 0 {
+		// The limit is set when the stream is created, and again now and
+		// then in case a crash came between the two.
+		if rev%1000 == 0 {
 			var meta esdb.StreamMetadata
 			meta.SetMaxCount(checkpointsKept)
 			err = s.retry(ctx, func(c *esdb.Client) error {

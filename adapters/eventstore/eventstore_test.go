@@ -293,3 +293,30 @@ func mustConf(t *testing.T, url string) *esdb.Configuration {
 	require.NoError(t, err)
 	return conf
 }
+
+// TestTaskCheckpointKeepsItsTasksInABoundedStream saves more task
+// checkpoints than the stream keeps: the newest is loaded with its tasks,
+// and the stream reads back no more than its $maxCount.
+func TestTaskCheckpointKeepsItsTasksInABoundedStream(t *testing.T) {
+	s, _ := open(t)
+	name := "tcp-" + uuid.NewString()[:8]
+	_, ok, err := s.LoadTaskCheckpoint(ctx(t), name)
+	require.NoError(t, err)
+	assert.False(t, ok)
+	for i := range 25 {
+		require.NoError(t, s.SaveTaskCheckpoint(ctx(t), name, domain.TaskCheckpoint{Position: uint64(100 + i), Tasks: []string{"a", fmt.Sprint("t", i)}}))
+	}
+	cp, ok, err := s.LoadTaskCheckpoint(ctx(t), name)
+	require.NoError(t, err)
+	assert.True(t, ok)
+	assert.Equal(t, domain.TaskCheckpoint{Position: 124, Tasks: []string{"a", "t24"}}, cp)
+	kept, err := s.ReadStream(ctx(t), "saga-checkpoint-"+name)
+	require.NoError(t, err)
+	assert.LessOrEqual(t, len(kept), 10, "the checkpoint stream is bounded")
+
+	// A plain position checkpoint reads the same stream format.
+	pos, ok, err := s.LoadCheckpoint(ctx(t), name)
+	require.NoError(t, err)
+	assert.True(t, ok)
+	assert.Equal(t, uint64(124), pos)
+}

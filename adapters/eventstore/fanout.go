@@ -21,6 +21,10 @@ const (
 	// DefaultStallAfter is how long one handler call may run before Stalled
 	// reports its follower.
 	DefaultStallAfter = 30 * time.Second
+	// DefaultAttachWait is how long Run waits for every registered
+	// follower to say where it starts before it starts without the late
+	// ones.
+	DefaultAttachWait = 30 * time.Second
 )
 
 // Fanout shares one subscription to the store among the followers of one
@@ -54,19 +58,32 @@ type Fanout struct {
 	// StallAfter is how long a handler call may run before Stalled reports
 	// the follower. Default DefaultStallAfter.
 	StallAfter time.Duration
+	// AttachWait is how long Run waits for the registered followers to
+	// subscribe before it starts without the late ones. Default
+	// DefaultAttachWait.
+	AttachWait time.Duration
 
 	mu        sync.Mutex
 	followers []*follower
 	feeds     []*Feed
 	started   bool
+	// decided is set once Run chose where the shared subscription starts,
+	// start.
+	decided bool
+	start   domain.SubscribeFrom
 
-	detached, failed atomic.Int64
+	detached, failed, delivered atomic.Int64
 }
 
 // follower is a registered follower's place in the shared subscription.
 // Only Run's goroutine sends to queue and closes detached; gone is closed
 // once the follower stops reading.
 type follower struct {
+	// from is where the follower starts, once hasFrom (both under the
+	// fan-out's mu); arrived is closed then.
+	from     domain.SubscribeFrom
+	hasFrom  bool
+	arrived  chan struct{}
 	queue    chan domain.SubscriptionItem
 	detached chan struct{}
 	cut      bool // detached; read and written by Run's goroutine only
@@ -103,7 +120,7 @@ func (f *Fanout) Register(name string) *Feed {
 	feed := &Feed{Store: f.Store, fanout: f, name: name}
 	if !f.started {
 		feed.fl = &follower{queue: make(chan domain.SubscriptionItem, f.queueSize()),
-			detached: make(chan struct{}), gone: make(chan struct{})}
+			detached: make(chan struct{}), gone: make(chan struct{}), arrived: make(chan struct{})}
 		f.followers = append(f.followers, feed.fl)
 	}
 	f.feeds = append(f.feeds, feed)
@@ -130,6 +147,10 @@ type FanoutStats struct {
 func (f *Fanout) Stats() FanoutStats {
 	return FanoutStats{Detached: f.detached.Load(), Failed: f.failed.Load()}
 }
+
+// Delivered counts the events the shared subscription received: with
+// followers resuming from checkpoints, those after the earliest checkpoint.
+func (f *Fanout) Delivered() int64 { return f.delivered.Load() }
 
 // Stalled names the followers whose handler has been busy with one event
 // for longer than StallAfter.
@@ -159,6 +180,17 @@ func (feed *Feed) SubscribeAll(ctx context.Context, from domain.SubscribeFrom, s
 		return feed.Store.SubscribeAll(ctx, from, streamPrefix, handle)
 	}
 	defer fl.leave()
+	f := feed.fanout
+	f.mu.Lock()
+	fl.from, fl.hasFrom = from, true
+	early := f.decided && from.Before(f.start)
+	f.mu.Unlock()
+	close(fl.arrived)
+	if early {
+		fl.leave()
+		feed.Store.logger.Info("event follower starts before the shared subscription; it follows the store on its own", "follower", feed.name)
+		return feed.Store.SubscribeAll(ctx, from, streamPrefix, handle)
+	}
 	after, hasAfter := from.After()
 	// take handles one shared item as this follower's own subscription
 	// would: only its streams, only after its starting point.
@@ -218,9 +250,9 @@ func (feed *Feed) timed(handle func(domain.SubscriptionItem) error) func(domain.
 	}
 }
 
-// Run subscribes once from the start and delivers to every registered
-// follower until ctx ends. Followers registered after Run started get
-// subscriptions of their own.
+// Run subscribes once, from where the earliest registered follower starts,
+// and delivers to every registered follower until ctx ends. Followers
+// registered after Run started get subscriptions of their own.
 func (f *Fanout) Run(ctx context.Context) error {
 	f.mu.Lock()
 	f.started = true
@@ -233,8 +265,13 @@ func (f *Fanout) Run(ctx context.Context) error {
 	if wait <= 0 {
 		wait = DefaultDetachAfter
 	}
-	err := f.Store.SubscribeAll(ctx, domain.FromStart(), f.prefix, func(it domain.SubscriptionItem) error {
+	from, err := f.startingPoint(ctx, followers)
+	if err != nil {
+		return nil // ctx ended
+	}
+	err = f.Store.SubscribeAll(ctx, from, f.prefix, func(it domain.SubscriptionItem) error {
 		if it.Event != nil {
+			f.delivered.Add(1)
 			if ev, err := domain.DecodeEvent(it.Event.Type, it.Event.Data); err == nil {
 				it.Event.Decoded = ev
 			}
@@ -248,6 +285,41 @@ func (f *Fanout) Run(ctx context.Context) error {
 		return nil
 	}
 	return err
+}
+
+// startingPoint waits until every follower has said where it starts (or
+// left, or AttachWait passed) and returns the earliest of those places.
+func (f *Fanout) startingPoint(ctx context.Context, followers []*follower) (domain.SubscribeFrom, error) {
+	attachWait := f.AttachWait
+	if attachWait <= 0 {
+		attachWait = DefaultAttachWait
+	}
+	timer := time.NewTimer(attachWait)
+	defer timer.Stop()
+wait:
+	for _, fl := range followers {
+		select {
+		case <-fl.arrived:
+		case <-fl.gone:
+		case <-timer.C:
+			f.Store.logger.Warn("not every event follower subscribed in time; the shared subscription starts without them", "waited", attachWait)
+			break wait
+		case <-ctx.Done():
+			return domain.FromStart(), ctx.Err()
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var start domain.SubscribeFrom
+	first := true
+	for _, fl := range followers {
+		if fl.hasFrom && (first || fl.from.Before(start)) {
+			start, first = fl.from, false
+		}
+	}
+	// With no follower heard from, the start is the safe choice.
+	f.start, f.decided = start, true
+	return start, nil
 }
 
 // deliver queues an item for a follower. It never blocks on a follower that

@@ -120,3 +120,45 @@ func TestFanoutIsolatesFailingAndStuckFollowers(t *testing.T) {
 	assert.Empty(t, fan.Stalled())
 	assert.Equal(t, eventstore.FanoutStats{Detached: 1, Failed: 1}, fan.Stats())
 }
+
+// TestFanoutStartsWhereItsEarliestFollowerStarts gives two followers
+// checkpoints near the end of a long history: the shared subscription
+// reads only what comes after the earlier checkpoint, each follower gets
+// exactly what comes after its own, and a follower that subscribes late
+// from the start still gets everything, on a subscription of its own.
+func TestFanoutStartsWhereItsEarliestFollowerStarts(t *testing.T) {
+	s, _ := open(t)
+	prefix := "task-" + uuid.NewString()[:8] + "-"
+	var positions []uint64
+	for i := range 40 {
+		_, err := s.Append(ctx(t), fmt.Sprintf("%s%d", prefix, i%4), domain.ExpectAny(), newEvent("E", fmt.Sprintf(`{"n":%d}`, i)))
+		require.NoError(t, err)
+	}
+	all, err := s.ReadStream(ctx(t), prefix+"0")
+	require.NoError(t, err)
+	require.Len(t, all, 10)
+	for _, e := range all {
+		positions = append(positions, e.Position)
+	}
+	// Stream 0 holds events 0, 4, 8, ...: its 8th event is the 29th of 40.
+	early, late := positions[7], positions[8]
+
+	fan := eventstore.NewFanout(s, prefix)
+	fan.AttachWait = 2 * time.Second
+	a, b, c := newCollector(40-29), newCollector(40-33), newCollector(40)
+	feedA, feedB, feedC := fan.Register("a"), fan.Register("b"), fan.Register("late")
+	run, cancel := context.WithCancel(ctx(t))
+	defer cancel()
+	go func() { _ = feedA.SubscribeAll(run, domain.AfterPosition(early), prefix, a.handle) }()
+	go func() { _ = feedB.SubscribeAll(run, domain.AfterPosition(late), prefix, b.handle) }()
+	go func() { _ = fan.Run(run) }()
+	a.wait(t, "the follower from the earlier checkpoint")
+	b.wait(t, "the follower from the later checkpoint")
+	assert.Equal(t, int64(40-29), fan.Delivered(), "the shared subscription read only what follows the earliest checkpoint")
+	assert.Equal(t, []uint64{8, 9}, a.seen[prefix+"0"])
+	assert.Equal(t, []uint64{9}, b.seen[prefix+"0"])
+
+	go func() { _ = feedC.SubscribeAll(run, domain.FromStart(), prefix, c.handle) }()
+	c.wait(t, "the follower that came late from the start")
+	assert.Equal(t, int64(40-29), fan.Delivered())
+}
