@@ -69,6 +69,9 @@ func (s *Store) lastOf(name string) (int64, bool, error) {
 	h := hashOf(name)
 	for i := len(s.tables) - 1; i >= 0; i-- {
 		t := s.tables[i]
+		if !t.mayContain(h) {
+			continue
+		}
 		top, ok, tombs, err := t.top(h)
 		if err != nil {
 			return 0, false, err
@@ -133,6 +136,9 @@ func (s *Store) entriesOf(name string, lo, hi uint64) ([]ientry, error) {
 	var out []ientry
 	h := hashOf(name)
 	for _, t := range s.tables {
+		if !t.mayContain(h) {
+			continue
+		}
 		if err := t.scan(h, lo, hi, func(e ientry) bool { out = append(out, e); return true }); err != nil {
 			return nil, err
 		}

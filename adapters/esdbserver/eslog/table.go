@@ -18,15 +18,19 @@ import (
 //
 //	entries  count × 24 bytes: hash, revision, frame position (little-endian uint64s)
 //	fence    one (hash, revision) of 16 bytes per block of blockEntries entries: the block's first key
-//	footer   count uint64, CRC-32C of the entries, CRC-32C of the fence, magic
+//	bloom    a Bloom filter of the table's stream hashes, 10 bits per stream
+//	footer   count, bloom bits (uint64s), CRC-32C of entries, fence and bloom, padding, magic
 //
-// Open reads only the footer and the fence, which stays in memory (16 bytes
-// per 170 entries); a lookup is a binary search of the fence and one read of
-// a 4 KiB block, which the operating system's page cache keeps if it is hot.
+// Open reads only the footer, the fence and the bloom filter, which stay in
+// memory (16 bytes per 170 entries, 10 bits per stream); a lookup of a
+// stream the table does not hold almost always ends at the filter, and one
+// it holds is a binary search of the fence and one read of a 4 KiB block,
+// which the operating system's page cache keeps if it is hot.
 const (
 	entrySize    = 24
 	fenceSize    = 16
-	footerSize   = 24
+	footerSize   = 40
+	bloomProbes  = 7
 	blockEntries = 170
 	tableMagic   = 0x31305844494c5345 // "ESLIDX01"
 	tablePrefix  = "table-"
@@ -40,6 +44,37 @@ type table struct {
 	count int
 	size  int64
 	fence []fenceKey
+	bloom []uint64
+}
+
+// bloomBits returns the bit positions of hash h in a filter of m bits.
+func bloomBit(h uint64, i, m uint64) uint64 {
+	h2 := (h >> 29) | (h << 35) | 1
+	return (h + i*h2) % m
+}
+
+func (t *table) mayContain(h uint64) bool {
+	m := uint64(len(t.bloom)) * 64
+	for i := range uint64(bloomProbes) {
+		b := bloomBit(h, i, m)
+		if t.bloom[b/64]&(1<<(b%64)) == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func buildBloom(hashes []uint64) []uint64 {
+	words := max(1, (len(hashes)*10+63)/64)
+	bloom := make([]uint64, words)
+	m := uint64(words) * 64
+	for _, h := range hashes {
+		for i := range uint64(bloomProbes) {
+			b := bloomBit(h, i, m)
+			bloom[b/64] |= 1 << (b % 64)
+		}
+	}
+	return bloom
 }
 
 type fenceKey struct{ h, rev uint64 }
@@ -72,6 +107,7 @@ func fillTable(f *os.File, next func() (ientry, bool, error)) (*table, error) {
 	t := &table{file: f}
 	entriesCRC := crc32.New(castagnoli)
 	var b [entrySize]byte
+	var hashes []uint64
 	for {
 		e, ok, err := next()
 		if err != nil {
@@ -79,6 +115,9 @@ func fillTable(f *os.File, next func() (ientry, bool, error)) (*table, error) {
 		}
 		if !ok {
 			break
+		}
+		if len(hashes) == 0 || hashes[len(hashes)-1] != e.h {
+			hashes = append(hashes, e.h)
 		}
 		if t.count%blockEntries == 0 {
 			t.fence = append(t.fence, fenceKey{e.h, e.rev})
@@ -101,11 +140,21 @@ func fillTable(f *os.File, next func() (ientry, bool, error)) (*table, error) {
 			return nil, err
 		}
 	}
+	t.bloom = buildBloom(hashes)
+	bloom := make([]byte, 0, 8*len(t.bloom))
+	for _, w := range t.bloom {
+		bloom = binary.LittleEndian.AppendUint64(bloom, w)
+	}
+	if _, err := w.Write(bloom); err != nil {
+		return nil, err
+	}
 	var footer [footerSize]byte
 	binary.LittleEndian.PutUint64(footer[0:], uint64(t.count))
-	binary.LittleEndian.PutUint32(footer[8:], entriesCRC.Sum32())
-	binary.LittleEndian.PutUint32(footer[12:], fenceCRC.Sum32())
-	binary.LittleEndian.PutUint64(footer[16:], tableMagic)
+	binary.LittleEndian.PutUint64(footer[8:], uint64(len(t.bloom))*64)
+	binary.LittleEndian.PutUint32(footer[16:], entriesCRC.Sum32())
+	binary.LittleEndian.PutUint32(footer[20:], fenceCRC.Sum32())
+	binary.LittleEndian.PutUint32(footer[24:], crc32.Checksum(bloom, castagnoli))
+	binary.LittleEndian.PutUint64(footer[32:], tableMagic)
 	if _, err := w.Write(footer[:]); err != nil {
 		return nil, err
 	}
@@ -115,7 +164,7 @@ func fillTable(f *os.File, next func() (ientry, bool, error)) (*table, error) {
 	if err := fdatasync(f); err != nil {
 		return nil, errors.Wrap(err, "sync")
 	}
-	t.size = int64(t.count)*entrySize + int64(len(t.fence))*fenceSize + footerSize
+	t.size = int64(t.count)*entrySize + int64(len(t.fence))*fenceSize + int64(len(bloom)) + footerSize
 	return t, nil
 }
 
@@ -141,26 +190,36 @@ func loadTable(f *os.File, count int) (*table, error) {
 	if err != nil {
 		return nil, errors.Wrap(err, "stat")
 	}
-	blocks := (count + blockEntries - 1) / blockEntries
-	size := int64(count)*entrySize + int64(blocks)*fenceSize + footerSize
-	if info.Size() != size {
-		return nil, errors.Newf("is %d bytes, expected %d for %d entries", info.Size(), size, count)
+	if info.Size() < footerSize {
+		return nil, errors.Newf("is %d bytes, too short", info.Size())
 	}
-	tail := make([]byte, blocks*fenceSize+footerSize)
-	if _, err := f.ReadAt(tail, size-int64(len(tail))); err != nil {
-		return nil, errors.Wrap(err, "read fence")
+	footer := make([]byte, footerSize)
+	if _, err := f.ReadAt(footer, info.Size()-footerSize); err != nil {
+		return nil, errors.Wrap(err, "read footer")
 	}
-	footer := tail[len(tail)-footerSize:]
-	if binary.LittleEndian.Uint64(footer[16:]) != tableMagic || binary.LittleEndian.Uint64(footer[0:]) != uint64(count) {
+	if binary.LittleEndian.Uint64(footer[32:]) != tableMagic || binary.LittleEndian.Uint64(footer[0:]) != uint64(count) {
 		return nil, errors.New("bad footer")
 	}
-	fence := tail[:blocks*fenceSize]
-	if crc32.Checksum(fence, castagnoli) != binary.LittleEndian.Uint32(footer[12:]) {
-		return nil, errors.New("fence checksum mismatch")
+	bloomBytes := int64(binary.LittleEndian.Uint64(footer[8:]) / 8)
+	blocks := (count + blockEntries - 1) / blockEntries
+	size := int64(count)*entrySize + int64(blocks)*fenceSize + bloomBytes + footerSize
+	if info.Size() != size || bloomBytes%8 != 0 || bloomBytes == 0 {
+		return nil, errors.Newf("is %d bytes, expected %d for %d entries", info.Size(), size, count)
 	}
-	t := &table{file: f, count: count, size: size, fence: make([]fenceKey, blocks)}
+	tail := make([]byte, int64(blocks*fenceSize)+bloomBytes)
+	if _, err := f.ReadAt(tail, size-footerSize-int64(len(tail))); err != nil {
+		return nil, errors.Wrap(err, "read fence")
+	}
+	fence, bloom := tail[:blocks*fenceSize], tail[blocks*fenceSize:]
+	if crc32.Checksum(fence, castagnoli) != binary.LittleEndian.Uint32(footer[20:]) || crc32.Checksum(bloom, castagnoli) != binary.LittleEndian.Uint32(footer[24:]) {
+		return nil, errors.New("fence or filter checksum mismatch")
+	}
+	t := &table{file: f, count: count, size: size, fence: make([]fenceKey, blocks), bloom: make([]uint64, len(bloom)/8)}
 	for i := range t.fence {
 		t.fence[i] = fenceKey{binary.LittleEndian.Uint64(fence[i*fenceSize:]), binary.LittleEndian.Uint64(fence[i*fenceSize+8:])}
+	}
+	for i := range t.bloom {
+		t.bloom[i] = binary.LittleEndian.Uint64(bloom[i*8:])
 	}
 	return t, nil
 }
@@ -276,7 +335,7 @@ func (t *table) iterator() func() (ientry, bool, error) {
 				if _, err := t.file.ReadAt(footer, t.size-footerSize); err != nil && err != io.EOF {
 					return ientry{}, false, errors.Wrapf(err, "read index table %s", t.path)
 				}
-				if sum.Sum32() != binary.LittleEndian.Uint32(footer[8:]) {
+				if sum.Sum32() != binary.LittleEndian.Uint32(footer[16:]) {
 					return ientry{}, false, errors.Wrapf(ErrCorrupt, "index table %s: entries checksum mismatch", t.path)
 				}
 				return ientry{}, false, nil
