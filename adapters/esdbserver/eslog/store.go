@@ -111,6 +111,8 @@ type Store struct {
 	// log's state unknown; from then on every write is refused.
 	failure atomic.Pointer[error]
 
+	replayed uint64
+
 	syncs   atomic.Uint64
 	writes  atomic.Uint64
 	refused atomic.Uint64
@@ -126,11 +128,19 @@ type Stats struct {
 	// (ErrNoSpace) or a disk failure that made the store stop writing
 	// (ErrWriteFailed).
 	Refused uint64
+	// Replayed is how many bytes of log open read after the index
+	// checkpoint (the whole log when there was none).
+	Replayed uint64
+	// IndexTables is how many index tables are on disk now.
+	IndexTables int
 }
 
 // Stats returns the store's counters.
 func (s *Store) Stats() Stats {
-	return Stats{Syncs: s.syncs.Load(), Writes: s.writes.Load(), Refused: s.refused.Load()}
+	s.mu.RLock()
+	tables := len(s.tables)
+	s.mu.RUnlock()
+	return Stats{Syncs: s.syncs.Load(), Writes: s.writes.Load(), Refused: s.refused.Load(), Replayed: s.replayed, IndexTables: tables}
 }
 
 // Health returns nil while the store accepts writes, and an error wrapping
@@ -252,6 +262,7 @@ func (s *Store) recover() error {
 	if err != nil {
 		return err
 	}
+	s.replayed = s.mem.to - from
 	s.opts.Logger.Debug("event store: replayed the log after the index checkpoint",
 		"from", from, "to", s.mem.to, "frames", frames, "took", time.Since(start))
 	return nil
@@ -280,6 +291,44 @@ func (s *Store) Append(ctx context.Context, stream string, expected Expected, ev
 		return WriteResult{}, err
 	}
 	return s.submit(ctx, &request{op: opAppend, stream: stream, expected: expected, events: events})
+}
+
+// AppendRequest is one append of AppendAll.
+type AppendRequest struct {
+	Stream   string
+	Expected Expected
+	Events   []ProposedEvent
+}
+
+// AppendAll makes the appends in order, as Append would one after another,
+// but queues them all at once so that the writer commits them in large
+// batches; it is for bulk loads such as importing a history. It returns
+// each append's result and error.
+func (s *Store) AppendAll(ctx context.Context, appends []AppendRequest) ([]WriteResult, []error) {
+	results := make([]WriteResult, len(appends))
+	errs := make([]error, len(appends))
+	reqs := make([]*request, len(appends))
+	for i, a := range appends {
+		if errs[i] = s.validateAppend(a.Stream, a.Events); errs[i] != nil {
+			continue
+		}
+		r := &request{op: opAppend, stream: a.Stream, expected: a.Expected, events: a.Events, result: make(chan response, 1)}
+		select {
+		case s.requests <- r:
+			reqs[i] = r
+		case <-s.closing:
+			errs[i] = ErrClosed
+		case <-ctx.Done():
+			errs[i] = errors.Wrap(ctx.Err(), "queue write")
+		}
+	}
+	for i, r := range reqs {
+		if r != nil {
+			resp := <-r.result
+			results[i], errs[i] = resp.res, resp.err
+		}
+	}
+	return results, errs
 }
 
 // Delete soft-deletes stream: it reads as not found until appended to again,
