@@ -94,6 +94,13 @@ type Config struct {
 	UsersFile string
 	// Users are users besides those of UsersFile.
 	Users []User
+	// IndexMemtableEntries is how many stream-index entries the store keeps
+	// in memory before it writes them to disk and checkpoints its index
+	// (open replays at most about twice as many). 0 means eslog's default.
+	IndexMemtableEntries int
+	// IndexCacheStreams is how many streams' states the store caches. 0
+	// means eslog's default.
+	IndexCacheStreams int
 	// Logger receives the server's logs. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -164,7 +171,10 @@ func Start(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	store, err := eslog.Open(eslog.Options{Dir: cfg.DataDir, SegmentSize: cfg.SegmentSize, MaxEventSize: cfg.MaxEventSize, Logger: cfg.Logger})
+	store, err := eslog.Open(eslog.Options{
+		Dir: cfg.DataDir, SegmentSize: cfg.SegmentSize, MaxEventSize: cfg.MaxEventSize, Logger: cfg.Logger,
+		IndexMemtableEntries: cfg.IndexMemtableEntries, IndexCacheStreams: cfg.IndexCacheStreams,
+	})
 	if err != nil {
 		return nil, errors.Wrapf(err, "open event store in %s", cfg.DataDir)
 	}

@@ -1,8 +1,11 @@
 // Package eslog is the durable storage engine behind the embedded
 // EventStoreDB-protocol server: a segmented append-only log of CRC-checked
-// frames, an in-memory index of streams and of $all rebuilt from the log at
-// open, and a single writer that group-commits concurrent appends with one
-// fsync.
+// frames, a stream index on disk (a memtable written as immutable sorted
+// tables, merged in the background, with a bounded cache of stream states),
+// and a single writer that group-commits concurrent appends with one fsync.
+// $all needs no index: it is read from the log itself. Open loads the
+// index's checkpoint and replays only the log after it, so memory and
+// start-up time do not grow with the history.
 //
 // An event's $all position is the absolute byte offset of the event's bytes in
 // the log, so positions are unique, strictly increasing and the same after a

@@ -2,47 +2,10 @@ package eslog
 
 import (
 	"encoding/json"
-	"sort"
+	"math"
 	"strings"
 	"time"
 )
-
-// entry indexes one event of the log. Bodies stay on disk.
-type entry struct {
-	pos     uint64
-	length  uint32
-	rev     uint64
-	created int64
-	stream  *streamState
-	typ     string
-	id      [16]byte
-}
-
-const chunkBits = 12
-
-// entryLog is the $all index: entries in position order, stored in fixed-size
-// chunks so that appending never moves an existing entry.
-type entryLog struct {
-	chunks [][]entry
-	n      int
-}
-
-func (l *entryLog) add(e entry) int {
-	if l.n>>chunkBits == len(l.chunks) {
-		l.chunks = append(l.chunks, make([]entry, 0, 1<<chunkBits))
-	}
-	c := &l.chunks[l.n>>chunkBits]
-	*c = append(*c, e)
-	l.n++
-	return l.n - 1
-}
-
-func (l *entryLog) at(i int) *entry { return &l.chunks[i>>chunkBits][i&(1<<chunkBits-1)] }
-
-// search returns the index of the first entry with position >= pos.
-func (l *entryLog) search(pos uint64) int {
-	return sort.Search(l.n, func(i int) bool { return l.at(i).pos >= pos })
-}
 
 // streamMeta is a stream's metadata as set through its $$ stream.
 type streamMeta struct {
@@ -72,16 +35,20 @@ func parseMeta(data []byte) streamMeta {
 	return m
 }
 
-// streamState is the index of one stream. Revisions are contiguous from
-// zero, so revs[r] is the entry of revision r.
+// streamState is what the store knows of one stream besides where its
+// events are: its last revision, whether it is tombstoned and its metadata.
+// It is derived from the index (memtables and tables) and cached for hot
+// streams; the writer updates a cached state in the same critical section
+// in which it adds the stream's entries to the memtable, so a cached state
+// always equals the one the index would give.
 type streamState struct {
 	name       string
-	revs       []int
+	last       int64
 	tombstoned bool
 	meta       streamMeta
 }
 
-func (s *streamState) lastRevision() int64 { return int64(len(s.revs)) - 1 }
+func (s *streamState) lastRevision() int64 { return s.last }
 
 // softDeleted reports whether every event is truncated by $tb.
 func (s *streamState) softDeleted() bool {
@@ -107,8 +74,33 @@ func (s *streamState) firstReadable() uint64 {
 	if isMetadataStream(s.name) {
 		count = 1
 	}
-	if n := uint64(len(s.revs)); count > 0 && n > count && n-count > first {
+	if n := uint64(s.last + 1); count > 0 && n > count && n-count > first {
 		first = n - count
 	}
 	return first
 }
+
+// tombstoneRev is the revision under which the index records a stream's
+// tombstone frame; no event has it.
+const tombstoneRev = math.MaxUint64
+
+// streamHash is the 64-bit key of a stream name in the index. Two streams
+// may share it: every lookup checks the stream name in the frame it finds.
+// It must never change, since index files on disk are sorted by it.
+func streamHash(name string) uint64 {
+	x := uint64(14695981039346656037) // FNV-1a
+	for i := 0; i < len(name); i++ {
+		x ^= uint64(name[i])
+		x *= 1099511628211
+	}
+	// splitmix64's finaliser spreads FNV's weak low bits.
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}
+
+// hashOf is streamHash; tests replace it to make streams collide.
+var hashOf = streamHash

@@ -2,7 +2,10 @@ package eslog
 
 import (
 	"context"
+	"encoding/binary"
+	"hash/crc32"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/cockroachdb/errors"
@@ -17,13 +20,13 @@ type Filter struct {
 	Regex       *regexp.Regexp
 }
 
-func (f *Filter) match(e *entry) bool {
+func (f *Filter) match(stream, typ string) bool {
 	if f == nil || (len(f.Prefixes) == 0 && f.Regex == nil) {
 		return true
 	}
-	subject := e.stream.name
+	subject := stream
 	if f.OnEventType {
-		subject = e.typ
+		subject = typ
 	}
 	for _, p := range f.Prefixes {
 		if strings.HasPrefix(subject, p) {
@@ -75,90 +78,259 @@ func (l *ReadLimits) overBytes(events, bytes int, n uint32) bool {
 	return events > 0 && l.Bytes > 0 && bytes+int(n) > l.Bytes
 }
 
-// scanChunk is how many $all index entries a read copies under the read
-// lock at a time. Filters run on the copy with the lock released, so a slow
-// filter never holds up the writer.
-const scanChunk = 1024
+// checkEvery is how many events a $all read examines between looks at its
+// context.
+const checkEvery = 1024
 
 // ReadAll reads up to limit events of $all that match filter, examining at
-// most maxExamine index entries (0 means no bound beyond limit).
+// most maxExamine events (0 means no bound beyond limit).
 func (s *Store) ReadAll(dir Direction, from AllFrom, limit, maxExamine int, filter *Filter) (Page, error) {
 	return s.ReadAllContext(context.Background(), dir, from, ReadLimits{Events: limit, Examine: maxExamine}, filter)
 }
 
 // ReadAllContext reads the events of $all that match filter, within lim. It
-// takes the read lock only to copy the index a chunk at a time and matches
-// the filter with the lock released; it stops with ctx's error when ctx is
-// done.
+// reads the log itself, from the sampled frame start at or before the
+// position asked for, up to the end committed when it starts; it holds the
+// store's lock only to find those two places, so a slow filter never holds
+// up the writer. It stops with ctx's error when ctx is done.
 func (s *Store) ReadAllContext(ctx context.Context, dir Direction, from AllFrom, lim ReadLimits, filter *Filter) (Page, error) {
 	var page Page
-	var picked []entry
-	var bytes int
-	step := 1
+	if err := ctx.Err(); err != nil {
+		return page, errors.Wrap(err, "read $all")
+	}
 	s.mu.RLock()
-	n := s.entries.n
-	var i int
-	if dir == Backwards {
-		step = -1
-		i = n - 1
-		if !from.FromEnd {
-			i = s.entries.search(from.Position) - 1
-		}
-	} else if from.FromEnd {
-		i = n
-	} else {
-		i = s.entries.search(from.Position)
+	head := s.mem.to
+	page.Changed = s.changed
+	start := from.Position
+	if from.FromEnd || start > head {
+		start = head
+	}
+	var sample uint64
+	var err error
+	if dir == Forwards {
+		sample, err = s.floorSample(start)
 	}
 	s.mu.RUnlock()
-	unfiltered := filter == nil || (len(filter.Prefixes) == 0 && filter.Regex == nil)
-	var chunk []entry
-	for {
-		if err := ctx.Err(); err != nil {
-			return page, errors.Wrap(err, "read $all")
-		}
-		size := scanChunk
-		if unfiltered {
-			size = min(size, lim.Events-len(picked))
-		}
-		if lim.Examine > 0 {
-			size = min(size, lim.Examine-page.Examined)
-		}
-		chunk = chunk[:0]
-		s.mu.RLock()
-		n = s.entries.n
-		page.Changed = s.changed
-		for j := i; j >= 0 && j < n && len(chunk) < size; j += step {
-			chunk = append(chunk, *s.entries.at(j))
-		}
-		s.mu.RUnlock()
-		stop := len(chunk) == 0
-		for k := range chunk {
-			e := &chunk[k]
-			if len(picked) >= lim.Events {
-				stop = true
-				break
-			}
-			match := filter.match(e)
-			if match && lim.overBytes(len(picked), bytes, e.length) {
-				stop = true
-				break
-			}
-			page.Examined++
-			page.Last = e.pos
-			i += step
-			if match {
-				picked = append(picked, *e)
-				bytes += int(e.length)
-			}
-		}
-		if stop || len(picked) >= lim.Events || (lim.Examine > 0 && page.Examined >= lim.Examine) {
-			break
+	if err != nil {
+		return page, err
+	}
+	r := allReader{s: s, ctx: ctx, lim: lim, filter: filter, page: &page}
+	if dir == Forwards {
+		err = r.forwards(sample, start, head)
+	} else {
+		err = r.backwards(start, head)
+	}
+	return page, err
+}
+
+type allReader struct {
+	s      *Store
+	ctx    context.Context
+	lim    ReadLimits
+	filter *Filter
+	page   *Page
+	bytes  int
+}
+
+// full reports whether the page may take no more events.
+func (r *allReader) full() bool {
+	return len(r.page.Events) >= r.lim.Events || (r.lim.Examine > 0 && r.page.Examined >= r.lim.Examine)
+}
+
+// examine looks at one event and reports whether the read must stop before
+// it (a full page); it returns ctx's error every checkEvery events.
+func (r *allReader) examine(ev *frameEvent) (stop bool, err error) {
+	if r.full() {
+		return true, nil
+	}
+	match := r.filter.match(ev.stream, ev.typ)
+	if match && r.lim.overBytes(len(r.page.Events), r.bytes, uint32(ev.length)) {
+		return true, nil
+	}
+	if r.page.Examined%checkEvery == checkEvery-1 {
+		if err := r.ctx.Err(); err != nil {
+			return true, errors.Wrap(err, "read $all")
 		}
 	}
-	page.End = i < 0 || i >= n
-	events, err := s.load(picked)
-	page.Events = events
-	return page, err
+	r.page.Examined++
+	r.page.Last = ev.pos
+	if match {
+		e, err := ev.decode()
+		if err != nil {
+			return true, err
+		}
+		r.page.Events = append(r.page.Events, e)
+		r.bytes += ev.length
+	}
+	return false, nil
+}
+
+func (r *allReader) forwards(sample, start, head uint64) error {
+	sc := frameScanner{log: r.s.log, pos: sample, limit: head}
+	var evs []frameEvent
+	for {
+		fpos, body, ok, err := sc.next()
+		if err != nil || !ok {
+			r.page.End = !ok && err == nil
+			return err
+		}
+		if evs, err = frameEvents(fpos, body, evs[:0]); err != nil {
+			return err
+		}
+		for i := range evs {
+			if evs[i].pos < start {
+				continue
+			}
+			if stop, err := r.examine(&evs[i]); stop || err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func (r *allReader) backwards(before, head uint64) error {
+	var evs []frameEvent
+	for before > 0 {
+		r.s.mu.RLock()
+		sample, err := r.s.floorSample(before - 1)
+		r.s.mu.RUnlock()
+		if err != nil {
+			return err
+		}
+		evs = evs[:0]
+		sc := frameScanner{log: r.s.log, pos: sample, limit: head}
+		for sc.pos < before {
+			fpos, body, ok, err := sc.next()
+			if err != nil {
+				return err
+			}
+			if !ok {
+				break
+			}
+			if evs, err = frameEvents(fpos, body, evs); err != nil {
+				return err
+			}
+		}
+		for i := len(evs) - 1; i >= 0; i-- {
+			if evs[i].pos >= before {
+				continue
+			}
+			if stop, err := r.examine(&evs[i]); stop || err != nil {
+				return err
+			}
+		}
+		before = sample
+	}
+	r.page.End = true
+	return nil
+}
+
+// frameEvent is one event of a frame read from the log, decoded only as
+// far as a filter needs.
+type frameEvent struct {
+	pos     uint64
+	length  int
+	stream  string
+	typ     string
+	created int64
+	rev     uint64
+	raw     []byte
+}
+
+func (e *frameEvent) decode() (RecordedEvent, error) {
+	ev, err := decodeEvent(e.raw)
+	if err != nil {
+		return RecordedEvent{}, errors.Wrapf(ErrCorrupt, "event at %d: %v", e.pos, err)
+	}
+	return RecordedEvent{ProposedEvent: ev, Stream: e.stream, Revision: e.rev, Position: e.pos, Created: e.created}, nil
+}
+
+// frameEvents appends the events of the frame at pos to out; a tombstone
+// frame has none.
+func frameEvents(pos uint64, body []byte, out []frameEvent) ([]frameEvent, error) {
+	d := decoder{b: body}
+	if d.byte() != kindAppend {
+		return out, nil
+	}
+	f, err := decodeAppend(&d)
+	if err != nil {
+		return out, errors.Wrapf(ErrCorrupt, "append frame at %d: %v", pos, err)
+	}
+	for i, span := range f.events {
+		raw := body[span.offset : span.offset+span.length]
+		ed := decoder{b: raw}
+		ed.fixed(16)
+		typ := ed.bytes()
+		if ed.err != nil {
+			return out, errors.Wrapf(ErrCorrupt, "event %d of frame at %d", i, pos)
+		}
+		out = append(out, frameEvent{
+			pos:     pos + frameHeaderSize + uint64(span.offset),
+			length:  span.length,
+			stream:  f.stream,
+			typ:     string(typ),
+			created: f.created,
+			rev:     f.firstRevision + uint64(i),
+			raw:     raw,
+		})
+	}
+	return out, nil
+}
+
+// frameScanner reads the committed frames of the log from a frame start
+// up to limit, in reads that grow to maxScanRead.
+type frameScanner struct {
+	log   *segmentLog
+	pos   uint64
+	limit uint64
+	buf   []byte
+	at    uint64
+	read  int
+}
+
+const maxScanRead = 1 << 20
+
+// next returns the next frame's position and body, or false at the limit.
+func (sc *frameScanner) next() (uint64, []byte, bool, error) {
+	if sc.pos >= sc.limit {
+		return 0, nil, false, nil
+	}
+	hdr, err := sc.bytes(sc.pos, frameHeaderSize)
+	if err != nil {
+		return 0, nil, false, err
+	}
+	n := binary.LittleEndian.Uint32(hdr)
+	if n == 0 || n > maxFrameSize || sc.pos+frameHeaderSize+uint64(n) > sc.limit {
+		return 0, nil, false, errors.Wrapf(ErrCorrupt, "frame at %d has length %d", sc.pos, n)
+	}
+	sum := binary.LittleEndian.Uint32(hdr[4:])
+	body, err := sc.bytes(sc.pos+frameHeaderSize, int(n))
+	if err != nil {
+		return 0, nil, false, err
+	}
+	if crc32.Checksum(body, castagnoli) != sum {
+		return 0, nil, false, errors.Wrapf(ErrCorrupt, "frame at %d: checksum mismatch", sc.pos)
+	}
+	pos := sc.pos
+	sc.pos += frameHeaderSize + uint64(n)
+	return pos, body, true, nil
+}
+
+// bytes returns n bytes of the log at pos, reading ahead. The slices it
+// returns are never overwritten: events may keep them.
+func (sc *frameScanner) bytes(pos uint64, n int) ([]byte, error) {
+	if pos >= sc.at && pos+uint64(n) <= sc.at+uint64(len(sc.buf)) {
+		return sc.buf[pos-sc.at : pos-sc.at+uint64(n)], nil
+	}
+	sc.read = min(max(sc.read*2, 64<<10), maxScanRead)
+	size := uint64(max(n, sc.read))
+	size = min(size, sc.limit-pos)
+	buf, err := sc.log.readAt(pos, int(size))
+	if err != nil {
+		return nil, err
+	}
+	sc.buf, sc.at = buf, pos
+	return buf[:n], nil
 }
 
 // ReadStream reads up to limit events of stream starting at revision from
@@ -169,29 +341,35 @@ func (s *Store) ReadStream(stream string, dir Direction, from uint64, fromEnd bo
 }
 
 // ReadStreamContext is ReadStream within lim (Examine is ignored: a stream
-// read examines only the events it may return).
+// read examines only the events it may return). It finds the events'
+// frames in the index under the read lock and reads them without it.
 func (s *Store) ReadStreamContext(ctx context.Context, stream string, dir Direction, from uint64, fromEnd bool, lim ReadLimits) (Page, error) {
 	if err := ctx.Err(); err != nil {
 		return Page{}, errors.Wrapf(err, "read stream %q", stream)
 	}
 	s.mu.RLock()
 	page := Page{Changed: s.changed}
-	st := s.streams[stream]
-	if st != nil && st.tombstoned {
+	st, err := s.state(stream)
+	if err != nil {
+		s.mu.RUnlock()
+		return page, err
+	}
+	if st.tombstoned {
 		s.mu.RUnlock()
 		return page, &StreamDeletedError{Stream: stream}
 	}
-	if st == nil || len(st.revs) == 0 || st.softDeleted() {
+	if st.last == NoStream || st.softDeleted() {
 		page.End = true
 		s.mu.RUnlock()
 		return page, errors.Wrapf(ErrStreamNotFound, "stream %q", stream)
 	}
 	first, last := int64(st.firstReadable()), st.lastRevision()
+	maxAge := st.meta.maxAge
+	s.mu.RUnlock()
 	var minCreated int64
-	if st.meta.maxAge > 0 {
-		minCreated = s.opts.Now().Add(-st.meta.maxAge).UnixNano()
+	if maxAge > 0 {
+		minCreated = s.opts.Now().Add(-maxAge).UnixNano()
 	}
-	var picked []entry
 	var bytes int
 	r, step := int64(from), int64(1)
 	if dir == Backwards {
@@ -205,83 +383,67 @@ func (s *Store) ReadStreamContext(ctx context.Context, stream string, dir Direct
 		}
 		r = max(r, first)
 	}
-	for ; r >= first && r <= last && len(picked) < lim.Events; r += step {
-		e := s.entries.at(st.revs[r])
-		keep := e.created >= minCreated
-		if keep && lim.overBytes(len(picked), bytes, e.length) {
-			break
+	for r >= first && r <= last && len(page.Events) < lim.Events {
+		// The next revisions the page may need, at most what it lacks.
+		n := int64(lim.Events - len(page.Events))
+		lo, hi := r, min(r+n-1, last)
+		if dir == Backwards {
+			lo, hi = max(r-n+1, first), r
 		}
-		page.Examined++
-		page.Last = uint64(r)
-		if keep {
-			picked = append(picked, *e)
-			bytes += int(e.length)
+		s.mu.RLock()
+		found, err := s.entriesOf(stream, uint64(lo), uint64(hi))
+		s.mu.RUnlock()
+		if err != nil {
+			return page, err
+		}
+		evs, err := s.eventsAt(stream, found)
+		if err != nil {
+			return page, err
+		}
+		if int64(len(evs)) != hi-lo+1 {
+			return page, errors.Wrapf(ErrCorrupt, "index of %q lacks some of revisions %d..%d", stream, lo, hi)
+		}
+		if dir == Backwards {
+			slices.Reverse(evs)
+		}
+		for i := range evs {
+			e := &evs[i]
+			size := encodedEventSize(&e.ProposedEvent)
+			keep := e.Created >= minCreated
+			if keep && lim.overBytes(len(page.Events), bytes, uint32(size)) {
+				page.End = false
+				return page, nil
+			}
+			page.Examined++
+			page.Last = uint64(r)
+			if keep {
+				page.Events = append(page.Events, *e)
+				bytes += size
+			}
+			r += step
 		}
 	}
 	page.End = r < first || r > last
-	s.mu.RUnlock()
-	events, err := s.load(picked)
-	page.Events = events
-	return page, err
+	return page, nil
 }
 
 // StreamRevision returns the last revision of stream, or NoStream.
 func (s *Store) StreamRevision(stream string) int64 {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return s.streams[stream].current()
+	st, err := s.state(stream)
+	if err != nil {
+		return NoStream
+	}
+	return st.current()
 }
 
 // HeadPosition returns the position of the last event in $all, or 0.
 func (s *Store) HeadPosition() uint64 {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if s.entries.n == 0 {
+	if !s.mem.hasEvent {
 		return 0
 	}
-	return s.entries.at(s.entries.n - 1).pos
-}
-
-// maxCoalesce bounds how many bytes one disk read may fetch for several
-// neighbouring events.
-const maxCoalesce = 1 << 20
-
-// load reads the bodies of entries from disk, fetching neighbours together.
-func (s *Store) load(entries []entry) ([]RecordedEvent, error) {
-	if len(entries) == 0 {
-		return nil, nil
-	}
-	out := make([]RecordedEvent, 0, len(entries))
-	for i := 0; i < len(entries); {
-		lo, hi := entries[i].pos, entries[i].pos+uint64(entries[i].length)
-		j := i + 1
-		for ; j < len(entries); j++ {
-			e := &entries[j]
-			nlo, nhi := min(lo, e.pos), max(hi, e.pos+uint64(e.length))
-			if nhi-nlo > maxCoalesce {
-				break
-			}
-			lo, hi = nlo, nhi
-		}
-		buf, err := s.log.readAt(lo, int(hi-lo))
-		if err != nil {
-			return nil, err
-		}
-		for _, e := range entries[i:j] {
-			off := e.pos - lo
-			ev, err := decodeEvent(buf[off : off+uint64(e.length)])
-			if err != nil {
-				return nil, errors.Wrapf(ErrCorrupt, "event at %d: %v", e.pos, err)
-			}
-			out = append(out, RecordedEvent{
-				ProposedEvent: ev,
-				Stream:        e.stream.name,
-				Revision:      e.rev,
-				Position:      e.pos,
-				Created:       e.created,
-			})
-		}
-		i = j
-	}
-	return out, nil
+	return s.mem.lastEvent
 }

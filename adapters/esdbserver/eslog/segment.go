@@ -40,18 +40,9 @@ type segmentLog struct {
 
 func segmentName(base uint64) string { return fmt.Sprintf("%020d%s", base, segmentSuffix) }
 
-// openSegmentLog opens or creates the log in dir, calls visit for every
-// complete frame in order, and cuts a torn tail off the newest segment.
-//
-// A bad frame (short, with an impossible length or a wrong checksum) is a
-// torn tail only if it is in the newest segment and no valid frame starts
-// anywhere after it: that is what a write cut by a crash leaves, a partial
-// frame or zeros up to the end of the file. A bad frame with a valid frame
-// after it, or in an older segment, is damage to data that was acknowledged,
-// and open refuses with ErrCorrupt naming the file and byte offset rather
-// than cut it. A cut tail is logged and, unless it is all zeros, kept next to
-// the segment in a file named <segment>.torn-<offset>.
-func openSegmentLog(dir string, maxSize uint64, fio fileIO, logger *slog.Logger, visit func(pos uint64, body []byte) error) (*segmentLog, error) {
+// openSegmentLog opens or creates the log in dir. Each segment's size is
+// its file's until replay has checked it.
+func openSegmentLog(dir string, maxSize uint64, fio fileIO) (*segmentLog, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, errors.Wrapf(err, "create data directory %s", dir)
 	}
@@ -74,49 +65,20 @@ func openSegmentLog(dir string, maxSize uint64, fio fileIO, logger *slog.Logger,
 	sort.Slice(bases, func(i, j int) bool { return bases[i] < bases[j] })
 
 	l := &segmentLog{dir: dir, maxSize: maxSize, io: fio}
-	fail := func(err error) (*segmentLog, error) {
-		_ = l.close()
-		return nil, err
-	}
-	for i, base := range bases {
+	for _, base := range bases {
 		path := filepath.Join(dir, segmentName(base))
-		if i > 0 {
-			prev := l.segs[i-1]
-			if prev.base+prev.size != base {
-				return fail(errors.Wrapf(ErrCorrupt, "segment %s does not follow %s, which ends at %d", path, segmentName(prev.base), prev.base+prev.size))
-			}
-		}
 		f, err := os.OpenFile(path, os.O_RDWR, 0o644)
 		if err != nil {
-			return fail(errors.Wrapf(err, "open segment %s", path))
+			_ = l.close()
+			return nil, errors.Wrapf(err, "open segment %s", path)
 		}
-		seg := &segment{base: base, file: f}
-		l.segs = append(l.segs, seg)
-		fileSize, good, bad, err := scanSegment(seg, visit)
+		info, err := f.Stat()
 		if err != nil {
-			return fail(errors.Wrapf(err, "segment %s", path))
+			_ = f.Close()
+			_ = l.close()
+			return nil, errors.Wrapf(err, "stat segment %s", path)
 		}
-		seg.size = good
-		if bad == "" {
-			continue
-		}
-		if i < len(bases)-1 {
-			return fail(errors.Wrapf(ErrCorrupt, "%s: bad frame at byte %d (%s) in a segment that is not the newest; refusing to open", path, good, bad))
-		}
-		next, found, err := findFrame(f, int64(good)+1, fileSize)
-		if err != nil {
-			return fail(errors.Wrapf(err, "segment %s: look for valid frames after byte %d", path, good))
-		}
-		if found {
-			return fail(errors.Wrapf(ErrCorrupt,
-				"%s: bad frame at byte %d (%s) but a valid frame follows at byte %d, so this is damage, not a torn write; refusing to open rather than cut %d bytes",
-				path, good, bad, next, fileSize-int64(good)))
-		}
-		// A torn tail is the normal result of a crash during a write that
-		// was never acknowledged: keep its bytes aside, cut it and carry on.
-		if err := cutTail(f, path, good, fileSize, bad, logger); err != nil {
-			return fail(err)
-		}
+		l.segs = append(l.segs, &segment{base: base, file: f, size: uint64(info.Size())})
 	}
 	if len(l.segs) == 0 {
 		if err := l.addSegment(0); err != nil {
@@ -126,49 +88,110 @@ func openSegmentLog(dir string, maxSize uint64, fio fileIO, logger *slog.Logger,
 	return l, nil
 }
 
-// scanSegment visits every complete frame of seg and returns the file's
-// size, the size of its valid prefix and, if a bad frame ends that prefix,
-// why it is bad. A visit error or an I/O error is returned as err.
-func scanSegment(seg *segment, visit func(pos uint64, body []byte) error) (fileSize int64, good uint64, bad string, err error) {
-	info, err := seg.file.Stat()
-	if err != nil {
-		return 0, 0, "", errors.Wrap(err, "stat")
+// end is the offset just past the log's last byte.
+func (l *segmentLog) end() uint64 { return l.head() }
+
+// replay calls visit for every complete frame that starts at or after from
+// (a frame boundary: where an index checkpoint ends), in order, and cuts a
+// torn tail off the newest segment. Segments that end before from are not
+// read.
+//
+// A bad frame (short, with an impossible length or a wrong checksum) is a
+// torn tail only if it is in the newest segment and no valid frame starts
+// anywhere after it: that is what a write cut by a crash leaves, a partial
+// frame or zeros up to the end of the file. A bad frame with a valid frame
+// after it, or in an older segment, is damage to data that was acknowledged,
+// and open refuses with ErrCorrupt naming the file and byte offset rather
+// than cut it. A cut tail is logged and, unless it is all zeros, kept next to
+// the segment in a file named <segment>.torn-<offset>.
+func (l *segmentLog) replay(from uint64, logger *slog.Logger, visit func(pos uint64, body []byte, sum uint32) error) error {
+	for i, seg := range l.segs {
+		path := filepath.Join(l.dir, segmentName(seg.base))
+		if i > 0 {
+			prev := l.segs[i-1]
+			if prev.base+prev.size != seg.base {
+				return errors.Wrapf(ErrCorrupt, "segment %s does not follow %s, which ends at %d", path, segmentName(prev.base), prev.base+prev.size)
+			}
+		}
+		fileSize := int64(seg.size)
+		if seg.base+seg.size <= from {
+			continue
+		}
+		var start uint64
+		if from > seg.base {
+			start = from - seg.base
+		}
+		good, bad, err := scanSegment(seg, start, fileSize, visit)
+		if err != nil {
+			return errors.Wrapf(err, "segment %s", path)
+		}
+		l.mu.Lock()
+		seg.size = good
+		l.mu.Unlock()
+		if bad == "" {
+			continue
+		}
+		if i < len(l.segs)-1 {
+			return errors.Wrapf(ErrCorrupt, "%s: bad frame at byte %d (%s) in a segment that is not the newest; refusing to open", path, good, bad)
+		}
+		next, found, err := findFrame(seg.file, int64(good)+1, fileSize)
+		if err != nil {
+			return errors.Wrapf(err, "segment %s: look for valid frames after byte %d", path, good)
+		}
+		if found {
+			return errors.Wrapf(ErrCorrupt,
+				"%s: bad frame at byte %d (%s) but a valid frame follows at byte %d, so this is damage, not a torn write; refusing to open rather than cut %d bytes",
+				path, good, bad, next, fileSize-int64(good))
+		}
+		// A torn tail is the normal result of a crash during a write that
+		// was never acknowledged: keep its bytes aside, cut it and carry on.
+		if err := cutTail(seg.file, path, good, fileSize, bad, logger); err != nil {
+			return err
+		}
 	}
-	fileSize = info.Size()
-	r := bufio.NewReaderSize(io.NewSectionReader(seg.file, 0, fileSize), 1<<20)
-	var off uint64
+	return nil
+}
+
+// scanSegment visits every complete frame of seg from byte start on and
+// returns the size of its valid prefix and, if a bad frame ends that prefix,
+// why it is bad. A visit error or an I/O error is returned as err. While it
+// runs, seg.size covers the frames visited, so that visit may read them.
+func scanSegment(seg *segment, start uint64, fileSize int64, visit func(pos uint64, body []byte, sum uint32) error) (good uint64, bad string, err error) {
+	r := bufio.NewReaderSize(io.NewSectionReader(seg.file, int64(start), fileSize-int64(start)), 1<<20)
+	off := start
 	var header [frameHeaderSize]byte
 	var body []byte
 	for {
 		if _, err := io.ReadFull(r, header[:]); err != nil {
 			if err == io.EOF {
-				return fileSize, off, "", nil
+				return off, "", nil
 			}
 			if err == io.ErrUnexpectedEOF {
-				return fileSize, off, "frame header cut short", nil
+				return off, "frame header cut short", nil
 			}
-			return fileSize, off, "", errors.Wrapf(err, "read frame header at byte %d", off)
+			return off, "", errors.Wrapf(err, "read frame header at byte %d", off)
 		}
 		n := binary.LittleEndian.Uint32(header[:4])
 		sum := binary.LittleEndian.Uint32(header[4:])
 		if n == 0 || n > maxFrameSize {
-			return fileSize, off, fmt.Sprintf("frame length %d is impossible", n), nil
+			return off, fmt.Sprintf("frame length %d is impossible", n), nil
 		}
 		if off+frameHeaderSize+uint64(n) > uint64(fileSize) {
-			return fileSize, off, fmt.Sprintf("frame length %d runs past the end of the file", n), nil
+			return off, fmt.Sprintf("frame length %d runs past the end of the file", n), nil
 		}
 		if cap(body) < int(n) {
 			body = make([]byte, n)
 		}
 		body = body[:n]
 		if _, err := io.ReadFull(r, body); err != nil {
-			return fileSize, off, "", errors.Wrapf(err, "read frame body at byte %d", off)
+			return off, "", errors.Wrapf(err, "read frame body at byte %d", off)
 		}
 		if crc32.Checksum(body, castagnoli) != sum {
-			return fileSize, off, "frame checksum mismatch", nil
+			return off, "frame checksum mismatch", nil
 		}
-		if err := visit(seg.base+off, body); err != nil {
-			return fileSize, off, "", errors.Wrapf(err, "frame at byte %d", off)
+		seg.size = off + frameHeaderSize + uint64(n)
+		if err := visit(seg.base+off, body, sum); err != nil {
+			return off, "", errors.Wrapf(err, "frame at byte %d", off)
 		}
 		off += frameHeaderSize + uint64(n)
 	}

@@ -3,6 +3,7 @@ package eslog
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/json"
 	"log/slog"
 	"os"
@@ -31,6 +32,15 @@ type Options struct {
 	// Logger receives what open repairs, such as a cut torn tail. Default
 	// slog.Default().
 	Logger *slog.Logger
+	// IndexMemtableEntries is how many index entries (events and
+	// tombstones) the store keeps in memory before it writes them to an
+	// index table and checkpoints the index; open replays at most about
+	// twice as many. Default 131,072.
+	IndexMemtableEntries int
+	// IndexCacheStreams is how many streams' states (last revision,
+	// tombstone, metadata) are cached; other streams are looked up in the
+	// index on disk. Default 65,536.
+	IndexCacheStreams int
 }
 
 func (o *Options) setDefaults() {
@@ -49,6 +59,12 @@ func (o *Options) setDefaults() {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	if o.IndexMemtableEntries <= 0 {
+		o.IndexMemtableEntries = 1 << 17
+	}
+	if o.IndexCacheStreams <= 0 {
+		o.IndexCacheStreams = 1 << 16
+	}
 	o.fileIO.setDefaults()
 }
 
@@ -58,13 +74,32 @@ type Store struct {
 	lock *dirLock
 	log  *segmentLog
 
-	// mu guards the index below. The writer goroutine is its only mutator,
-	// so the writer reads the index without taking mu.
-	mu      sync.RWMutex
-	entries entryLog
-	streams map[string]*streamState
-	types   map[string]string
+	// mu guards the index below. The writer goroutine changes the
+	// memtable and the cached states, the index worker the tables; both
+	// hold mu for writing to do so. Readers, and the writer when it looks
+	// a stream up, hold it for reading while they use the index.
+	mu sync.RWMutex
+	// mem indexes the log from the last checkpoint (or frozen memtable)
+	// up to the committed end, mem.to; frozen, if not nil, is being
+	// written as a table; tables hold the rest, oldest first.
+	mem     *memtable
+	frozen  *memtable
+	tables  []*table
+	cache   *stateCache
 	changed chan struct{}
+	// posFile holds posCount samples: frame starts before mem (and
+	// frozen), lastSample the newest sample of all.
+	posFile    *os.File
+	posCount   uint64
+	lastSample uint64
+
+	// idxDir, ckpt (the last checkpoint written) and the files are the
+	// index worker's (Open's before it starts).
+	idxDir   string
+	ckpt     checkpoint
+	flushReq chan struct{}
+	idxStop  chan struct{}
+	idxDone  chan struct{}
 
 	requests chan *request
 	closing  chan struct{}
@@ -75,6 +110,8 @@ type Store struct {
 	// failure is set, by the writer only, once a disk failure leaves the
 	// log's state unknown; from then on every write is refused.
 	failure atomic.Pointer[error]
+
+	replayed uint64
 
 	syncs   atomic.Uint64
 	writes  atomic.Uint64
@@ -91,11 +128,19 @@ type Stats struct {
 	// (ErrNoSpace) or a disk failure that made the store stop writing
 	// (ErrWriteFailed).
 	Refused uint64
+	// Replayed is how many bytes of log open read after the index
+	// checkpoint (the whole log when there was none).
+	Replayed uint64
+	// IndexTables is how many index tables are on disk now.
+	IndexTables int
 }
 
 // Stats returns the store's counters.
 func (s *Store) Stats() Stats {
-	return Stats{Syncs: s.syncs.Load(), Writes: s.writes.Load(), Refused: s.refused.Load()}
+	s.mu.RLock()
+	tables := len(s.tables)
+	s.mu.RUnlock()
+	return Stats{Syncs: s.syncs.Load(), Writes: s.writes.Load(), Refused: s.refused.Load(), Replayed: s.replayed, IndexTables: tables}
 }
 
 // Health returns nil while the store accepts writes, and an error wrapping
@@ -160,12 +205,14 @@ func Open(opts Options) (*Store, error) {
 	opts.setDefaults()
 	s := &Store{
 		opts:     opts,
-		streams:  map[string]*streamState{},
-		types:    map[string]string{},
+		cache:    newStateCache(opts.IndexCacheStreams),
 		changed:  make(chan struct{}),
 		requests: make(chan *request, 1024),
 		closing:  make(chan struct{}),
 		done:     make(chan struct{}),
+		flushReq: make(chan struct{}, 1),
+		idxStop:  make(chan struct{}),
+		idxDone:  make(chan struct{}),
 	}
 	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
 		return nil, errors.Wrapf(err, "create data directory %s", opts.Dir)
@@ -174,14 +221,51 @@ func Open(opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	log, err := openSegmentLog(opts.Dir, opts.SegmentSize, opts.fileIO, opts.Logger, s.applyFrame)
+	log, err := openSegmentLog(opts.Dir, opts.SegmentSize, opts.fileIO)
 	if err != nil {
 		_ = lock.release()
 		return nil, err
 	}
 	s.lock, s.log = lock, log
+	if err := s.recover(); err != nil {
+		s.closeIndexFiles()
+		_ = log.close()
+		_ = lock.release()
+		return nil, err
+	}
+	go s.indexWorker()
 	go s.writer()
 	return s, nil
+}
+
+// recover loads the index checkpoint and replays the log after it, writing
+// tables as the memtable fills, so that a replay of a long log (no
+// checkpoint, or a damaged one) needs no more memory than the live store.
+func (s *Store) recover() error {
+	from, err := s.openIndex()
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	frames := 0
+	err = s.log.replay(from, s.opts.Logger, func(pos uint64, body []byte, sum uint32) error {
+		frames++
+		if err := s.applyFrame(pos, body, sum); err != nil {
+			return err
+		}
+		if s.maybeFreeze() {
+			<-s.flushReq
+			return s.flushFrozen()
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	s.replayed = s.mem.to - from
+	s.opts.Logger.Debug("event store: replayed the log after the index checkpoint",
+		"from", from, "to", s.mem.to, "frames", frames, "took", time.Since(start))
+	return nil
 }
 
 // Close stops the writer after the writes already queued, closes the files
@@ -191,6 +275,9 @@ func (s *Store) Close() error {
 	s.once.Do(func() {
 		close(s.closing)
 		<-s.done
+		close(s.idxStop)
+		<-s.idxDone
+		s.closeIndexFiles()
 		s.closeErr = errors.CombineErrors(s.log.close(), s.lock.release())
 	})
 	return s.closeErr
@@ -204,6 +291,44 @@ func (s *Store) Append(ctx context.Context, stream string, expected Expected, ev
 		return WriteResult{}, err
 	}
 	return s.submit(ctx, &request{op: opAppend, stream: stream, expected: expected, events: events})
+}
+
+// AppendRequest is one append of AppendAll.
+type AppendRequest struct {
+	Stream   string
+	Expected Expected
+	Events   []ProposedEvent
+}
+
+// AppendAll makes the appends in order, as Append would one after another,
+// but queues them all at once so that the writer commits them in large
+// batches; it is for bulk loads such as importing a history. It returns
+// each append's result and error.
+func (s *Store) AppendAll(ctx context.Context, appends []AppendRequest) ([]WriteResult, []error) {
+	results := make([]WriteResult, len(appends))
+	errs := make([]error, len(appends))
+	reqs := make([]*request, len(appends))
+	for i, a := range appends {
+		if errs[i] = s.validateAppend(a.Stream, a.Events); errs[i] != nil {
+			continue
+		}
+		r := &request{op: opAppend, stream: a.Stream, expected: a.Expected, events: a.Events, result: make(chan response, 1)}
+		select {
+		case s.requests <- r:
+			reqs[i] = r
+		case <-s.closing:
+			errs[i] = ErrClosed
+		case <-ctx.Done():
+			errs[i] = errors.Wrap(ctx.Err(), "queue write")
+		}
+	}
+	for i, r := range reqs {
+		if r != nil {
+			resp := <-r.result
+			results[i], errs[i] = resp.res, resp.err
+		}
+	}
+	return results, errs
 }
 
 // Delete soft-deletes stream: it reads as not found until appended to again,
@@ -353,17 +478,21 @@ func (s *Store) drainClosed() {
 	}
 }
 
-// view returns the batch's picture of a stream.
-func (s *Store) view(b *batch, name string) *pendingStream {
+// view returns the batch's picture of a stream, looking up its committed
+// state in the index the first time.
+func (s *Store) view(b *batch, name string) (*pendingStream, error) {
 	if p, ok := b.pending[name]; ok {
-		return p
+		return p, nil
 	}
-	p := &pendingStream{last: NoStream}
-	if st := s.streams[name]; st != nil {
-		p.last, p.tombstoned, p.meta = st.lastRevision(), st.tombstoned, st.meta
+	s.mu.RLock()
+	st, err := s.state(name)
+	s.mu.RUnlock()
+	if err != nil {
+		return nil, err
 	}
+	p := &pendingStream{last: st.last, tombstoned: st.tombstoned, meta: st.meta}
 	b.pending[name] = p
-	return p
+	return p, nil
 }
 
 func expectationMet(exp Expected, current int64) bool {
@@ -396,19 +525,22 @@ func (s *Store) decide(b *batch, r *request) (WriteResult, error) {
 		s.refused.Add(1)
 		return WriteResult{}, b.noSpace
 	}
-	p := s.view(b, r.stream)
+	p, err := s.view(b, r.stream)
+	if err != nil {
+		return WriteResult{}, err
+	}
 	if p.tombstoned {
 		return WriteResult{}, &StreamDeletedError{Stream: r.stream}
 	}
 	if r.op == opAppend && !p.touched && r.expected.Kind != ExpectRevision && r.expected.Kind != ExpectNoStream {
-		if res, ok := s.alreadyWritten(r.stream, r.expected, r.events); ok {
-			return res, nil
+		if res, ok, err := s.alreadyWritten(r.stream, r.expected, r.events); err != nil || ok {
+			return res, err
 		}
 	}
 	if !expectationMet(r.expected, p.current()) {
 		if r.op == opAppend && !p.touched {
-			if res, ok := s.alreadyWritten(r.stream, r.expected, r.events); ok {
-				return res, nil
+			if res, ok, err := s.alreadyWritten(r.stream, r.expected, r.events); err != nil || ok {
+				return res, err
 			}
 		}
 		return WriteResult{}, &WrongExpectedVersionError{Stream: r.stream, Expected: r.expected, Current: p.current()}
@@ -437,14 +569,14 @@ func (s *Store) decide(b *batch, r *request) (WriteResult, error) {
 		_, _ = rand.Read(id[:])
 		id[6], id[8] = id[6]&0x0f|0x40, id[8]&0x3f|0x80
 		meta := ProposedEvent{ID: id, Type: MetadataEventType, ContentType: "application/json", Data: data}
-		pos := s.encodeAppend(b, MetadataStreamOf(r.stream), []ProposedEvent{meta})
-		return WriteResult{Revision: p.last, Position: pos}, nil
+		pos, err := s.encodeAppend(b, MetadataStreamOf(r.stream), []ProposedEvent{meta})
+		return WriteResult{Revision: p.last, Position: pos}, err
 	default:
 		if len(r.events) == 0 {
 			return WriteResult{Revision: p.current()}, nil
 		}
-		pos := s.encodeAppend(b, r.stream, r.events)
-		return WriteResult{Revision: p.last, Position: pos}, nil
+		pos, err := s.encodeAppend(b, r.stream, r.events)
+		return WriteResult{Revision: p.last, Position: pos}, err
 	}
 }
 
@@ -456,8 +588,19 @@ func MetadataStreamOf(stream string) string { return "$$" + stream }
 
 // encodeAppend adds an append frame to the batch, advances the stream's view
 // and returns the position of the last event.
-func (s *Store) encodeAppend(b *batch, stream string, events []ProposedEvent) uint64 {
-	p := s.view(b, stream)
+func (s *Store) encodeAppend(b *batch, stream string, events []ProposedEvent) (uint64, error) {
+	p, err := s.view(b, stream)
+	if err != nil {
+		return 0, err
+	}
+	var target *pendingStream
+	if isMetadataStream(stream) {
+		// Look the target up before writing anything, so that a failed
+		// lookup leaves the batch as it was.
+		if target, err = s.view(b, stream[2:]); err != nil {
+			return 0, err
+		}
+	}
 	start := len(b.buf)
 	var offsets []int
 	b.frames = append(b.frames, start)
@@ -467,42 +610,60 @@ func (s *Store) encodeAppend(b *batch, stream string, events []ProposedEvent) ui
 	if isMetadataStream(stream) {
 		for i := len(events) - 1; i >= 0; i-- {
 			if events[i].Type == MetadataEventType {
-				target := s.view(b, stream[2:])
 				target.meta = parseMeta(events[i].Data)
 				target.touched = true
 				break
 			}
 		}
 	}
-	return b.head + uint64(start+offsets[len(offsets)-1])
+	return b.head + uint64(start+offsets[len(offsets)-1]), nil
 }
 
 // alreadyWritten reports whether events are exactly the committed events at
 // the place the expectation names, which makes a retried append a no-op.
-func (s *Store) alreadyWritten(stream string, exp Expected, events []ProposedEvent) (WriteResult, bool) {
-	st := s.streams[stream]
-	if st == nil || len(events) == 0 {
-		return WriteResult{}, false
+func (s *Store) alreadyWritten(stream string, exp Expected, events []ProposedEvent) (WriteResult, bool, error) {
+	if len(events) == 0 {
+		return WriteResult{}, false, nil
 	}
-	var start int
+	s.mu.RLock()
+	st, err := s.state(stream)
+	if err != nil {
+		s.mu.RUnlock()
+		return WriteResult{}, false, err
+	}
+	n := st.last + 1
+	var start int64
 	switch exp.Kind {
 	case ExpectRevision:
-		start = int(exp.Revision) + 1
+		start = int64(exp.Revision) + 1
 	case ExpectNoStream:
 		start = 0
 	default:
-		start = len(st.revs) - len(events)
+		start = n - int64(len(events))
 	}
-	if start < 0 || start+len(events) > len(st.revs) {
-		return WriteResult{}, false
+	if start < 0 || start+int64(len(events)) > n {
+		s.mu.RUnlock()
+		return WriteResult{}, false, nil
+	}
+	found, err := s.entriesOf(stream, uint64(start), uint64(start)+uint64(len(events))-1)
+	s.mu.RUnlock()
+	if err != nil {
+		return WriteResult{}, false, err
+	}
+	got, err := s.eventsAt(stream, found)
+	if err != nil {
+		return WriteResult{}, false, err
+	}
+	if len(got) != len(events) {
+		return WriteResult{}, false, errors.Wrapf(ErrCorrupt, "index of %q lacks revisions %d..%d", stream, start, start+int64(len(events))-1)
 	}
 	for i := range events {
-		if s.entries.at(st.revs[start+i]).id != events[i].ID {
-			return WriteResult{}, false
+		if got[i].ID != events[i].ID {
+			return WriteResult{}, false, nil
 		}
 	}
-	last := start + len(events) - 1
-	return WriteResult{Revision: int64(last), Position: s.entries.at(st.revs[last]).pos}, true
+	last := got[len(got)-1]
+	return WriteResult{Revision: int64(last.Revision), Position: last.Position}, true, nil
 }
 
 // commit makes the batch durable with one write and one fsync, publishes it
@@ -538,38 +699,22 @@ func (s *Store) publish(b *batch) {
 		if i+1 < len(b.frames) {
 			end = b.frames[i+1]
 		}
-		if err := s.applyFrame(b.head+uint64(start), b.buf[start+frameHeaderSize:end]); err != nil {
+		sum := binary.LittleEndian.Uint32(b.buf[start+4:])
+		if err := s.applyFrame(b.head+uint64(start), b.buf[start+frameHeaderSize:end], sum); err != nil {
 			// The frame was encoded by this process a moment ago; failing to
 			// decode it is a bug, and the index can no longer be trusted.
 			s.fail(errors.Wrap(err, "apply committed frame"))
 		}
 	}
+	s.maybeFreeze()
 	close(s.changed)
 	s.changed = make(chan struct{})
 }
 
-func (s *Store) stream(name string) *streamState {
-	st := s.streams[name]
-	if st == nil {
-		st = &streamState{name: name}
-		s.streams[name] = st
-	}
-	return st
-}
-
-func (s *Store) intern(b []byte) string {
-	if v, ok := s.types[string(b)]; ok {
-		return v
-	}
-	v := string(b)
-	s.types[v] = v
-	return v
-}
-
-// applyFrame adds one durable frame at log offset pos to the index. Open
-// (replay) and commit (live) both use it, so a rebuilt index equals the live
-// one.
-func (s *Store) applyFrame(pos uint64, body []byte) error {
+// applyFrame adds one durable frame at log offset pos, with checksum sum,
+// to the index. Open (replay) and commit (live) both use it, so a rebuilt
+// index equals the live one. The caller holds s.mu for writing (or is Open).
+func (s *Store) applyFrame(pos uint64, body []byte, sum uint32) error {
 	d := decoder{b: body}
 	switch d.byte() {
 	case kindAppend:
@@ -577,42 +722,62 @@ func (s *Store) applyFrame(pos uint64, body []byte) error {
 		if err != nil {
 			return errors.Wrapf(ErrCorrupt, "append frame at %d: %v", pos, err)
 		}
-		st := s.stream(f.stream)
-		if f.firstRevision != uint64(len(st.revs)) {
-			return errors.Wrapf(ErrCorrupt, "frame at %d writes %s@%d, expected @%d", pos, f.stream, f.firstRevision, len(st.revs))
+		st, err := s.state(f.stream)
+		if err != nil {
+			return err
 		}
+		if f.firstRevision != uint64(st.last+1) {
+			return errors.Wrapf(ErrCorrupt, "frame at %d writes %s@%d, expected @%d", pos, f.stream, f.firstRevision, st.last+1)
+		}
+		var meta []byte
 		for i, span := range f.events {
 			raw := body[span.offset : span.offset+span.length]
 			ed := decoder{b: raw}
-			var e entry
-			copy(e.id[:], ed.fixed(16))
-			e.typ = s.intern(ed.bytes())
+			ed.fixed(16)
+			typ := ed.bytes()
 			if ed.err != nil {
 				return errors.Wrapf(ErrCorrupt, "event %d of frame at %d", i, pos)
 			}
-			e.pos = pos + frameHeaderSize + uint64(span.offset)
-			e.length = uint32(span.length)
-			e.rev = f.firstRevision + uint64(i)
-			e.created = f.created
-			e.stream = st
-			st.revs = append(st.revs, s.entries.add(e))
-			if e.typ == MetadataEventType && isMetadataStream(f.stream) {
+			if string(typ) == MetadataEventType && isMetadataStream(f.stream) {
 				ev, err := decodeEvent(raw)
 				if err != nil {
 					return errors.Wrapf(ErrCorrupt, "metadata event of frame at %d", pos)
 				}
-				s.stream(f.stream[2:]).meta = parseMeta(ev.Data)
+				meta = ev.Data
 			}
 		}
-		return nil
+		if len(f.events) > 0 {
+			s.mem.addEvents(f.stream, f.firstRevision, len(f.events), pos)
+			st.last += int64(len(f.events))
+			s.mem.lastEvent = pos + frameHeaderSize + uint64(f.events[len(f.events)-1].offset)
+			s.mem.hasEvent = true
+		}
+		if meta != nil {
+			// An uncached target reads its metadata from the index when it
+			// is next looked up.
+			if target := s.cache.get(f.stream[2:]); target != nil {
+				target.meta = parseMeta(meta)
+			}
+		}
 	case kindTombstone:
 		name := d.bytes()
 		if d.err != nil {
 			return errors.Wrapf(ErrCorrupt, "tombstone frame at %d", pos)
 		}
-		s.stream(string(name)).tombstoned = true
-		return nil
+		st, err := s.state(string(name))
+		if err != nil {
+			return err
+		}
+		st.tombstoned = true
+		s.mem.addTombstone(st.name, pos)
 	default:
 		return errors.Wrapf(ErrCorrupt, "unknown frame kind at %d", pos)
 	}
+	s.mem.to = pos + frameHeaderSize + uint64(len(body))
+	s.mem.lastFrame, s.mem.lastSum = pos, sum
+	if pos >= s.lastSample+sampleGap {
+		s.mem.samples = append(s.mem.samples, pos)
+		s.lastSample = pos
+	}
+	return nil
 }
