@@ -23,8 +23,13 @@ import (
 	"github.com/sagaengine/saga/adapters/client"
 	"github.com/sagaengine/saga/adapters/eventstore"
 	"github.com/sagaengine/saga/adapters/kafka"
+	"github.com/sagaengine/saga/cmd/internal/buildinfo"
 	"github.com/sagaengine/saga/domain"
 )
+
+// Stamped by release builds: go build -ldflags "-X main.version=v0.2.0
+// -X main.commit=HASH -X main.date=TIME" (see cmd/internal/buildinfo).
+var version, commit, date string
 
 const usage = `usage: sagactl COMMAND [flags] [args]
 
@@ -47,6 +52,7 @@ commands:
                            old one meanwhile); report events/s
   workflows COMMAND        apply, validate, list, get or diff workflow definitions
                            ('sagactl workflows help')
+  version                  print the version, commit, build time and Go version
 
 Flags may come before or after the arguments.
 
@@ -71,6 +77,11 @@ func main() {
 	if len(os.Args) < 2 {
 		fmt.Fprint(os.Stderr, usage)
 		os.Exit(2)
+	}
+	if cmd := os.Args[1]; cmd == "version" || cmd == "--version" {
+		// Before the configuration file: a broken one must not hide the version.
+		fmt.Print(buildinfo.Get(version, commit, date))
+		return
 	}
 	if err := loadConfigFile(); err != nil {
 		fmt.Fprintln(os.Stderr, "sagactl:", err)
