@@ -28,6 +28,9 @@ commands:
   token        make an API token (sagad token --name NAME --role viewer|operator --file F)
   eventstore-user --users-file FILE [--admin] NAME
                add a user of the event store's secure mode (password on stdin)
+  certs --out DIR --hosts H1,H2 [--passwords NAME,...] [--tokens-file NAME]
+               make a CA, a server certificate and secrets for Kafka and
+               KurrentDB run apart (compose.yaml's certs service)
   version      print the version, commit, build time and Go version
 
 Run 'sagad COMMAND -h' for the flags of a command.
@@ -53,6 +56,8 @@ func main() {
 		err = runToken(args)
 	case "eventstore-user":
 		err = runEventStoreUser(args)
+	case "certs":
+		err = runCerts(args)
 	case "", "all":
 		err = runAll(ctx, args, logger)
 	case "version":
