@@ -41,7 +41,11 @@ type exitCode struct {
 func (e exitCode) Error() string { return e.msg }
 
 func openStore(c *common) (*eventstore.Store, error) {
-	return eventstore.Dial(string(c.eventstore), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	connection, err := eventstore.WithPasswordFile(string(c.eventstore), c.eventstorePasswordFile)
+	if err != nil {
+		return nil, err
+	}
+	return eventstore.Dial(connection, slog.New(slog.NewTextHandler(io.Discard, nil)))
 }
 
 // watch follows one order's events until it reaches a final state, or a

@@ -63,6 +63,9 @@ common flags:
   --kafka-brokers   Kafka brokers, comma-separated [$SAGA_KAFKA_BROKERS] (default 127.0.0.1:9092)
   --api             saga HTTP API [$SAGA_API] (default http://127.0.0.1:8080)
   --eventstore      event store [$SAGA_EVENTSTORE] (default esdb://127.0.0.1:2113?tls=false)
+  --eventstore-password-file
+                    file with the password of the user --eventstore names
+                    [$SAGA_EVENTSTORE_PASSWORD_FILE]
   --api-token-file  file with the API's bearer token [$SAGA_API_TOKEN_FILE, or $SAGA_API_TOKEN]
   --api-ca          CA file for the API's TLS certificate [$SAGA_API_CA]
   --kafka-tls, --kafka-tls-ca, --kafka-tls-cert, --kafka-tls-key, --kafka-tls-server-name,
@@ -158,7 +161,9 @@ type common struct {
 	brokers    string
 	api        string
 	eventstore eventstore.URLFlag
-	security   *kafka.Security
+	// eventstorePasswordFile holds the password of eventstore's user.
+	eventstorePasswordFile string
+	security               *kafka.Security
 }
 
 // kafkaOpts are the Kafka security options of the flags.
@@ -174,6 +179,8 @@ func flags(name string) (*flag.FlagSet, *common) {
 	c.eventstore = eventstore.URLFlag(envOr("SAGA_EVENTSTORE", "esdb://127.0.0.1:2113?tls=false"))
 	fs.Var(&c.eventstore, "eventstore",
 		"event store; a password belongs in $SAGA_EVENTSTORE, not in this flag, which others can read in the process list")
+	fs.StringVar(&c.eventstorePasswordFile, "eventstore-password-file", envOr("SAGA_EVENTSTORE_PASSWORD_FILE", ""),
+		"file holding the password of the user --eventstore names (esdb://USER@host...)")
 	c.security = kafka.RegisterFlags(fs)
 	return fs, c
 }
