@@ -96,7 +96,8 @@ func Prepare(dir string, hosts ...string) (*Files, error) {
 	return f, nil
 }
 
-func (f *Files) generate(hosts []string) error {
+// newCA writes a new CA certificate (mode certMode) and its key (0600).
+func newCA(certPath, keyPath string, certMode os.FileMode) error {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return errors.Wrap(err, "CA key")
@@ -112,10 +113,14 @@ func (f *Files) generate(hosts []string) error {
 	if err != nil {
 		return errors.Wrap(err, "CA certificate")
 	}
-	if err := writePEM(filepath.Join(f.Dir, CAKeyFile), "EC PRIVATE KEY", mustMarshalKey(key)); err != nil {
+	if err := writePEM(keyPath, "EC PRIVATE KEY", mustMarshalKey(key)); err != nil {
 		return err
 	}
-	if err := writePEM(f.CA, "CERTIFICATE", der); err != nil {
+	return writeFileMode(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), certMode)
+}
+
+func (f *Files) generate(hosts []string) error {
+	if err := newCA(f.CA, filepath.Join(f.Dir, CAKeyFile), 0o600); err != nil {
 		return err
 	}
 	if err := f.issueServerCert(hosts); err != nil {
@@ -313,9 +318,15 @@ func writePEM(path, kind string, der []byte) error {
 
 // writeFile writes a file 0600 through a temporary file and a rename, so a
 // crash leaves either the old file or the new one.
-func writeFile(path string, data []byte) error {
+func writeFile(path string, data []byte) error { return writeFileMode(path, data, 0o600) }
+
+// writeFileMode is writeFile with another mode, set whatever the umask.
+func writeFileMode(path string, data []byte, mode os.FileMode) error {
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+	if err := os.WriteFile(tmp, data, mode); err != nil {
+		return errors.Wrapf(err, "write %s", path)
+	}
+	if err := os.Chmod(tmp, mode); err != nil {
 		return errors.Wrapf(err, "write %s", path)
 	}
 	if err := os.Rename(tmp, path); err != nil {

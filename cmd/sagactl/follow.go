@@ -44,7 +44,11 @@ func (e exitCode) Error() string { return e.msg }
 // a few seconds, so that a command never waits silently on a server that
 // is not there.
 func openStore(ctx context.Context, c *common) (*eventstore.Store, error) {
-	store, err := eventstore.Dial(string(c.eventstore), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	connection, err := eventstore.WithPasswordFile(string(c.eventstore), c.eventstorePasswordFile)
+	if err != nil {
+		return nil, err
+	}
+	store, err := eventstore.Dial(connection, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		return nil, err
 	}

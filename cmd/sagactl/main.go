@@ -21,8 +21,13 @@ import (
 	"github.com/sagaengine/saga/adapters/client"
 	"github.com/sagaengine/saga/adapters/eventstore"
 	"github.com/sagaengine/saga/adapters/kafka"
+	"github.com/sagaengine/saga/cmd/internal/buildinfo"
 	"github.com/sagaengine/saga/domain"
 )
+
+// Stamped by release builds: go build -ldflags "-X main.version=v0.2.0
+// -X main.commit=HASH -X main.date=TIME" (see cmd/internal/buildinfo).
+var version, commit, date string
 
 const usage = `usage: sagactl COMMAND [flags] [args]
 
@@ -45,6 +50,7 @@ commands:
                            old one meanwhile); report events/s
   workflows COMMAND        apply, validate, list, get or diff workflow definitions
                            ('sagactl workflows help')
+  version                  print the version, commit, build time and Go version
   completion bash          a bash completion script: source <(sagactl completion bash)
 
 'sagactl COMMAND --help' shows a command's flags with examples; every command takes
@@ -59,6 +65,9 @@ common flags:
   --kafka-brokers   Kafka brokers, comma-separated [$SAGA_KAFKA_BROKERS] (default 127.0.0.1:9092)
   --api             saga HTTP API [$SAGA_API] (default http://127.0.0.1:8080)
   --eventstore      event store [$SAGA_EVENTSTORE] (default esdb://127.0.0.1:2113?tls=false)
+  --eventstore-password-file
+                    file with the password of the user --eventstore names
+                    [$SAGA_EVENTSTORE_PASSWORD_FILE]
   --api-token-file  file with the API's bearer token [$SAGA_API_TOKEN_FILE, or $SAGA_API_TOKEN]
   --api-ca          CA file for the API's TLS certificate [$SAGA_API_CA]
   --kafka-tls, --kafka-tls-ca, --kafka-tls-cert, --kafka-tls-key, --kafka-tls-server-name,
@@ -73,6 +82,11 @@ func main() {
 	if len(os.Args) < 2 {
 		fmt.Fprint(os.Stderr, usage)
 		os.Exit(2)
+	}
+	if cmd := os.Args[1]; cmd == "version" || cmd == "--version" {
+		// Before the configuration file: a broken one must not hide the version.
+		fmt.Print(buildinfo.Get(version, commit, date))
+		return
 	}
 	if err := loadConfigFile(); err != nil {
 		fmt.Fprintln(os.Stderr, "sagactl:", err)
@@ -158,7 +172,9 @@ type common struct {
 	brokers    string
 	api        string
 	eventstore eventstore.URLFlag
-	security   *kafka.Security
+	// eventstorePasswordFile holds the password of eventstore's user.
+	eventstorePasswordFile string
+	security               *kafka.Security
 }
 
 // kafkaOpts are the Kafka security options of the flags.
@@ -175,6 +191,8 @@ func flags(name string) (*flag.FlagSet, *common) {
 	c.eventstore = eventstore.URLFlag(envOr("SAGA_EVENTSTORE", "esdb://127.0.0.1:2113?tls=false"))
 	fs.Var(&c.eventstore, "eventstore",
 		"event store; a password belongs in $SAGA_EVENTSTORE, not in this flag, which others can read in the process list")
+	fs.StringVar(&c.eventstorePasswordFile, "eventstore-password-file", envOr("SAGA_EVENTSTORE_PASSWORD_FILE", ""),
+		"file holding the password of the user --eventstore names (esdb://USER@host...)")
 	c.security = kafka.RegisterFlags(fs)
 	return fs, c
 }

@@ -81,6 +81,7 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	esURL := new(eventstore.URLFlag)
 	*esURL = eventstore.URLFlag(envOr("SAGA_EVENTSTORE", ""))
 	fs.Var(esURL, "eventstore", "use this EventStoreDB (esdb://...) and start no embedded event store; give a password through $SAGA_EVENTSTORE, not this flag, which others can read in the process list [$SAGA_EVENTSTORE]")
+	esPasswordFile := fs.String("eventstore-password-file", envOr("SAGA_EVENTSTORE_PASSWORD_FILE", ""), "file holding the password of the user --eventstore names (esdb://USER@host...), so the connection string itself holds no secret [$SAGA_EVENTSTORE_PASSWORD_FILE]")
 	instance := fs.String("instance", envOr("SAGA_INSTANCE", ""), "name of this instance in events (default sagad@HOSTNAME) [$SAGA_INSTANCE]")
 	partitions := fs.Int("partitions", 4, "partitions of the topics saga creates")
 	kafkaFsync := fs.Bool("kafka-fsync", false, "make the embedded Kafka fsync every batch of every topic and every offset commit, one by one (slower). Off: the sync topics are still fsynced before they are acknowledged; other records survive kill -9 but not power loss")
@@ -110,6 +111,10 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	esConnection, err := eventstore.WithPasswordFile(strings.TrimSpace(string(*esURL)), *esPasswordFile)
+	if err != nil {
+		return err
+	}
 	var workflowDirs []string
 	if *workflowsDir != "" {
 		workflowDirs = []string{*workflowsDir}
@@ -117,7 +122,7 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	logger.Info("starting saga", "data", *data, "roles", *rolesFlag)
 	a, err := engine.Start(engine.Config{
 		DataDir: *data, KafkaBrokers: kafka.SplitBrokers(*brokers), KafkaListen: *kafkaListen,
-		EventStoreURL: strings.TrimSpace(string(*esURL)), EventStoreListen: *esListen, HTTPListen: *httpListen,
+		EventStoreURL: esConnection, EventStoreListen: *esListen, HTTPListen: *httpListen,
 		Partitions: int32(*partitions), Instance: *instance, DemoAgents: *demoAgents, Faults: faults, Logger: logger,
 		Roles: roles, SupervisorInterval: *supervisorInterval, CheckpointEvery: *checkpointEvery, KafkaFsync: *kafkaFsync, DemoServiceURLs: services,
 		WorkflowDirs: workflowDirs, HTTPAgents: httpAgents, KafkaSyncTopics: append([]string{}, kafka.SplitBrokers(*kafkaSyncTopics)...),

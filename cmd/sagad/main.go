@@ -13,7 +13,12 @@ import (
 	"syscall"
 
 	"github.com/sagaengine/saga/adapters/engine"
+	"github.com/sagaengine/saga/cmd/internal/buildinfo"
 )
+
+// Stamped by release builds: go build -ldflags "-X main.version=v0.2.0
+// -X main.commit=HASH -X main.date=TIME" (see cmd/internal/buildinfo).
+var version, commit, date string
 
 const usage = `usage: sagad [command] [flags]
 
@@ -23,6 +28,10 @@ commands:
   token        make an API token (sagad token --name NAME --role viewer|operator --file F)
   eventstore-user --users-file FILE [--admin] NAME
                add a user of the event store's secure mode (password on stdin)
+  certs --out DIR --hosts H1,H2 [--passwords NAME,...] [--tokens-file NAME]
+               make a CA, a server certificate and secrets for Kafka and
+               KurrentDB run apart (compose.yaml's certs service)
+  version      print the version, commit, build time and Go version
 
 Run 'sagad COMMAND -h' for the flags of a command.
 `
@@ -47,8 +56,13 @@ func main() {
 		err = runToken(args)
 	case "eventstore-user":
 		err = runEventStoreUser(args)
+	case "certs":
+		err = runCerts(args)
 	case "", "all":
 		err = runAll(ctx, args, logger)
+	case "version":
+		fmt.Print(buildinfo.Get(version, commit, date))
+		return
 	case "help":
 		fmt.Print(usage)
 		return
