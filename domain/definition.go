@@ -464,8 +464,11 @@ func (w *Workflow) Validate() error {
 
 func validateTrigger(t Trigger, add func(string, string, ...any)) {
 	for i, topic := range t.Topics {
-		if !topicPattern.MatchString(topic) {
+		switch {
+		case !topicPattern.MatchString(topic):
 			add(fmt.Sprintf("trigger.topics[%d]", i), "%q is not a valid topic name", truncate(topic))
+		case ReservedTopic(topic) && topic != OrdersTopic, strings.HasPrefix(topic, "saga.reply.") || strings.HasPrefix(topic, "reply."):
+			add(fmt.Sprintf("trigger.topics[%d]", i), "%q is one of saga's own topics or a reply topic; a workflow starts on the application's topics", topic)
 		}
 	}
 	for field, value := range map[string]string{"typeField": t.TypeField, "replyToField": t.ReplyToField} {
@@ -507,8 +510,8 @@ func validateHTTP(path string, h *HTTPCall, scope templateScope, add func(string
 	}
 	if h.URL == "" {
 		add(path+".url", "is required")
-	} else if !strings.HasPrefix(h.URL, "http://") && !strings.HasPrefix(h.URL, "https://") && !strings.HasPrefix(h.URL, "{{") {
-		add(path+".url", "%q must start with http:// or https://", truncate(h.URL))
+	} else if !literalOrigin(h.URL) {
+		add(path+".url", "%q must start with http:// or https:// and a host written out: placeholders may follow the host, never choose it, so that an order cannot send the agent elsewhere", truncate(h.URL))
 	}
 	check := func(field, text string) {
 		if err := scope.check(text); err != nil {
@@ -596,6 +599,20 @@ func (w *Workflow) Equal(other *Workflow) bool {
 	a, errA := w.MarshalDefinition()
 	b, errB := other.MarshalDefinition()
 	return errA == nil && errB == nil && bytes.Equal(a, b)
+}
+
+// literalOrigin reports whether a URL template's scheme and host are
+// written out, with no placeholder before the path.
+func literalOrigin(url string) bool {
+	rest, ok := strings.CutPrefix(url, "https://")
+	if !ok {
+		if rest, ok = strings.CutPrefix(url, "http://"); !ok {
+			return false
+		}
+	}
+	host, _, _ := strings.Cut(rest, "/")
+	host, _, _ = strings.Cut(host, "?")
+	return host != "" && !strings.Contains(host, "{{") && !strings.Contains(host, "@")
 }
 
 // validPointer reports whether s is a JSON pointer (RFC 6901) to a member.

@@ -152,3 +152,21 @@ func bytesOf(c byte, n int) []byte {
 	}
 	return b
 }
+
+func TestAnOrderCannotChooseWhereTheHTTPAgentCalls(t *testing.T) {
+	for _, url := range []string{"{{order.callback}}", "http://{{order.host}}/x", "https://user@evil.example/x", "ftp://files/x"} {
+		_, err := domain.ParseDefinition([]byte(`{"name":"w","steps":[{"name":"a","http":{"url":"` + url + `"}}]}`))
+		assert.ErrorIs(t, err, domain.ErrInvalidWorkflow, url)
+	}
+	_, err := domain.ParseDefinition([]byte(`{"name":"w","steps":[{"name":"a","http":{"url":"https://pay.example:8443/charge/{{order.id}}?x={{order.x}}"}}]}`))
+	assert.NoError(t, err)
+}
+
+func TestAWorkflowCannotStartOnSagasOwnTopics(t *testing.T) {
+	for _, topic := range []string{"saga.replies", "saga.cmd.payment", "saga.status", "reply.shop", "saga.reply.x", "__consumer_offsets"} {
+		_, err := domain.ParseDefinition([]byte(`{"name":"w","trigger":{"topics":["` + topic + `"]},"steps":[{"name":"a","agent":"x"}]}`))
+		assert.ErrorIs(t, err, domain.ErrInvalidWorkflow, topic)
+	}
+	_, err := domain.ParseDefinition([]byte(`{"name":"w","trigger":{"topics":["orders","shop.events"]},"steps":[{"name":"a","agent":"x"}]}`))
+	assert.NoError(t, err)
+}
