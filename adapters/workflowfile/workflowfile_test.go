@@ -262,7 +262,7 @@ steps:
   - name: a
     http:
       method: put
-      url: "{{order.callback}}"
+      url: "https://callback.example/{{order.callback}}"
       body: {amount: 12.50, big: 123456789012345678901234567890, on: yes, when: 2026-01-02, none: null, list: [1, two]}
 `))
 	require.NoError(t, err)
