@@ -69,3 +69,14 @@ func TestEmbeddingExampleUsesOnlyThePublicAPI(t *testing.T) {
 		}
 	}
 }
+
+// TestClientLinksNothingOfTheEngine keeps the public Go client to the wire
+// protocol: no embedded broker, no processes, no other adapter.
+func TestClientLinksNothingOfTheEngine(t *testing.T) {
+	for _, dep := range goList(t, "{{.ImportPath}}", "adapters/client", true) {
+		for _, forbidden := range []string{"github.com/twmb/franz-go/pkg/kfake", module + "processes", module + "projections", module + "adapters/kafka",
+			module + "adapters/engine", "github.com/EventStore/EventStore-Client-Go"} {
+			assert.False(t, violates(dep, []string{forbidden}), "adapters/client depends on %s", dep)
+		}
+	}
+}

@@ -22,10 +22,11 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/sagaengine/saga/adapters/kafka"
 	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/domain/protocol"
 )
 
 // ErrRejected is returned by Wait and Run for an order saga refused: an
@@ -49,6 +50,24 @@ type Config struct {
 	KafkaOptions []kgo.Opt
 }
 
+// maxOrderBytes bounds the records the client produces: orders are at most
+// 1 MiB by default, and a sagad may accept up to 16 MiB.
+const maxOrderBytes = 16 << 20
+
+// createTopic creates a topic of one partition if it does not exist.
+func createTopic(ctx context.Context, kc *kgo.Client, topic string) error {
+	resp, err := kadm.NewClient(kc).CreateTopics(ctx, 1, -1, nil, topic)
+	if err != nil {
+		return errors.Wrapf(err, "create topic %s", topic)
+	}
+	for _, t := range resp.Sorted() {
+		if t.Err != nil && !errors.Is(t.Err, kerr.TopicAlreadyExists) {
+			return errors.Wrapf(t.Err, "create topic %s", t.Topic)
+		}
+	}
+	return nil
+}
+
 // ErrUnreachable is returned by New when Kafka does not answer in time.
 var ErrUnreachable = errors.New("kafka unreachable")
 
@@ -67,7 +86,6 @@ type Client struct {
 	cfg      Config
 	ownTopic bool
 	client   *kgo.Client
-	producer *kafka.Producer
 	cancel   context.CancelFunc
 	done     chan struct{}
 
@@ -90,9 +108,11 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		cfg.ConnectTimeout = 5 * time.Second
 	}
 	opts := append([]kgo.Opt{kgo.ConsumeTopics(cfg.ReplyTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}, cfg.KafkaOptions...)
-	kc, err := kafka.NewClient(cfg.Brokers, opts...)
+	base := []kgo.Opt{kgo.SeedBrokers(cfg.Brokers...), kgo.RequiredAcks(kgo.AllISRAcks()), kgo.AllowAutoTopicCreation(),
+		kgo.ProducerBatchMaxBytes(maxOrderBytes)}
+	kc, err := kgo.NewClient(append(base, opts...)...)
 	if err != nil {
-		return nil, err
+		return nil, errors.Wrapf(err, "kafka client for %v", cfg.Brokers)
 	}
 	pingCtx, cancelPing := context.WithTimeout(ctx, cfg.ConnectTimeout)
 	err = kc.Ping(pingCtx)
@@ -101,12 +121,12 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		kc.Close()
 		return nil, errors.Wrapf(ErrUnreachable, "no answer from %v within %s: %v", cfg.Brokers, cfg.ConnectTimeout, err)
 	}
-	if err := kafka.EnsureTopics(ctx, kc, 1, cfg.ReplyTopic); err != nil {
+	if err := createTopic(ctx, kc, cfg.ReplyTopic); err != nil {
 		kc.Close()
 		return nil, err
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
-	c := &Client{cfg: cfg, client: kc, ownTopic: ownTopic, producer: kafka.NewProducer(kc, "saga/client", nil), cancel: cancel, done: make(chan struct{}),
+	c := &Client{cfg: cfg, client: kc, ownTopic: ownTopic, cancel: cancel, done: make(chan struct{}),
 		statuses: map[string]map[uint64]domain.TaskStatus{}, waiters: map[string][]chan struct{}{}}
 	go c.follow(runCtx)
 	return c, nil
@@ -140,7 +160,12 @@ func (c *Client) Submit(ctx context.Context, orderID string, fields map[string]a
 	if err != nil {
 		return errors.Wrap(err, "encode order")
 	}
-	return c.producer.Publish(ctx, c.producer.Record(c.cfg.OrdersTopic, orderID, domain.OrderPlacedMessageType, body))
+	hs := protocol.Headers(domain.OrderPlacedMessageType, "saga/client", orderID, "", time.Now())
+	rec := &kgo.Record{Topic: c.cfg.OrdersTopic, Key: []byte(orderID), Value: body, Headers: make([]kgo.RecordHeader, len(hs))}
+	for i, h := range hs {
+		rec.Headers[i] = kgo.RecordHeader{Key: h.Key, Value: []byte(h.Value)}
+	}
+	return errors.Wrapf(c.client.ProduceSync(ctx, rec).FirstErr(), "publish order %s", orderID)
 }
 
 // Wait blocks until the order reaches processed, compensated or failed, or

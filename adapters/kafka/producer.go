@@ -9,27 +9,26 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
-	"github.com/google/uuid"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/domain/protocol"
 	"github.com/sagaengine/saga/processes"
 )
 
-// CloudEvents Kafka binding (binary mode) header names, and saga's own.
+// CloudEvents Kafka binding (binary mode) header names, and saga's own,
+// from the wire protocol.
 const (
-	HeaderSpecVersion = "ce_specversion"
-	HeaderID          = "ce_id"
-	HeaderSource      = "ce_source"
-	HeaderType        = "ce_type"
-	HeaderTime        = "ce_time"
-	HeaderSubject     = "ce_subject"
-	HeaderContentType = "content-type"
-	HeaderTraceParent = "traceparent"
-	// HeaderDeadLetterReason says why a record was dead-lettered.
-	HeaderDeadLetterReason = "saga_deadletter_reason"
-	// HeaderDeadLetterSource is topic/partition/offset of the original record.
-	HeaderDeadLetterSource = "saga_deadletter_source"
+	HeaderSpecVersion      = protocol.HeaderSpecVersion
+	HeaderID               = protocol.HeaderID
+	HeaderSource           = protocol.HeaderSource
+	HeaderType             = protocol.HeaderType
+	HeaderTime             = protocol.HeaderTime
+	HeaderSubject          = protocol.HeaderSubject
+	HeaderContentType      = protocol.HeaderContentType
+	HeaderTraceParent      = protocol.HeaderTraceParent
+	HeaderDeadLetterReason = protocol.HeaderDeadLetterReason
+	HeaderDeadLetterSource = protocol.HeaderDeadLetterSource
 )
 
 // Producer sends saga's messages. It implements the processes'
@@ -72,16 +71,18 @@ func (p *Producer) Record(topic, key, ceType string, body []byte) *kgo.Record {
 // TracedRecord is Record with W3C trace context: a new span of parent's
 // trace, or a new trace when parent is empty.
 func (p *Producer) TracedRecord(topic, key, ceType string, body []byte, parent string) *kgo.Record {
-	return &kgo.Record{Topic: topic, Key: []byte(key), Value: body, Headers: []kgo.RecordHeader{
-		{Key: HeaderTraceParent, Value: []byte(processes.ChildTraceParent(parent))},
-		{Key: HeaderSpecVersion, Value: []byte("1.0")},
-		{Key: HeaderID, Value: []byte(uuid.NewString())},
-		{Key: HeaderSource, Value: []byte(p.source)},
-		{Key: HeaderType, Value: []byte(ceType)},
-		{Key: HeaderTime, Value: []byte(time.Now().UTC().Format(time.RFC3339Nano))},
-		{Key: HeaderSubject, Value: []byte(key)},
-		{Key: HeaderContentType, Value: []byte("application/json")},
-	}}
+	return NewRecord(topic, key, ceType, p.source, body, parent)
+}
+
+// NewRecord builds a saga message: a CloudEvents binary-mode record with a
+// JSON body and trace context continuing parent's trace.
+func NewRecord(topic, key, ceType, source string, body []byte, parent string) *kgo.Record {
+	hs := protocol.Headers(ceType, source, key, parent, time.Now())
+	headers := make([]kgo.RecordHeader, len(hs))
+	for i, h := range hs {
+		headers[i] = kgo.RecordHeader{Key: h.Key, Value: []byte(h.Value)}
+	}
+	return &kgo.Record{Topic: topic, Key: []byte(key), Value: body, Headers: headers}
 }
 
 // SendCommand produces cmd to its agent's topic without waiting: the

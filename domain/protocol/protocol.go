@@ -1,0 +1,103 @@
+// Package protocol is saga's Kafka wire format below the message bodies:
+// the CloudEvents binary-mode headers every saga message carries, and W3C
+// trace context. The engine and the public Go client both use it, and it
+// depends on the standard library only, so the client links nothing else
+// of the engine. The message bodies and topic names are in package domain
+// (docs/protocol.md describes all of it for other languages).
+package protocol
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"strings"
+	"time"
+)
+
+// CloudEvents Kafka binding (binary mode) header names, and saga's own.
+const (
+	HeaderSpecVersion = "ce_specversion"
+	HeaderID          = "ce_id"
+	HeaderSource      = "ce_source"
+	HeaderType        = "ce_type"
+	HeaderTime        = "ce_time"
+	HeaderSubject     = "ce_subject"
+	HeaderContentType = "content-type"
+	HeaderTraceParent = "traceparent"
+	// HeaderDeadLetterReason says why a record was dead-lettered.
+	HeaderDeadLetterReason = "saga_deadletter_reason"
+	// HeaderDeadLetterSource is topic/partition/offset of the original record.
+	HeaderDeadLetterSource = "saga_deadletter_source"
+)
+
+// Header is one record header.
+type Header struct {
+	Key, Value string
+}
+
+// Headers are the headers of a saga message: CloudEvents binary mode with a
+// JSON body of type ceType from source about subject (the task id), and
+// trace context continuing parent's trace (a new trace when parent is not
+// a valid traceparent).
+func Headers(ceType, source, subject, parent string, now time.Time) []Header {
+	return []Header{
+		{HeaderTraceParent, ChildTraceParent(parent)},
+		{HeaderSpecVersion, "1.0"},
+		{HeaderID, newID()},
+		{HeaderSource, source},
+		{HeaderType, ceType},
+		{HeaderTime, now.UTC().Format(time.RFC3339Nano)},
+		{HeaderSubject, subject},
+		{HeaderContentType, "application/json"},
+	}
+}
+
+// newID is a random UUID (version 4) for ce_id.
+func newID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	h := hex.EncodeToString(b[:])
+	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
+
+// NewTraceParent starts a W3C trace: version 00, a random trace id and span
+// id, sampled.
+func NewTraceParent() string {
+	var b [24]byte
+	_, _ = rand.Read(b[:])
+	return "00-" + hex.EncodeToString(b[:16]) + "-" + hex.EncodeToString(b[16:]) + "-01"
+}
+
+// ValidTraceParent reports whether s is a W3C traceparent header of
+// version 00: 00-<32 lowercase hex, not all zero>-<16 lowercase hex, not all
+// zero>-<2 lowercase hex>, 55 bytes. Anything else (a longer header
+// included) is not trusted: saga starts a new trace instead of storing it.
+func ValidTraceParent(s string) bool {
+	if len(s) != 55 || s[2] != '-' || s[35] != '-' || s[52] != '-' || s[:2] != "00" {
+		return false
+	}
+	trace, span, flags := s[3:35], s[36:52], s[53:]
+	return lowerHex(trace) && lowerHex(span) && lowerHex(flags) &&
+		trace != strings.Repeat("0", 32) && span != strings.Repeat("0", 16)
+}
+
+func lowerHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// ChildTraceParent continues parent's trace with a new span id; an invalid
+// or empty parent starts a new trace.
+func ChildTraceParent(parent string) string {
+	if !ValidTraceParent(parent) {
+		return NewTraceParent()
+	}
+	var span [8]byte
+	_, _ = rand.Read(span[:])
+	return parent[:36] + hex.EncodeToString(span[:]) + parent[52:]
+}
