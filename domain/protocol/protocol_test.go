@@ -1,0 +1,37 @@
+package protocol_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/sagaengine/saga/domain/protocol"
+)
+
+func TestTraceContext(t *testing.T) {
+	root := protocol.NewTraceParent()
+	assert.True(t, protocol.ValidTraceParent(root), root)
+	child := protocol.ChildTraceParent(root)
+	assert.Equal(t, root[:36], child[:36], "a child continues the trace")
+	assert.NotEqual(t, root[36:52], child[36:52], "with a span of its own")
+	for _, bad := range []string{"", "00-" + string(make([]byte, 1<<20)), "01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+		"00-00000000000000000000000000000000-b7ad6b7169203331-01", "00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01"} {
+		assert.False(t, protocol.ValidTraceParent(bad), "%.60q", bad)
+		assert.True(t, protocol.ValidTraceParent(protocol.ChildTraceParent(bad)), "an untrusted parent starts a new trace")
+	}
+}
+
+func TestHeadersAreCloudEventsBinaryMode(t *testing.T) {
+	hs := protocol.Headers("saga.order.placed", "saga/test", "o-1", "", time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC))
+	got := map[string]string{}
+	for _, h := range hs {
+		got[h.Key] = h.Value
+	}
+	assert.Equal(t, "1.0", got[protocol.HeaderSpecVersion])
+	assert.Equal(t, "saga.order.placed", got[protocol.HeaderType])
+	assert.Equal(t, "o-1", got[protocol.HeaderSubject])
+	assert.Equal(t, "2026-11-22T10:00:00Z", got[protocol.HeaderTime])
+	assert.Len(t, got[protocol.HeaderID], 36)
+	assert.True(t, protocol.ValidTraceParent(got[protocol.HeaderTraceParent]))
+}
