@@ -112,6 +112,19 @@ func TestSecondSchedulerJoinsALongHistoryQuickly(t *testing.T) {
 	assert.Less(t, sched.StartLoads, int64(finished/20), "no finished task is read")
 
 	ids := orderIDs("joined", 200)
+	// The replies topic's partitions are shared once the group has
+	// rebalanced: wait for it, or the first scheduler may do all the work.
+	require.Eventually(t, func() bool {
+		secondOwns := false
+		for _, id := range ids {
+			first, other := s.app.Scheduler.Ownership.Owns(id), second.Scheduler.Ownership.Owns(id)
+			if first && other {
+				return false
+			}
+			secondOwns = secondOwns || other
+		}
+		return secondOwns
+	}, 30*time.Second, 10*time.Millisecond, "the two schedulers share the partitions")
 	s.publishOrders(ids)
 	tasks := s.awaitTerminal(ids, 2*time.Minute)
 	lockedBy := map[string]int{}
