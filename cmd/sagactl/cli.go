@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -95,7 +96,7 @@ func printTask(t *domain.Task) error {
 			comp = fmt.Sprintf("%s (attempt %d)", s.Compensation.State, s.Compensation.Attempt)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", s.Name, dash(s.Agent), s.State, s.Attempt, s.FailureCount,
-			dash(s.LockedBy), completeBy, comp, dash(truncate(string(s.Result))))
+			dash(s.LockedBy), completeBy, comp, dash(truncate(compact(s.Result))))
 	}
 	return tw.Flush()
 }
@@ -129,6 +130,15 @@ type taskList struct {
 	Count      int                      `json:"count"`
 	NextCursor string                   `json:"nextCursor,omitempty"`
 	Counts     map[domain.TaskState]int `json:"counts"`
+}
+
+// compact writes a JSON value on one line.
+func compact(raw []byte) string {
+	var b bytes.Buffer
+	if err := json.Compact(&b, raw); err != nil {
+		return string(raw)
+	}
+	return b.String()
 }
 
 func stamp(t time.Time) string {
