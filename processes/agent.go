@@ -86,8 +86,12 @@ func (a *Agent) HandleCommand(ctx context.Context, msg Inbound) error {
 	}
 	// Keep back part of the budget to report a failure before CompleteBy.
 	reserve := min(max(cmd.CompleteBy.Sub(a.Clock())/10, 20*time.Millisecond), 500*time.Millisecond)
+	var cause error // the last failure that was not the breaker's refusal
 	for try := 1; ; try++ {
 		result, err := a.call(callCtx, cmd)
+		if err != nil && !errors.Is(err, ErrCircuitOpen) {
+			cause = err
+		}
 		switch {
 		case err == nil:
 			return a.reply(ctx, cmd, domain.StepReply{Outcome: domain.OutcomeSucceeded, Result: result})
@@ -103,8 +107,12 @@ func (a *Agent) HandleCommand(ctx context.Context, msg Inbound) error {
 			pause = max(pause, hinted.RetryAfter())
 		}
 		if a.Clock().Add(pause).After(cmd.CompleteBy.Add(-reserve)) {
-			return a.reply(ctx, cmd, domain.StepReply{Outcome: domain.OutcomeFailed, Failure: domain.FailureTransient,
-				Reason: "gave up after " + itoa(int64(try)) + " tries: " + err.Error()})
+			reason := "gave up after " + itoa(int64(try)) + " tries: " + err.Error()
+			if cause != nil && errors.Is(err, ErrCircuitOpen) {
+				// Name what went wrong, not only that the breaker then refused.
+				reason = "gave up after " + itoa(int64(try)) + " tries: " + cause.Error() + " (then: " + err.Error() + ")"
+			}
+			return a.reply(ctx, cmd, domain.StepReply{Outcome: domain.OutcomeFailed, Failure: domain.FailureTransient, Reason: reason})
 		}
 		a.retries.Add(1)
 		select {

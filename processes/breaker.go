@@ -40,6 +40,9 @@ type Breaker struct {
 	open      bool
 	trial     bool
 	opened    int64
+	// lastFailure is the last failure recorded: the root cause an open
+	// breaker reports, so that a refused call names what went wrong.
+	lastFailure string
 }
 
 type bucket struct {
@@ -61,7 +64,7 @@ func (b *Breaker) Allow() error {
 		return nil
 	}
 	if b.Clock().Before(b.openUntil) || b.trial {
-		return errors.Wrapf(ErrCircuitOpen, "until %s", b.openUntil.Format(time.RFC3339Nano))
+		return errors.Wrapf(ErrCircuitOpen, "until %s, after: %s", b.openUntil.Format(time.RFC3339Nano), b.lastFailure)
 	}
 	b.trial = true // half-open: this call is the trial
 	return nil
@@ -72,6 +75,9 @@ func (b *Breaker) Record(err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	failed := err != nil && !errors.Is(err, ErrPermanent)
+	if failed {
+		b.lastFailure = err.Error()
+	}
 	now := b.Clock()
 	if b.open {
 		b.trial = false

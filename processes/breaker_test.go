@@ -61,3 +61,18 @@ func TestBreakerOpensOnOutagesNotOnFlakiness(t *testing.T) {
 	}
 	assert.NoError(t, b.Allow(), "refusals are answers, not outages")
 }
+
+// TestOpenBreakerNamesTheRootCause: a refused call says what made the
+// breaker open, so that a step's lastError shows the outage, not only
+// "circuit breaker open".
+func TestOpenBreakerNamesTheRootCause(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	b := processes.NewBreaker(time.Second, func() time.Time { return now })
+	for range 30 {
+		require.NoError(t, b.Allow())
+		b.Record(errors.New("payment service hung: context deadline exceeded"))
+	}
+	err := b.Allow()
+	require.ErrorIs(t, err, processes.ErrCircuitOpen)
+	assert.Contains(t, err.Error(), "payment service hung")
+}
