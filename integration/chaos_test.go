@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -30,6 +31,13 @@ import (
 // chaosEnv makes the test binary run a whole sagad for the chaos test.
 const chaosEnv = "SAGA_TEST_CHAOS_CHILD"
 
+// The chaos child's event-store index memtable (entries) and task-view
+// batch (events): an index entry is an event, a processed 3-step order
+// makes 8 and the checkpoints a few more, so an index table and its
+// CHECKPOINT are written every thirty orders or so (the default is 131,072
+// entries), and the view commits at least every 16 events (default 512).
+const chaosIndexMemtable, chaosViewBatch = 256, 16
+
 // chaosChild is the configuration of the sagad the chaos test kills.
 type chaosChild struct {
 	DataDir, Kafka, EventStore, HTTP string
@@ -47,7 +55,11 @@ func runChaosChild(spec string) {
 	a, err := engine.Start(engine.Config{DataDir: c.DataDir, KafkaListen: c.Kafka, EventStoreListen: c.EventStore, HTTPListen: c.HTTP,
 		DemoAgents: true, DemoServiceURLs: c.Services, Instance: "chaos-" + strconv.Itoa(os.Getpid()),
 		Workflows:          []*domain.Workflow{fastWorkflow(time.Duration(c.BudgetMillis) * time.Millisecond)},
-		SupervisorInterval: 100 * time.Millisecond, CheckpointEvery: 200 * time.Millisecond, Logger: testLogger()})
+		SupervisorInterval: 100 * time.Millisecond, CheckpointEvery: 200 * time.Millisecond, Logger: testLogger(),
+		// Small index memtables and task-view batches make index tables,
+		// index checkpoints and view commits frequent, so that kills land
+		// inside them too.
+		EventStoreIndexMemtable: chaosIndexMemtable, TaskViewBatch: chaosViewBatch})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "chaos child:", err)
 		os.Exit(2)
@@ -260,6 +272,7 @@ func TestChaos(t *testing.T) {
 	for k := 0; k < kills; k++ {
 		time.Sleep(time.Duration(300+rand.IntN(1200)) * time.Millisecond)
 		r.kill()
+		t.Logf("kill %d: %s", k+1, lastWrites(r.spec.DataDir))
 		if powerLoss && k%2 == 1 {
 			cut, err := cutPowerLoss(r.spec.DataDir, atStart)
 			require.NoError(t, err)
@@ -346,6 +359,28 @@ func TestChaos(t *testing.T) {
 	}
 	t.Logf("chaos: %d kills (%d with power loss), %d orders: %v; %d commands and replies duplicated", kills, powerLosses, orders, states, duplicated.Load())
 	assert.Zero(t, states[domain.StateError], "nothing should end in Error with these faults")
+}
+
+// lastWrites says how long before now the event store's index checkpoint
+// and the task view's SQLite WAL were last written, and how many index
+// tables there are: with the chaos child's small memtable and view batch,
+// kills land within milliseconds of both.
+func lastWrites(dataDir string) string {
+	age := func(path string) string {
+		info, err := os.Stat(path)
+		if err != nil {
+			return "none"
+		}
+		return time.Since(info.ModTime()).Round(time.Millisecond).String() + " ago"
+	}
+	tables, _ := filepath.Glob(filepath.Join(dataDir, "eventstore", "index", "table-*"))
+	views, _ := filepath.Glob(filepath.Join(dataDir, "taskview", "tasks-*.db-wal"))
+	view := "none"
+	if len(views) > 0 {
+		view = age(views[0])
+	}
+	return fmt.Sprintf("index CHECKPOINT written %s (%d tables), task view WAL %s",
+		age(filepath.Join(dataDir, "eventstore", "index", "CHECKPOINT")), len(tables), view)
 }
 
 // TestRecoveryTimeAfterKill measures, when SAGA_MEASURE_RECOVERY is set, how

@@ -78,6 +78,14 @@ type Config struct {
 	EventStoreURL    string
 	EventStoreListen string
 	HTTPListen       string
+	// EventStoreIndexMemtable is how many stream-index entries the embedded
+	// event store keeps in memory before it writes an index table and its
+	// checkpoint; 0 means the store's default. Tests set it small so that
+	// index writes are frequent.
+	EventStoreIndexMemtable int
+	// TaskViewBatch bounds the events the task view folds per SQLite
+	// commit; 0 means projections.StoredTasks's default.
+	TaskViewBatch int
 	// Partitions of the topics saga creates.
 	Partitions int32
 	// Instance names this process in events (actor, LockedBy).
@@ -280,6 +288,7 @@ func (a *App) startEventStore() error {
 		}
 		esCfg := esdbserver.Config{
 			Listen: listenOr(a.cfg.EventStoreListen, esdbserver.DefaultListen), DataDir: filepath.Join(a.cfg.DataDir, "eventstore"), Logger: a.logger,
+			IndexMemtableEntries: a.cfg.EventStoreIndexMemtable,
 		}
 		if a.cfg.Secure {
 			files, err := a.secureFiles()

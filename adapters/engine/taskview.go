@@ -98,6 +98,7 @@ func (v *TaskView) start(ctx context.Context, name string) (*viewRun, error) {
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	r := &viewRun{file: name, db: db, view: projections.NewStoredTasks(db, v.app.logger), cancel: cancel, done: make(chan struct{})}
+	r.view.BatchSize = v.app.cfg.TaskViewBatch
 	v.app.run("task view "+name, func() error {
 		defer close(r.done)
 		defer db.Close()

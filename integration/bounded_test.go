@@ -1,0 +1,263 @@
+package integration_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sagaengine/saga/adapters/client"
+)
+
+// TestMeasureHistory measures, when SAGA_MEASURE_HISTORY is set to a number
+// of tasks, what a whole sagad costs over a long history (issue 13,
+// "Bounded state"). It writes that many finished three-step tasks with
+// cmd/sagahistory into a fresh data directory, then starts the built
+// cmd/sagad binary on it as a child process, twice:
+//
+//   - the first start, on a store with no task view and no checkpoint: the
+//     view is built from the whole store once;
+//   - a restart after a clean stop, with the view and checkpoints present.
+//
+// Each start is timed until /readyz answers 200 (the task view has caught
+// up, both servers answer) and until a first order is Processed (the
+// scheduler, supervisor and agents are live). After the restart it walks
+// every page of GET /api/tasks?state=Processed&limit=1000 by cursor, runs
+// SAGA_MEASURE_LOAD (default 60 s) of orders at 64 in flight through the
+// client package, and reads sagad's VmRSS and VmHWM after each phase. It
+// reports; it asserts no target. Run:
+//
+//	SAGA_MEASURE_HISTORY=100000 go test -run MeasureHistory -v -timeout 60m ./integration/
+//	SAGA_MEASURE_HISTORY=1000000 go test -run MeasureHistory -v -timeout 60m ./integration/
+//
+// The data directory is under $TMPDIR and removed at the end.
+func TestMeasureHistory(t *testing.T) {
+	n, err := strconv.Atoi(os.Getenv("SAGA_MEASURE_HISTORY"))
+	if err != nil {
+		t.Skip("a measurement: set SAGA_MEASURE_HISTORY to a number of finished tasks")
+	}
+	load := 60 * time.Second
+	if d, err := time.ParseDuration(os.Getenv("SAGA_MEASURE_LOAD")); err == nil {
+		load = d
+	}
+	bin := t.TempDir()
+	for _, cmd := range []string{"sagad", "sagahistory"} {
+		out, err := exec.Command("go", "build", "-o", filepath.Join(bin, cmd), "../cmd/"+cmd).CombinedOutput()
+		require.NoError(t, err, "build %s: %s", cmd, out)
+	}
+	data := t.TempDir()
+
+	began := time.Now()
+	gen := exec.Command(filepath.Join(bin, "sagahistory"), "--data", data, "--tasks", strconv.Itoa(n))
+	out, err := gen.CombinedOutput()
+	require.NoError(t, err, "sagahistory: %s", out)
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	t.Logf("history: %s (%v); store %s", lines[len(lines)-1], time.Since(began).Round(time.Second), du(filepath.Join(data, "eventstore")))
+	events := 8 * n // TaskSubmitted, 3 × (StepDispatched, StepSucceeded), TaskProcessed
+
+	d := &sagadChild{t: t, bin: filepath.Join(bin, "sagad"), data: data}
+	first := d.start("first")
+	t.Logf("first start (task view built from the store, no checkpoints): ready %v (view %.0f events/s), first order processed %v; RSS %s, peak %s",
+		first.ready.Round(time.Millisecond), float64(events)/first.ready.Seconds(), first.live.Round(time.Millisecond), first.rss, first.hwm)
+	d.stop()
+	t.Logf("task view %s", du(filepath.Join(data, "taskview")))
+
+	again := d.start("restart")
+	t.Logf("restart (view and checkpoints present): ready %v, first order processed %v; RSS %s, peak %s",
+		again.ready.Round(time.Millisecond), again.live.Round(time.Millisecond), again.rss, again.hwm)
+
+	pages, total, lat := d.walkPages()
+	t.Logf("paging: %d pages, %d Processed tasks, per page p50 %v p99 %v max %v", pages, total,
+		lat[len(lat)/2].Round(10*time.Microsecond), lat[len(lat)*99/100].Round(10*time.Microsecond), lat[len(lat)-1].Round(10*time.Microsecond))
+
+	orders, p50, p99 := d.load(load, 64)
+	rss, hwm := d.memory()
+	t.Logf("load: %d orders in %v at 64 in flight (%.0f orders/s, p50 %v p99 %v); RSS after %s, peak %s",
+		orders, load, float64(orders)/load.Seconds(), p50.Round(time.Millisecond), p99.Round(time.Millisecond), rss, hwm)
+	d.stop()
+}
+
+// sagadChild is a sagad process on a data directory, on free ports.
+type sagadChild struct {
+	t                 *testing.T
+	bin, data         string
+	cmd               *exec.Cmd
+	exited            chan struct{}
+	kafka, es, httpAd string
+}
+
+// startFigures are what a start measured.
+type startFigures struct {
+	ready, live time.Duration
+	rss, hwm    string
+}
+
+// start starts sagad and waits for /readyz, then for a first order to be
+// processed.
+func (d *sagadChild) start(name string) startFigures {
+	t := d.t
+	d.kafka, d.es, d.httpAd = freeAddr(t), freeAddr(t), freeAddr(t)
+	d.cmd = exec.Command(d.bin, "--data", d.data, "--kafka-listen", d.kafka, "--eventstore-listen", d.es,
+		"--http-listen", d.httpAd, "--demo-agents")
+	logFile, err := os.Create(filepath.Join(t.TempDir(), "sagad-"+name+".log"))
+	require.NoError(t, err)
+	d.cmd.Stdout, d.cmd.Stderr = logFile, logFile
+	began := time.Now()
+	require.NoError(t, d.cmd.Start())
+	cmd, exited := d.cmd, make(chan struct{})
+	d.exited = exited
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
+	var f startFigures
+	for {
+		resp, err := http.Get("http://" + d.httpAd + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				f.ready = time.Since(began)
+				break
+			}
+		}
+		select {
+		case <-exited:
+			raw, _ := os.ReadFile(logFile.Name())
+			t.Fatalf("sagad stopped: %s", raw)
+		default:
+		}
+		if time.Since(began) > 30*time.Minute {
+			raw, _ := os.ReadFile(logFile.Name())
+			t.Fatalf("sagad did not get ready: %s", raw)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cl, err := client.New(context.Background(), client.Config{Brokers: []string{d.kafka}})
+	require.NoError(t, err)
+	defer cl.Close()
+	runCtx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	outcome, err := cl.Run(runCtx, fmt.Sprintf("%s-%d", name, time.Now().UnixNano()), map[string]any{"items": []string{"book"}})
+	require.NoError(t, err)
+	require.Equal(t, "processed", outcome.Final.Status)
+	f.live = time.Since(began)
+	f.rss, f.hwm = d.memory()
+	return f
+}
+
+// stop stops sagad with SIGTERM and waits for it.
+func (d *sagadChild) stop() {
+	require.NoError(d.t, d.cmd.Process.Signal(syscall.SIGTERM))
+	<-d.exited
+}
+
+// memory reads sagad's resident set and its peak.
+func (d *sagadChild) memory() (rss, hwm string) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", d.cmd.Process.Pid))
+	require.NoError(d.t, err)
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			rss = mib(v)
+		}
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			hwm = mib(v)
+		}
+	}
+	return rss, hwm
+}
+
+func mib(kB string) string {
+	n, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(kB), "kB")))
+	return fmt.Sprintf("%.0f MiB", float64(n)/1024)
+}
+
+// walkPages reads every page of the Processed tasks by cursor and returns
+// the page count, the task count and the sorted page latencies.
+func (d *sagadChild) walkPages() (pages, total int, lat []time.Duration) {
+	cursor := ""
+	for {
+		q := url.Values{"state": {"Processed"}, "limit": {"1000"}}
+		if cursor != "" {
+			q.Set("cursor", cursor)
+		}
+		t0 := time.Now()
+		resp, err := http.Get("http://" + d.httpAd + "/api/tasks?" + q.Encode())
+		require.NoError(d.t, err)
+		var page struct {
+			Tasks      []json.RawMessage `json:"tasks"`
+			NextCursor string            `json:"nextCursor"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&page)
+		resp.Body.Close()
+		lat = append(lat, time.Since(t0))
+		require.NoError(d.t, err)
+		require.Equal(d.t, http.StatusOK, resp.StatusCode)
+		pages++
+		total += len(page.Tasks)
+		if cursor = page.NextCursor; cursor == "" {
+			break
+		}
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	return pages, total, lat
+}
+
+// load keeps inFlight orders running for d and returns how many finished
+// and their p50 and p99 latency.
+func (d *sagadChild) load(dur time.Duration, inFlight int) (int, time.Duration, time.Duration) {
+	cl, err := client.New(context.Background(), client.Config{Brokers: []string{d.kafka}})
+	require.NoError(d.t, err)
+	defer cl.Close()
+	deadline := time.Now().Add(dur)
+	var mu sync.Mutex
+	var lat []time.Duration
+	var seq, failed atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < inFlight; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(deadline) {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+				t0 := time.Now()
+				out, err := cl.Run(ctx, fmt.Sprintf("load-%d-%d", deadline.UnixNano(), seq.Add(1)), map[string]any{"items": []string{"book"}})
+				cancel()
+				if err != nil || out.Final.Status != "processed" {
+					failed.Add(1)
+					continue
+				}
+				mu.Lock()
+				lat = append(lat, time.Since(t0))
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	require.Zero(d.t, failed.Load(), "every order of the load is processed")
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	return len(lat), lat[len(lat)/2], lat[len(lat)*99/100]
+}
+
+// du is the size of a directory tree.
+func du(dir string) string {
+	var size int64
+	_ = filepath.Walk(dir, func(_ string, info os.FileInfo, err error) error {
+		if err == nil && !info.IsDir() {
+			size += info.Size()
+		}
+		return nil
+	})
+	return fmt.Sprintf("%.0f MiB", float64(size)/(1<<20))
+}
