@@ -527,7 +527,7 @@ func (a *App) startAPI(ctx context.Context) error {
 		a.tempDirs = append(a.tempDirs, tmp)
 		dir = tmp
 	}
-	view, err := openTaskView(ctx, a, dir, a.Store)
+	view, err := openTaskView(ctx, a, dir, a.followers.Register("task view"), a.Store)
 	if err != nil {
 		return err
 	}

@@ -63,7 +63,11 @@ const currentFile = "CURRENT"
 
 // openTaskView opens the view named in dir/CURRENT (a new one if none) and
 // starts keeping it.
-func openTaskView(ctx context.Context, a *App, dir string, source projections.EventSubscriber) (*TaskView, error) {
+//
+// The view in use follows shared (the process's shared subscription, so
+// the events cross the network once for every follower); a rebuild follows
+// source on a subscription of its own, from the start.
+func openTaskView(ctx context.Context, a *App, dir string, shared, source projections.EventSubscriber) (*TaskView, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, errors.Wrapf(err, "create task view directory %s", dir)
 	}
@@ -72,7 +76,7 @@ func openTaskView(ctx context.Context, a *App, dir string, source projections.Ev
 	if raw, err := os.ReadFile(filepath.Join(dir, currentFile)); err == nil && strings.TrimSpace(string(raw)) != "" {
 		name = strings.TrimSpace(string(raw))
 	}
-	run, err := v.start(ctx, name)
+	run, err := v.start(ctx, name, shared)
 	if err != nil {
 		return nil, err
 	}
@@ -91,7 +95,7 @@ func openTaskView(ctx context.Context, a *App, dir string, source projections.Ev
 }
 
 // start opens a view file and runs its projection until it is stopped.
-func (v *TaskView) start(ctx context.Context, name string) (*viewRun, error) {
+func (v *TaskView) start(ctx context.Context, name string, source projections.EventSubscriber) (*viewRun, error) {
 	db, err := taskdb.Open(filepath.Join(v.dir, name))
 	if err != nil {
 		return nil, err
@@ -102,7 +106,7 @@ func (v *TaskView) start(ctx context.Context, name string) (*viewRun, error) {
 	v.app.run("task view "+name, func() error {
 		defer close(r.done)
 		defer db.Close()
-		return r.view.Run(runCtx, v.source)
+		return r.view.Run(runCtx, source)
 	})
 	return r, nil
 }
@@ -202,7 +206,7 @@ func (v *TaskView) rebuildInto(ctx context.Context, report *RebuildReport) error
 	v.mu.Lock()
 	report.File = name
 	v.mu.Unlock()
-	fresh, err := v.start(v.app.runCtx, name)
+	fresh, err := v.start(v.app.runCtx, name, v.source)
 	if err != nil {
 		return err
 	}
