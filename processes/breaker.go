@@ -60,7 +60,7 @@ func (b *Breaker) Allow() error {
 	if !b.open {
 		return nil
 	}
-	if b.Clock().Before(b.openUntil) || b.trial {
+	if b.Clock.Now().Before(b.openUntil) || b.trial {
 		return errors.Wrapf(ErrCircuitOpen, "until %s", b.openUntil.Format(time.RFC3339Nano))
 	}
 	b.trial = true // half-open: this call is the trial
@@ -72,7 +72,7 @@ func (b *Breaker) Record(err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	failed := err != nil && !errors.Is(err, ErrPermanent)
-	now := b.Clock()
+	now := b.Clock.Now()
 	if b.open {
 		b.trial = false
 		if failed {
@@ -112,7 +112,7 @@ func (b *Breaker) Record(err error) {
 func (b *Breaker) IsOpen() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.open && (b.Clock().Before(b.openUntil) || b.trial)
+	return b.open && (b.Clock.Now().Before(b.openUntil) || b.trial)
 }
 
 // Opened counts how often the breaker opened.
