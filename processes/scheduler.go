@@ -542,11 +542,15 @@ func (sh *shard) load(ctx context.Context, id string) (*domain.Task, error) {
 	return t, nil
 }
 
-// unreadable forgets the state of a task whose stream could not be read or
-// folded: it is unsure until a read succeeds.
+// unreadable notes a task whose stream could not be read or folded: it is
+// unsure until a read succeeds. A task with an event this version cannot
+// read is forgotten, so nothing is decided for it; after a failed read the
+// state it had is kept, so that a retry falling due tries again.
 func (sh *shard) unreadable(id string, err error) {
-	sh.s.Logger.Error("task cannot be read; nothing is decided for it", "task", id, "err", err.Error())
-	delete(sh.tasks, id)
+	sh.s.Logger.Error("task cannot be read", "task", id, "err", err.Error())
+	if errors.Is(err, domain.ErrUnreadableEvent) {
+		delete(sh.tasks, id)
+	}
 	sh.unsure[id] = struct{}{}
 }
 

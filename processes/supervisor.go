@@ -302,13 +302,16 @@ func (s *Supervisor) apply(ctx context.Context, e domain.RecordedEvent) {
 	}
 }
 
-// unreadable forgets the state of a task whose stream could not be read or
-// folded: checkpoints name it until a read succeeds, and nothing is
-// decided for it. The caller holds mu.
+// unreadable notes a task whose stream could not be read or folded:
+// checkpoints name it until a read succeeds. A task with an event this
+// version cannot read is forgotten, so nothing is decided for it. The
+// caller holds mu.
 func (s *Supervisor) unreadable(id string, err error) {
-	s.Logger.Error("supervisor cannot read a task; nothing is decided for it", "task", id, "err", err.Error())
-	delete(s.tasks, id)
-	delete(s.failed, id)
+	s.Logger.Error("supervisor cannot read a task", "task", id, "err", err.Error())
+	if errors.Is(err, domain.ErrUnreadableEvent) {
+		delete(s.tasks, id)
+		delete(s.failed, id)
+	}
 	s.unsure[id] = struct{}{}
 }
 
