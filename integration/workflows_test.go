@@ -140,7 +140,7 @@ func TestNewVersionWhileTasksAreInFlight(t *testing.T) {
 	client, err := kafka.NewClient(s.app.KafkaBrokers)
 	require.NoError(t, err)
 	agent := &processes.Agent{Name: "gate", Replies: kafka.NewProducer(client, "test-gate", nil), DeadLetters: kafka.NewProducer(client, "test-gate", nil),
-		Clock: time.Now, Logger: testLogger(),
+		Clock: processes.SystemClock, Logger: testLogger(),
 		Handler: func(ctx context.Context, cmd domain.ExecuteStep) (json.RawMessage, error) {
 			return json.RawMessage(`{"opened":"` + cmd.TaskID + `"}`), nil
 		}}

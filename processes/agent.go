@@ -73,7 +73,7 @@ func (a *Agent) HandleCommand(ctx context.Context, msg Inbound) error {
 		return errors.Wrap(a.DeadLetters.DeadLetter(ctx, msg, err.Error()), "dead-letter command")
 	}
 	cmd.TraceParent = msg.Headers["traceparent"]
-	if !a.Clock().Before(cmd.CompleteBy) {
+	if !a.Clock.Now().Before(cmd.CompleteBy) {
 		a.expired.Add(1)
 		a.Logger.Info("command past its complete-by dropped", "agent", a.Name, "task", cmd.TaskID, "step", cmd.Step, "attempt", cmd.Attempt)
 		return nil
@@ -85,7 +85,7 @@ func (a *Agent) HandleCommand(ctx context.Context, msg Inbound) error {
 		backoff = DefaultBackoff
 	}
 	// Keep back part of the budget to report a failure before CompleteBy.
-	reserve := min(max(cmd.CompleteBy.Sub(a.Clock())/10, 20*time.Millisecond), 500*time.Millisecond)
+	reserve := min(max(cmd.CompleteBy.Sub(a.Clock.Now())/10, 20*time.Millisecond), 500*time.Millisecond)
 	var cause error // the last failure that was not the breaker's refusal
 	for try := 1; ; try++ {
 		result, err := a.call(callCtx, cmd)
@@ -106,7 +106,7 @@ func (a *Agent) HandleCommand(ctx context.Context, msg Inbound) error {
 			// The service said when to come back (Retry-After).
 			pause = max(pause, hinted.RetryAfter())
 		}
-		if a.Clock().Add(pause).After(cmd.CompleteBy.Add(-reserve)) {
+		if a.Clock.Now().Add(pause).After(cmd.CompleteBy.Add(-reserve)) {
 			reason := "gave up after " + itoa(int64(try)) + " tries: " + err.Error()
 			if cause != nil && errors.Is(err, ErrCircuitOpen) {
 				// Name what went wrong, not only that the breaker then refused.
@@ -115,9 +115,7 @@ func (a *Agent) HandleCommand(ctx context.Context, msg Inbound) error {
 			return a.reply(ctx, cmd, domain.StepReply{Outcome: domain.OutcomeFailed, Failure: domain.FailureTransient, Reason: reason})
 		}
 		a.retries.Add(1)
-		select {
-		case <-time.After(pause):
-		case <-ctx.Done():
+		if !sleep(ctx, a.Clock, pause) {
 			return ctx.Err()
 		}
 	}
@@ -137,7 +135,7 @@ func (a *Agent) call(ctx context.Context, cmd domain.ExecuteStep) (json.RawMessa
 }
 
 func (a *Agent) reply(ctx context.Context, cmd domain.ExecuteStep, r domain.StepReply) error {
-	if !a.Clock().Before(cmd.CompleteBy) {
+	if !a.Clock.Now().Before(cmd.CompleteBy) {
 		a.expired.Add(1)
 		a.Logger.Info("complete-by passed; staying silent", "agent", a.Name, "task", cmd.TaskID, "step", cmd.Step, "attempt", cmd.Attempt)
 		return nil

@@ -63,7 +63,7 @@ func (b *Breaker) Allow() error {
 	if !b.open {
 		return nil
 	}
-	if b.Clock().Before(b.openUntil) || b.trial {
+	if b.Clock.Now().Before(b.openUntil) || b.trial {
 		return errors.Wrapf(ErrCircuitOpen, "until %s, after: %s", b.openUntil.Format(time.RFC3339Nano), b.lastFailure)
 	}
 	b.trial = true // half-open: this call is the trial
@@ -78,7 +78,7 @@ func (b *Breaker) Record(err error) {
 	if failed {
 		b.lastFailure = err.Error()
 	}
-	now := b.Clock()
+	now := b.Clock.Now()
 	if b.open {
 		b.trial = false
 		if failed {
@@ -118,7 +118,7 @@ func (b *Breaker) Record(err error) {
 func (b *Breaker) IsOpen() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.open && (b.Clock().Before(b.openUntil) || b.trial)
+	return b.open && (b.Clock.Now().Before(b.openUntil) || b.trial)
 }
 
 // Opened counts how often the breaker opened.

@@ -13,7 +13,7 @@ import (
 
 func TestBreakerOpensOnOutagesNotOnFlakiness(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	b := processes.NewBreaker(time.Second, func() time.Time { return now })
+	b := processes.NewBreaker(time.Second, processes.ClockFunc(func() time.Time { return now }))
 	boom := errors.New("503")
 
 	for i := 0; i < 100; i++ { // every other call fails: flaky, not down
@@ -67,7 +67,7 @@ func TestBreakerOpensOnOutagesNotOnFlakiness(t *testing.T) {
 // "circuit breaker open".
 func TestOpenBreakerNamesTheRootCause(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	b := processes.NewBreaker(time.Second, func() time.Time { return now })
+	b := processes.NewBreaker(time.Second, processes.ClockFunc(func() time.Time { return now }))
 	var err error
 	for range 100 {
 		if err = b.Allow(); err != nil {

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cockroachdb/errors"
+
 	"github.com/sagaengine/saga/domain"
 )
 
@@ -27,26 +29,10 @@ const (
 	loadAttempts = 5
 )
 
-// foldStream folds a task's recorded events. An event this version cannot
-// read still counts, so that appends carry the right expected revision.
-func foldStream(id string, recorded []domain.RecordedEvent, logger *slog.Logger) *domain.Task {
-	t := domain.NewTask(id)
-	for _, r := range recorded {
-		ev, err := domain.DecodeEvent(r.Type, r.Data)
-		if err != nil {
-			logger.Error("task event cannot be folded", "task", id, "revision", r.Revision, "err", err.Error())
-			t.Revision++
-			continue
-		}
-		t.Apply(ev)
-	}
-	return t
-}
-
 // loadTasks reads and folds the streams of the tasks a checkpoint names,
 // loadWorkers at a time. It returns the folded tasks (those never
 // submitted left out) and the ids whose stream could not be read.
-func loadTasks(ctx context.Context, store EventStore, ids []string, logger *slog.Logger) (tasks []*domain.Task, unread []string) {
+func loadTasks(ctx context.Context, repo *TaskRepository, ids []string, logger *slog.Logger) (tasks []*domain.Task, unread []string) {
 	var mu sync.Mutex
 	work := make(chan string)
 	var wg sync.WaitGroup
@@ -55,7 +41,7 @@ func loadTasks(ctx context.Context, store EventStore, ids []string, logger *slog
 		go func() {
 			defer wg.Done()
 			for id := range work {
-				t, err := readTask(ctx, store, id, logger)
+				t, err := readTask(ctx, repo, id, logger)
 				mu.Lock()
 				if err != nil {
 					unread = append(unread, id)
@@ -74,16 +60,20 @@ func loadTasks(ctx context.Context, store EventStore, ids []string, logger *slog
 	return tasks, unread
 }
 
-// readTask reads and folds one task stream, trying again a few times.
-func readTask(ctx context.Context, store EventStore, id string, logger *slog.Logger) (*domain.Task, error) {
-	var err error
-	for attempt := 1; attempt <= loadAttempts; attempt++ {
-		var recorded []domain.RecordedEvent
-		if recorded, err = store.ReadStream(ctx, domain.TaskStream(id)); err == nil {
-			return foldStream(id, recorded, logger), nil
-		}
-		if ctx.Err() != nil {
+// readTask reads and folds one task stream, trying again a few times. A
+// stream with an event that cannot be read is not read again: it would
+// not fold the next time either.
+func readTask(ctx context.Context, repo *TaskRepository, id string, logger *slog.Logger) (*domain.Task, error) {
+	for attempt := 1; ; attempt++ {
+		t, err := repo.Load(ctx, id)
+		switch {
+		case err == nil:
+			return t, nil
+		case ctx.Err() != nil:
 			return nil, ctx.Err()
+		case attempt == loadAttempts || errors.Is(err, domain.ErrUnreadableEvent):
+			logger.Error("task of the checkpoint cannot be read; it is kept for the next checkpoint", "task", id, "err", err.Error())
+			return nil, err
 		}
 		select {
 		case <-time.After(wait(DefaultBackoff, attempt)):
@@ -91,8 +81,6 @@ func readTask(ctx context.Context, store EventStore, id string, logger *slog.Log
 			return nil, ctx.Err()
 		}
 	}
-	logger.Error("task of the checkpoint cannot be read; it is kept for the next checkpoint", "task", id, "err", err.Error())
-	return nil, err
 }
 
 // resumePoint loads the newest checkpoint under name. Without one, or when

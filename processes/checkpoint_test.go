@@ -213,9 +213,9 @@ func TestFollowersResumeFromTheirCheckpointReadingOnlyUnfinishedTasks(t *testing
 	// it owns no task and does not lead, so it changes nothing.
 	first, stopFirst := context.WithCancel(context.Background())
 	s1 := &processes.Scheduler{Store: raw, Commands: &agent{hung: func(domain.ExecuteStep) bool { return true }}, DeadLetters: dropLetters{},
-		Workflows: wfs, Actor: "scheduler/first", Clock: time.Now, Logger: logger, Ownership: owningNothing{}, Checkpoints: raw}
+		Workflows: wfs, Actor: "scheduler/first", Clock: processes.SystemClock, Logger: logger, Ownership: owningNothing{}, Checkpoints: raw}
 	v1 := &processes.Supervisor{Store: raw, Alerts: &alerts{seen: map[string]int{}}, Workflows: wfs, Actor: "supervisor/first",
-		Clock: time.Now, Logger: logger, Leader: leading(false), Checkpoints: raw}
+		Clock: processes.SystemClock, Logger: logger, Leader: leading(false), Checkpoints: raw}
 	var runs sync.WaitGroup
 	for _, run := range []func(context.Context) error{s1.Run, v1.Run} {
 		runs.Add(1)
@@ -235,10 +235,10 @@ func TestFollowersResumeFromTheirCheckpointReadingOnlyUnfinishedTasks(t *testing
 	c, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	raised := &alerts{seen: map[string]int{}}
-	s2 := &processes.Scheduler{Store: store, DeadLetters: dropLetters{}, Workflows: wfs, Actor: "scheduler/second", Clock: time.Now,
+	s2 := &processes.Scheduler{Store: store, DeadLetters: dropLetters{}, Workflows: wfs, Actor: "scheduler/second", Clock: processes.SystemClock,
 		Logger: logger, Checkpoints: raw}
 	s2.Commands = &agent{scheduler: s2, ctx: c, hung: func(cmd domain.ExecuteStep) bool { return strings.HasPrefix(cmd.TaskID, "flight") && cmd.Attempt == 1 }}
-	v2 := &processes.Supervisor{Store: store, Alerts: raised, Workflows: wfs, Actor: "supervisor/second", Clock: time.Now, Logger: logger,
+	v2 := &processes.Supervisor{Store: store, Alerts: raised, Workflows: wfs, Actor: "supervisor/second", Clock: processes.SystemClock, Logger: logger,
 		Interval: 50 * time.Millisecond, Checkpoints: raw}
 	began := time.Now()
 	go func() { _ = s2.Run(c) }()

@@ -16,6 +16,8 @@ type Operator struct {
 	Store     EventStore
 	Workflows Workflows
 	Clock     Clock
+	// Tasks decides on tasks; nil means NewTaskRepository(Store).
+	Tasks domain.TaskRepository
 }
 
 // Retry resubmits the failed step, or the failed compensation, of a task in
@@ -33,44 +35,24 @@ func (o *Operator) Cancel(ctx context.Context, taskID, by, reason string) error 
 	})
 }
 
-// act loads the task, decides and appends on the revision it decided on,
-// deciding again after a conflict.
+// act decides through the task repository: it reads the task, decides
+// and appends on the revision it decided on, deciding again after a
+// conflict.
 func (o *Operator) act(ctx context.Context, taskID, by string, decide func(*domain.Task, *domain.Workflow, domain.Decision) ([]domain.Event, error)) error {
 	if by == "" {
 		return errors.New("an operator action must say who does it")
 	}
-	for i := 0; i < maxConflicts; i++ {
-		recorded, err := o.Store.ReadStream(ctx, domain.TaskStream(taskID))
-		if err != nil {
-			return err
-		}
-		t := domain.NewTask(taskID)
-		for _, r := range recorded {
-			ev, err := domain.DecodeEvent(r.Type, r.Data)
-			if err != nil {
-				return errors.Wrapf(err, "task %s revision %d", taskID, r.Revision)
-			}
-			t.Apply(ev)
-		}
-		if !t.Exists() {
-			return errors.Wrapf(domain.ErrTaskNotFound, "%q", taskID)
-		}
+	repo := o.Tasks
+	if repo == nil {
+		repo = NewTaskRepository(o.Store)
+	}
+	meta := domain.EventMetadata{CausationID: "operator/" + by, Actor: "operator/" + by}
+	_, err := repo.Update(ctx, taskID, nil, meta, func(t *domain.Task) ([]domain.Event, error) {
 		wf, err := o.Workflows.Workflow(ctx, t.Workflow, t.WorkflowVersion)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		events, err := decide(t, wf, domain.Decision{Now: o.Clock(), Actor: by, Random: rand.Float64()})
-		if err != nil {
-			return err
-		}
-		batch, err := toNewEvents(events, domain.EventMetadata{CorrelationID: taskID, CausationID: "operator/" + by, Actor: "operator/" + by})
-		if err != nil {
-			return err
-		}
-		_, err = o.Store.Append(ctx, domain.TaskStream(taskID), domain.ExpectAfter(t.Revision), batch...)
-		if !errors.Is(err, domain.ErrConcurrencyConflict) {
-			return err
-		}
-	}
-	return errors.Newf("task %s kept changing; try again", taskID)
+		return decide(t, wf, domain.Decision{Now: o.Clock.Now(), Actor: by, Random: rand.Float64()})
+	})
+	return err
 }

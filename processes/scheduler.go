@@ -47,7 +47,8 @@ type Scheduler struct {
 	Actor  string
 	Clock  Clock
 	Logger *slog.Logger
-	// Shards is how many tasks may be decided at once. Default 64.
+	// Shards is how many tasks may be decided at once. Default
+	// DefaultShards.
 	Shards int
 	// Ownership says which tasks this instance decides when several
 	// schedulers share the work; nil means all of them. Call Rebalanced
@@ -57,13 +58,15 @@ type Scheduler struct {
 	// by every scheduler instance under CheckpointName; nil means follow
 	// the store from the start at every start.
 	Checkpoints TaskCheckpoints
-	// CheckpointName names the checkpoint. Default "scheduler".
+	// CheckpointName names the checkpoint. Default
+	// DefaultSchedulerCheckpoint.
 	CheckpointName string
 	// CheckpointEvery bounds the time between checkpoints while events
 	// arrive. Default DefaultTaskCheckpointEvery.
 	CheckpointEvery time.Duration
 
 	init   sync.Once
+	repo   *TaskRepository
 	shards []*shard
 	ready  chan struct{}
 	// liveShards counts the shards that have caught up.
@@ -123,7 +126,9 @@ type shard struct {
 	live   bool
 	// wakes holds the times at which retries of tasks fall due.
 	wakes dueHeap[wakeEntry]
-	timer *time.Timer
+	// timer fires when the earliest wake falls due; nil until one is
+	// scheduled.
+	timer Timer
 }
 
 type job struct {
@@ -141,14 +146,12 @@ func (s *Scheduler) setup() {
 	s.init.Do(func() {
 		n := s.Shards
 		if n <= 0 {
-			n = 64
+			n = DefaultShards
 		}
 		s.ready = make(chan struct{})
 		for i := 0; i < n; i++ {
-			timer := time.NewTimer(time.Hour)
-			timer.Stop()
 			s.shards = append(s.shards, &shard{s: s, inbox: make(chan job, 256), tasks: map[string]*domain.Task{}, done: map[string]int64{}, doneOrder: &doneOrder{},
-				unsure: map[string]struct{}{}, timer: timer})
+				unsure: map[string]struct{}{}})
 		}
 	})
 }
@@ -159,11 +162,16 @@ func (s *Scheduler) Ready() <-chan struct{} {
 	return s.ready
 }
 
-// Run follows the store and decides until ctx ends.
+// Run follows the store and decides until ctx ends. It refuses to start
+// with an invalid configuration (Validate).
 func (s *Scheduler) Run(ctx context.Context) error {
+	if err := s.Validate(); err != nil {
+		return err
+	}
 	s.setup()
+	s.repo = NewTaskRepository(s.Store)
 	if s.CheckpointName == "" {
-		s.CheckpointName = "scheduler"
+		s.CheckpointName = DefaultSchedulerCheckpoint
 	}
 	if s.CheckpointEvery <= 0 {
 		s.CheckpointEvery = DefaultTaskCheckpointEvery
@@ -226,7 +234,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 // the shards run.
 func (s *Scheduler) resumeFrom(ctx context.Context, cp domain.TaskCheckpoint) {
 	began := time.Now()
-	tasks, unread := loadTasks(ctx, s.Store, cp.Tasks, s.Logger)
+	tasks, unread := loadTasks(ctx, s.repo, cp.Tasks, s.Logger)
 	s.startLoads.Add(int64(len(cp.Tasks)))
 	for _, t := range tasks {
 		if sh := s.shardOf(t.ID); sh.keep(t) {
@@ -343,7 +351,7 @@ func (sh *shard) run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-sh.timer.C:
+		case <-sh.timerC():
 			sh.wake(ctx)
 		case j := <-sh.inbox:
 			switch {
@@ -372,7 +380,7 @@ func (sh *shard) run(ctx context.Context) {
 }
 
 func (sh *shard) decision() domain.Decision {
-	return domain.Decision{Now: sh.s.Clock(), Actor: sh.s.Actor, Random: rand.Float64()}
+	return domain.Decision{Now: sh.s.Clock.Now(), Actor: sh.s.Actor, Random: rand.Float64()}
 }
 
 // goLive happens once the shard has seen every stored event: it decides
@@ -403,7 +411,7 @@ func (sh *shard) resumeAll(ctx context.Context) {
 // resend produces again the command of every attempt in flight whose
 // CompleteBy has not passed (later ones are the supervisor's).
 func (sh *shard) resend(ctx context.Context, t *domain.Task) {
-	now := sh.s.Clock()
+	now := sh.s.Clock.Now()
 	for _, a := range t.InFlight() {
 		if a.CompleteBy.After(now) {
 			sh.send(ctx, t, a)
@@ -413,7 +421,7 @@ func (sh *shard) resend(ctx context.Context, t *domain.Task) {
 
 // wake decides for the tasks whose retries fell due.
 func (sh *shard) wake(ctx context.Context) {
-	now := sh.s.Clock()
+	now := sh.s.Clock.Now()
 	for len(sh.wakes) > 0 && !sh.wakes[0].at.After(now) {
 		w := heap.Pop(&sh.wakes).(wakeEntry)
 		if t := sh.tasks[w.taskID]; t != nil && sh.live && sh.s.owns(t.ID) {
@@ -432,10 +440,27 @@ func (sh *shard) schedule(t *domain.Task) {
 }
 
 func (sh *shard) armTimer() {
-	sh.timer.Stop()
-	if len(sh.wakes) > 0 {
-		sh.timer.Reset(max(time.Until(sh.wakes[0].at), 0))
+	if sh.timer != nil {
+		sh.timer.Stop()
 	}
+	if len(sh.wakes) == 0 {
+		return
+	}
+	d := max(sh.wakes[0].at.Sub(sh.s.Clock.Now()), 0)
+	if sh.timer == nil {
+		sh.timer = sh.s.Clock.NewTimer(d)
+	} else {
+		sh.timer.Reset(d)
+	}
+}
+
+// timerC is the channel of the shard's timer; nil (never ready) before one
+// is armed.
+func (sh *shard) timerC() <-chan time.Time {
+	if sh.timer == nil {
+		return nil
+	}
+	return sh.timer.C()
 }
 
 // wakeEntry is a retry falling due. One whose task has moved on is
@@ -456,24 +481,19 @@ func (sh *shard) onEvent(ctx context.Context, e *domain.RecordedEvent) {
 	if t == nil {
 		t = domain.NewTask(id)
 	}
-	switch rev := int64(e.Revision); {
-	case rev <= t.Revision:
-		return // this shard appended it and applied it already
-	case rev == t.Revision+1:
-		ev, err := e.Decode()
-		if err != nil {
-			sh.s.Logger.Error("task event cannot be folded; reloading the task", "task", id, "revision", e.Revision, "err", err.Error())
-			if t, err = sh.load(ctx, id); err != nil {
-				return
-			}
-		} else {
-			t.Apply(ev)
-		}
-	default:
-		var err error
+	ev, err := t.ApplyRecorded(e)
+	switch {
+	case errors.Is(err, domain.ErrRevisionGap):
+		// Events of the task came before this shard knew it (it started
+		// before the checkpoint, or finished and came back): read them.
 		if t, err = sh.load(ctx, id); err != nil {
 			return
 		}
+	case err != nil:
+		sh.unreadable(id, err)
+		return
+	case ev == nil:
+		return // this shard appended it and applied it already
 	}
 	if !sh.keep(t) {
 		return
@@ -510,120 +530,106 @@ func (sh *shard) remember(t *domain.Task) {
 }
 
 // load reads a task's whole stream and folds it. A task whose stream
-// cannot be read is remembered as unsure, so that checkpoints keep naming
-// it until a read succeeds.
+// cannot be read or folded is remembered as unsure, so that checkpoints
+// keep naming it until a read succeeds, and nothing is decided for it.
 func (sh *shard) load(ctx context.Context, id string) (*domain.Task, error) {
-	recorded, err := sh.s.Store.ReadStream(ctx, domain.TaskStream(id))
+	t, err := sh.s.repo.Load(ctx, id)
 	if err != nil {
-		sh.s.Logger.Error("read task stream", "task", id, "err", err.Error())
-		sh.unsure[id] = struct{}{}
+		sh.unreadable(id, err)
 		return nil, err
 	}
-	t := foldStream(id, recorded, sh.s.Logger)
-	delete(sh.unsure, id)
-	delete(sh.done, id)
+	sh.adopt(t)
+	return t, nil
+}
+
+// unreadable notes a task whose stream could not be read or folded: it is
+// unsure until a read succeeds. A task with an event this version cannot
+// read is forgotten, so nothing is decided for it; after a failed read the
+// state it had is kept, so that a retry falling due tries again.
+func (sh *shard) unreadable(id string, err error) {
+	sh.s.Logger.Error("task cannot be read", "task", id, "err", err.Error())
+	if errors.Is(err, domain.ErrUnreadableEvent) {
+		delete(sh.tasks, id)
+	}
+	sh.unsure[id] = struct{}{}
+}
+
+// adopt keeps a task just read from its stream.
+func (sh *shard) adopt(t *domain.Task) {
+	delete(sh.unsure, t.ID)
+	delete(sh.done, t.ID)
 	if !t.Exists() {
 		// Never submitted (a reply naming an unknown task, say): no state
 		// is kept for it, so nothing can later decide for it.
-		delete(sh.tasks, id)
-		return t, nil
+		delete(sh.tasks, t.ID)
+		return
 	}
 	if sh.keep(t) {
 		sh.schedule(t)
 	}
-	return t, nil
 }
-
-// maxConflicts bounds how often one trigger is re-decided after conflicts.
-const maxConflicts = 10
 
 // advance decides what the task needs next and records it.
 func (sh *shard) advance(ctx context.Context, t *domain.Task, causation string) {
-	for i := 0; i < maxConflicts; i++ {
-		var events []domain.Event
+	_ = sh.update(ctx, t.ID, t, causation, func(t *domain.Task) ([]domain.Event, error) {
+		if t.State.Terminal() {
+			return nil, nil
+		}
 		wf, err := sh.s.Workflows.Workflow(ctx, t.Workflow, t.WorkflowVersion)
 		switch {
 		case errors.Is(err, domain.ErrUnknownWorkflow):
-			events = []domain.Event{domain.TaskFailed{TaskID: t.ID, Reason: err.Error(), At: sh.s.Clock()}}
+			return []domain.Event{domain.TaskFailed{TaskID: t.ID, Reason: err.Error(), At: sh.s.Clock.Now()}}, nil
 		case err != nil:
-			sh.s.Logger.Error("read the workflow of a task", "task", t.ID, "err", err.Error())
-			return
-		default:
-			events = t.Next(wf, sh.decision())
+			return nil, errors.Wrap(err, "read the workflow of a task")
 		}
-		if len(events) == 0 {
-			return
-		}
-		err = sh.commit(ctx, t, events, causation)
-		if !errors.Is(err, domain.ErrConcurrencyConflict) {
-			return
-		}
-		if t, err = sh.load(ctx, t.ID); err != nil || t.State.Terminal() || !t.Exists() {
-			return
-		}
-	}
+		return t.Next(wf, sh.decision()), nil
+	})
 }
 
 func (sh *shard) onReply(ctx context.Context, r domain.StepReply, source string) error {
-	for i := 0; i < maxConflicts; i++ {
-		t := sh.tasks[r.TaskID]
-		if t == nil {
-			var err error
-			if t, err = sh.load(ctx, r.TaskID); err != nil {
-				return err
-			}
-		}
-		var wf *domain.Workflow
-		if t.Exists() {
-			var err error
-			if wf, err = sh.s.Workflows.Workflow(ctx, t.Workflow, t.WorkflowVersion); err != nil {
-				return errors.Wrapf(err, "task %s", t.ID)
-			}
-		}
-		events, err := t.RecordReply(wf, r, sh.decision())
-		if errors.Is(err, domain.ErrStaleReply) {
-			sh.s.staleReplies.Add(1)
-			sh.s.Logger.Debug("stale reply ignored", "source", source, "reason", err.Error())
-			return nil
-		}
+	err := sh.update(ctx, r.TaskID, sh.tasks[r.TaskID], source, func(t *domain.Task) ([]domain.Event, error) {
+		wf, err := sh.s.Workflows.Workflow(ctx, t.Workflow, t.WorkflowVersion)
 		if err != nil {
-			return err
+			return nil, errors.Wrapf(err, "task %s", t.ID)
 		}
-		err = sh.commit(ctx, t, events, source)
-		if !errors.Is(err, domain.ErrConcurrencyConflict) {
-			return err
-		}
-		delete(sh.tasks, r.TaskID) // re-read on the next round
+		return t.RecordReply(wf, r, sh.decision())
+	})
+	if errors.Is(err, domain.ErrStaleReply) {
+		sh.s.staleReplies.Add(1)
+		sh.s.Logger.Debug("stale reply ignored", "source", source, "reason", err.Error())
+		return nil
 	}
-	return errors.Newf("task %s: gave up after %d conflicting decisions", r.TaskID, maxConflicts)
+	return err
 }
 
-// commit appends the decided events on the revision they were decided on,
-// folds them into the task and then carries out their effects.
-//
-// Only the submitter creates task streams: commit refuses a task that was
-// never submitted, as its expected revision would be "no stream" and the
-// append would create one.
-func (sh *shard) commit(ctx context.Context, t *domain.Task, events []domain.Event, causation string) error {
-	if !t.Exists() {
-		return errors.Wrapf(domain.ErrTaskNotFound, "%q: the scheduler never creates a task stream", t.ID)
-	}
-	batch, err := toNewEvents(events, domain.EventMetadata{CorrelationID: t.ID, CausationID: causation, Actor: sh.s.Actor})
-	if err != nil {
+// update decides through the task repository, starting from the shard's
+// state of the task (known, nil when it has none), keeps what the
+// repository read or appended, and then carries out the effects of the
+// appended events: commands are produced only after the append that
+// records them.
+func (sh *shard) update(ctx context.Context, id string, known *domain.Task, causation string, decide domain.UpdateFunc) error {
+	u, err := sh.s.repo.Update(ctx, id, known, domain.EventMetadata{CausationID: causation, Actor: sh.s.Actor}, decide)
+	sh.s.conflicts.Add(int64(u.Conflicts))
+	switch {
+	case u.Task == nil:
+		if err != nil && ctx.Err() == nil {
+			sh.unreadable(id, err)
+		}
 		return err
+	case u.Read:
+		sh.adopt(u.Task)
 	}
-	if _, err := sh.s.Store.Append(ctx, domain.TaskStream(t.ID), domain.ExpectAfter(t.Revision), batch...); err != nil {
-		if errors.Is(err, domain.ErrConcurrencyConflict) {
-			sh.s.conflicts.Add(1)
-		} else {
-			sh.s.Logger.Error("append task events", "task", t.ID, "err", err.Error())
+	if err != nil {
+		if !errors.Is(err, domain.ErrTaskNotFound) && !errors.Is(err, domain.ErrStaleReply) && !errors.Is(err, domain.ErrUnknownStep) && ctx.Err() == nil {
+			sh.s.Logger.Error("decide for a task", "task", id, "err", err.Error())
 		}
 		return err
 	}
-	for _, e := range events {
-		t.Apply(e)
+	if len(u.Events) == 0 {
+		return nil
 	}
-	for _, e := range events {
+	t := u.Task
+	for _, e := range u.Events {
 		switch d := e.(type) {
 		case domain.StepDispatched:
 			sh.send(ctx, t, domain.InFlightAttempt{Step: d.Step, Attempt: d.Attempt, CompleteBy: d.CompleteBy})

@@ -24,25 +24,34 @@ type StatusPublisher struct {
 	Logger      *slog.Logger
 	// Name keys the checkpoint; publishers with one name share it.
 	Name string
-	// CheckpointEvery bounds the time between checkpoints. Default 200 ms.
+	// CheckpointEvery bounds the time between checkpoints. Default
+	// DefaultStatusCheckpointEvery.
 	CheckpointEvery time.Duration
 
-	tasks     map[string]*domain.Task
-	published atomic.Int64
+	tasks              map[string]*domain.Task
+	published, skipped atomic.Int64
 }
 
 // Published counts the status messages sent.
 func (p *StatusPublisher) Published() int64 { return p.published.Load() }
+
+// Skipped counts the task events no status was sent for because they, or
+// an event before them, could not be folded.
+func (p *StatusPublisher) Skipped() int64 { return p.skipped.Load() }
 
 // errFlush ends one subscription round so that it restarts from the
 // checkpoint.
 var errFlush = errors.New("status delivery failed")
 
 // Run publishes until ctx ends, restarting from the checkpoint after a
-// failed delivery.
+// failed delivery. It refuses to start with an invalid configuration
+// (Validate).
 func (p *StatusPublisher) Run(ctx context.Context) error {
+	if err := p.Validate(); err != nil {
+		return err
+	}
 	if p.CheckpointEvery <= 0 {
-		p.CheckpointEvery = 200 * time.Millisecond
+		p.CheckpointEvery = DefaultStatusCheckpointEvery
 	}
 	for ctx.Err() == nil {
 		err := p.round(ctx)
@@ -51,7 +60,7 @@ func (p *StatusPublisher) Run(ctx context.Context) error {
 		}
 		p.Logger.Warn("status publisher restarts from its checkpoint", "err", err.Error())
 		select {
-		case <-time.After(time.Second):
+		case <-time.After(DefaultStatusRestartAfter):
 		case <-ctx.Done():
 		}
 	}
@@ -99,31 +108,35 @@ func (p *StatusPublisher) round(ctx context.Context) error {
 	})
 }
 
-// publish folds e and sends its status.
+// publish folds e and sends its status. An event that cannot be folded
+// (domain.ErrUnreadableEvent, in it or before it in its stream) gets no
+// status: the publisher logs and counts it and forgets the task, so the
+// task's later events read its stream again (and fail the same way until a
+// version that reads the event runs).
 func (p *StatusPublisher) publish(ctx context.Context, e domain.RecordedEvent) error {
 	id, _ := domain.TaskIDFromStream(e.Stream)
 	t := p.tasks[id]
 	if t == nil && e.Revision > 0 {
 		// A task that started before the checkpoint: fold its history.
 		var err error
-		if t, err = p.load(ctx, id, e.Revision); err != nil {
+		if t, err = p.load(ctx, id, e.Revision); errors.Is(err, domain.ErrUnreadableEvent) {
+			p.unreadable(id, err)
+			return nil
+		} else if err != nil {
 			return err
 		}
 	}
 	if t == nil {
 		t = domain.NewTask(id)
 	}
-	if int64(e.Revision) <= t.Revision {
+	ev, err := t.ApplyRecorded(&e)
+	switch {
+	case err != nil:
+		p.unreadable(id, err)
 		return nil
+	case ev == nil:
+		return nil // published already
 	}
-	ev, err := e.Decode()
-	if err != nil {
-		p.Logger.Warn("no status for an event that cannot be read", "task", id, "revision", e.Revision, "err", err.Error())
-		t.Revision = int64(e.Revision)
-		return nil
-	}
-	t.Revision = int64(e.Revision) - 1
-	t.Apply(ev)
 	st := domain.StatusOf(t, ev, e.Revision, e.Recorded)
 	if domain.ReservedTopic(st.ReplyTo) {
 		// Accepted before reply topics were checked: a status there would
@@ -140,22 +153,14 @@ func (p *StatusPublisher) publish(ctx context.Context, e domain.RecordedEvent) e
 	return nil
 }
 
+// unreadable forgets a task whose events cannot be folded.
+func (p *StatusPublisher) unreadable(id string, err error) {
+	p.skipped.Add(1)
+	p.Logger.Error("no status for a task event that cannot be folded", "task", id, "err", err.Error())
+	delete(p.tasks, id)
+}
+
 // load folds a task's events before revision until.
 func (p *StatusPublisher) load(ctx context.Context, id string, until uint64) (*domain.Task, error) {
-	recorded, err := p.Store.ReadStream(ctx, domain.TaskStream(id))
-	if err != nil {
-		return nil, err
-	}
-	t := domain.NewTask(id)
-	for _, r := range recorded {
-		if r.Revision >= until {
-			break
-		}
-		if ev, err := domain.DecodeEvent(r.Type, r.Data); err == nil {
-			t.Apply(ev)
-		} else {
-			t.Revision++
-		}
-	}
-	return t, nil
+	return NewTaskRepository(p.Store).LoadBefore(ctx, id, until)
 }

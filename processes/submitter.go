@@ -34,7 +34,17 @@ type Submitter struct {
 	// trigger topics are never allowed.
 	ReplyTopics domain.ReplyTopicPolicy
 
+	// Tasks creates the tasks; nil means NewTaskRepository(Store).
+	Tasks domain.TaskRepository
+
 	accepted, duplicates, rejected atomic.Int64
+}
+
+func (s *Submitter) tasks() domain.TaskRepository {
+	if s.Tasks == nil {
+		return NewTaskRepository(s.Store)
+	}
+	return s.Tasks
 }
 
 // SubmitterStats counts what the submitter did.
@@ -79,16 +89,11 @@ func (s *Submitter) HandleOrder(ctx context.Context, msg Inbound) error {
 		// Missing, malformed or oversized: never stored as it came.
 		trace = NewTraceParent()
 	}
-	submitted := domain.Submit(order, wf, trace, s.Clock())
-	data, err := domain.EncodeEvent(submitted)
-	if err != nil {
-		return s.reject(ctx, msg, order.ReplyTo, err)
-	}
-	meta := domain.EventMetadata{CorrelationID: order.OrderID, CausationID: causation(msg), Actor: s.Actor, TraceParent: trace}
-	_, err = s.Store.Append(ctx, domain.TaskStream(order.OrderID), domain.ExpectNoStream(),
-		domain.NewEvent{Type: submitted.EventType(), Data: data, Metadata: meta})
+	submitted := domain.Submit(order, wf, trace, s.Clock.Now())
+	meta := domain.EventMetadata{CausationID: causation(msg), Actor: s.Actor, TraceParent: trace}
+	err = s.tasks().Create(ctx, order.OrderID, meta, submitted)
 	switch {
-	case errors.Is(err, domain.ErrConcurrencyConflict):
+	case errors.Is(err, domain.ErrTaskExists):
 		s.duplicates.Add(1)
 		s.Logger.Info("duplicate order acknowledged", "order", order.OrderID, "source", msg.Source())
 		return nil
@@ -153,7 +158,7 @@ func (s *Submitter) reject(ctx context.Context, msg Inbound, replyTo string, rea
 		}
 	}
 	s.Rejections.PublishStatus(ctx, domain.TaskStatus{OrderID: id, Status: domain.StatusRejected, Reason: truncateReason(reason.Error()),
-		Time: s.Clock(), ReplyTo: replyTo, TraceParent: msg.Headers["traceparent"]})
+		Time: s.Clock.Now(), ReplyTo: replyTo, TraceParent: msg.Headers["traceparent"]})
 	return errors.Wrap(s.Rejections.Flush(ctx), "tell the caller of a rejected order")
 }
 

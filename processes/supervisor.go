@@ -36,10 +36,11 @@ type Supervisor struct {
 	Actor  string
 	Clock  Clock
 	Logger *slog.Logger
-	// Interval between scans. Default 1 s.
+	// Interval between scans. Default DefaultSupervisorInterval.
 	Interval time.Duration
 	// Grace is how long past CompleteBy an attempt still has before it
-	// times out, so that a reply sent at the last moment wins. Default 100 ms.
+	// times out, so that a reply sent at the last moment wins. Default
+	// DefaultSupervisorGrace.
 	Grace time.Duration
 	// Leader says whether this instance may act; nil means always.
 	Leader Leadership
@@ -47,12 +48,14 @@ type Supervisor struct {
 	// by every supervisor instance under CheckpointName; nil means follow
 	// the store from the start at every start.
 	Checkpoints TaskCheckpoints
-	// CheckpointName names the checkpoint. Default "supervisor".
+	// CheckpointName names the checkpoint. Default
+	// DefaultSupervisorCheckpoint.
 	CheckpointName string
 	// CheckpointEvery bounds the time between checkpoints while events
 	// arrive. Default DefaultTaskCheckpointEvery.
 	CheckpointEvery time.Duration
 
+	repo      *TaskRepository
 	mu        sync.Mutex
 	tasks     map[string]*domain.Task
 	deadlines dueHeap[deadline]
@@ -103,13 +106,13 @@ func (s *Supervisor) init() {
 		s.unsure = map[string]struct{}{}
 		s.ready = make(chan struct{})
 		if s.Interval <= 0 {
-			s.Interval = time.Second
+			s.Interval = DefaultSupervisorInterval
 		}
 		if s.Grace == 0 {
-			s.Grace = 100 * time.Millisecond
+			s.Grace = DefaultSupervisorGrace
 		}
 		if s.CheckpointName == "" {
-			s.CheckpointName = "supervisor"
+			s.CheckpointName = DefaultSupervisorCheckpoint
 		}
 		if s.CheckpointEvery <= 0 {
 			s.CheckpointEvery = DefaultTaskCheckpointEvery
@@ -123,9 +126,14 @@ func (s *Supervisor) Ready() <-chan struct{} {
 	return s.ready
 }
 
-// Run follows the store and scans for timeouts until ctx ends.
+// Run follows the store and scans for timeouts until ctx ends. It refuses
+// to start with an invalid configuration (Validate).
 func (s *Supervisor) Run(ctx context.Context) error {
+	if err := s.Validate(); err != nil {
+		return err
+	}
 	s.init()
+	s.repo = NewTaskRepository(s.Store)
 	from := domain.FromStart()
 	cps := &checkpointer{}
 	if s.Checkpoints != nil {
@@ -153,8 +161,8 @@ func (s *Supervisor) Run(ctx context.Context) error {
 			return cps.handled(ctx, it.Event.Position)
 		})
 	}()
-	ticker := time.NewTicker(s.Interval)
-	defer ticker.Stop()
+	timer := s.Clock.NewTimer(s.Interval)
+	defer timer.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -164,7 +172,8 @@ func (s *Supervisor) Run(ctx context.Context) error {
 				return nil
 			}
 			return errors.Wrap(err, "supervisor subscription")
-		case <-ticker.C:
+		case <-timer.C():
+			timer.Reset(s.Interval)
 			select {
 			case <-s.ready:
 			default:
@@ -182,7 +191,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 // their attempts in flight.
 func (s *Supervisor) resumeFrom(ctx context.Context, cp domain.TaskCheckpoint) {
 	began := time.Now()
-	tasks, unread := loadTasks(ctx, s.Store, cp.Tasks, s.Logger)
+	tasks, unread := loadTasks(ctx, s.repo, cp.Tasks, s.Logger)
 	s.startLoads.Add(int64(len(cp.Tasks)))
 	s.mu.Lock()
 	for _, t := range tasks {
@@ -253,38 +262,57 @@ func (s *Supervisor) apply(ctx context.Context, e domain.RecordedEvent) {
 	}
 	s.mu.Lock()
 	t := s.known(id)
-	s.mu.Unlock()
-	if t == nil && e.Revision > 0 {
-		read, err := readTask(ctx, s.Store, id, s.Logger)
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if err != nil {
-			s.unsure[id] = struct{}{}
+	if t == nil {
+		if _, unsure := s.unsure[id]; !unsure && e.Revision == 0 {
+			t = domain.NewTask(id)
+		}
+	}
+	if t != nil {
+		ev, err := t.ApplyRecorded(&e)
+		switch {
+		case err == nil:
+			if ev != nil {
+				s.track(t, ev)
+			}
+			s.mu.Unlock()
+			return
+		case !errors.Is(err, domain.ErrRevisionGap):
+			s.unreadable(id, err)
+			s.mu.Unlock()
 			return
 		}
-		delete(s.unsure, id)
-		if s.known(id) == nil && read.Exists() {
-			s.file(read)
-		}
-		return
 	}
-	ev, err := e.Decode()
+	s.mu.Unlock()
+	// A task it does not know, or one it missed events of: read it. Only
+	// this goroutine folds events, so none of the task's is folded
+	// meanwhile; an append of the supervisor's own that the read misses
+	// is delivered after it.
+	read, err := s.repo.Load(ctx, id)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if t = s.known(id); t == nil {
-		t = domain.NewTask(id)
-	}
-	if int64(e.Revision) <= t.Revision {
-		return // this supervisor appended it and applied it already
-	}
-	t.Revision = int64(e.Revision) - 1
 	if err != nil {
-		s.Logger.Warn("supervisor cannot read a task event", "task", id, "revision", e.Revision, "err", err.Error())
-		t.Revision++
-	} else {
-		t.Apply(ev)
+		s.unreadable(id, err)
+		return
 	}
-	s.track(t, ev)
+	delete(s.unsure, id)
+	delete(s.tasks, id)
+	delete(s.failed, id)
+	if read.Exists() {
+		s.file(read)
+	}
+}
+
+// unreadable notes a task whose stream could not be read or folded:
+// checkpoints name it until a read succeeds. A task with an event this
+// version cannot read is forgotten, so nothing is decided for it. The
+// caller holds mu.
+func (s *Supervisor) unreadable(id string, err error) {
+	s.Logger.Error("supervisor cannot read a task", "task", id, "err", err.Error())
+	if errors.Is(err, domain.ErrUnreadableEvent) {
+		delete(s.tasks, id)
+		delete(s.failed, id)
+	}
+	s.unsure[id] = struct{}{}
 }
 
 // track files the task by its state and indexes a new attempt's deadline
@@ -318,7 +346,7 @@ type dueAttempt struct {
 
 // scan times out the attempts that are due and alerts for tasks in Error.
 func (s *Supervisor) scan(ctx context.Context) {
-	now := s.Clock()
+	now := s.Clock.Now()
 	var due []dueAttempt
 	var alerts []*domain.Task
 	s.mu.Lock()
@@ -346,34 +374,30 @@ func (s *Supervisor) scan(ctx context.Context) {
 	}
 }
 
+// timeOut decides and records that an attempt timed out, through the task
+// repository: from the supervisor's own state of the task, and after a
+// conflict from a fresh read (another supervisor may have timed it out
+// already, which then decides nothing).
 func (s *Supervisor) timeOut(ctx context.Context, a dueAttempt, now time.Time) {
 	t, d := a.task, a.d
-	wf, err := s.Workflows.Workflow(ctx, t.Workflow, t.WorkflowVersion)
-	if err != nil {
-		s.Logger.Error("supervisor cannot read the workflow of a task", "task", t.ID, "err", err.Error())
-		return
-	}
-	events, err := t.TimeOut(wf, d.step, d.compensation, d.attempt, domain.Decision{Now: now, Actor: s.Actor, Random: rand.Float64()})
-	if errors.Is(err, domain.ErrNotInFlight) {
-		return // answered, or timed out already
-	}
-	if err != nil {
-		s.Logger.Warn("supervisor timeout decision", "task", t.ID, "err", err.Error())
-		return
-	}
-	batch, err := toNewEvents(events, domain.EventMetadata{CorrelationID: t.ID, CausationID: "timeout/" + d.step + "/" + itoa(int64(d.attempt)), Actor: s.Actor})
-	if err != nil {
-		s.Logger.Error("encode timeout", "err", err.Error())
-		return
-	}
-	_, err = s.Store.Append(ctx, domain.TaskStream(t.ID), domain.ExpectAfter(t.Revision), batch...)
-	if err != nil {
-		if errors.Is(err, domain.ErrConcurrencyConflict) {
-			s.conflicts.Add(1)
-		} else {
-			s.Logger.Error("append timeout", "task", t.ID, "err", err.Error())
+	known := t.Revision
+	meta := domain.EventMetadata{CausationID: "timeout/" + d.step + "/" + itoa(int64(d.attempt)), Actor: s.Actor}
+	u, err := s.repo.Update(ctx, t.ID, t, meta, func(t *domain.Task) ([]domain.Event, error) {
+		wf, err := s.Workflows.Workflow(ctx, t.Workflow, t.WorkflowVersion)
+		if err != nil {
+			return nil, errors.Wrap(err, "read the workflow of a task")
 		}
-		// Look again at the next scan, on the state the subscription brings.
+		return t.TimeOut(wf, d.step, d.compensation, d.attempt, domain.Decision{Now: now, Actor: s.Actor, Random: rand.Float64()})
+	})
+	s.conflicts.Add(int64(u.Conflicts))
+	switch {
+	case errors.Is(err, domain.ErrNotInFlight), err == nil && len(u.Events) == 0:
+		return // answered, or timed out already
+	case err != nil:
+		if ctx.Err() == nil {
+			s.Logger.Error("supervisor timeout", "task", t.ID, "err", err.Error())
+		}
+		// Look again at the next scan.
 		s.mu.Lock()
 		heap.Push(&s.deadlines, d)
 		s.mu.Unlock()
@@ -381,11 +405,14 @@ func (s *Supervisor) timeOut(ctx context.Context, a dueAttempt, now time.Time) {
 	}
 	s.timeouts.Add(1)
 	s.Logger.Info("attempt timed out", "task", t.ID, "step", d.step, "compensation", d.compensation, "attempt", d.attempt,
-		"then", events[len(events)-1].EventType())
+		"then", u.Events[len(u.Events)-1].EventType())
+	if u.Read {
+		return // the subscription brings the events it read past the supervisor's state
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if cur := s.tasks[t.ID]; cur != nil && cur.Revision == t.Revision {
-		for _, e := range events {
+	if cur := s.tasks[t.ID]; cur != nil && cur.Revision == known {
+		for _, e := range u.Events {
 			cur.Apply(e)
 			s.track(cur, e)
 		}

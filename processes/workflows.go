@@ -48,7 +48,7 @@ type Registry struct {
 // NewRegistry returns a registry over the store.
 func NewRegistry(store EventStore, clock Clock) *Registry {
 	if clock == nil {
-		clock = time.Now
+		clock = SystemClock
 	}
 	return &Registry{Store: store, Clock: clock, Refresh: DefaultWorkflowRefresh,
 		versions: map[string][]*domain.Workflow{}, checked: map[string]time.Time{}}
@@ -65,7 +65,7 @@ func (r *Registry) Apply(ctx context.Context, w *domain.Workflow, by string) (re
 	if err := r.checkTrigger(ctx, w); err != nil {
 		return nil, false, err
 	}
-	for range maxConflicts {
+	for range DefaultMaxConflicts {
 		versions, err := r.read(ctx, w.Name)
 		if err != nil {
 			return nil, false, err
@@ -79,7 +79,7 @@ func (r *Registry) Apply(ctx context.Context, w *domain.Workflow, by string) (re
 		if err != nil {
 			return nil, false, err
 		}
-		event := domain.WorkflowRegistered{Name: w.Name, Version: next.Version, Definition: def, RegisteredBy: by, RegisteredAt: r.Clock().UTC()}
+		event := domain.WorkflowRegistered{Name: w.Name, Version: next.Version, Definition: def, RegisteredBy: by, RegisteredAt: r.Clock.Now().UTC()}
 		batch, err := toNewEvents([]domain.Event{event}, domain.EventMetadata{CorrelationID: domain.WorkflowStream(w.Name), Actor: by})
 		if err != nil {
 			return nil, false, err
@@ -97,7 +97,7 @@ func (r *Registry) Apply(ctx context.Context, w *domain.Workflow, by string) (re
 		}
 		r.mu.Lock()
 		r.versions[w.Name] = append(slices.Clip(versions), &next)
-		r.checked[w.Name] = r.Clock()
+		r.checked[w.Name] = r.Clock.Now()
 		r.mu.Unlock()
 		return &next, true, nil
 	}
@@ -151,7 +151,7 @@ func (r *Registry) checkTrigger(ctx context.Context, w *domain.Workflow) error {
 func (r *Registry) Workflow(ctx context.Context, name string, version int) (*domain.Workflow, error) {
 	r.mu.Lock()
 	versions := r.versions[name]
-	fresh := r.Clock().Sub(r.checked[name]) < r.refresh()
+	fresh := r.Clock.Now().Sub(r.checked[name]) < r.refresh()
 	r.mu.Unlock()
 	if version > 0 && version <= len(versions) {
 		return versions[version-1], nil
@@ -186,7 +186,7 @@ func (r *Registry) Versions(ctx context.Context, name string) ([]*domain.Workflo
 // again whatever Refresh says.
 func (r *Registry) Names(ctx context.Context, fresh bool) ([]string, error) {
 	r.mu.Lock()
-	if !fresh && r.namesRead.After(time.Time{}) && r.Clock().Sub(r.namesRead) < r.refresh() {
+	if !fresh && r.namesRead.After(time.Time{}) && r.Clock.Now().Sub(r.namesRead) < r.refresh() {
 		names := slices.Clone(r.names)
 		r.mu.Unlock()
 		return names, nil
@@ -206,7 +206,7 @@ func (r *Registry) Names(ctx context.Context, fresh bool) ([]string, error) {
 	}
 	sort.Strings(names)
 	r.mu.Lock()
-	r.names, r.namesRead = names, r.Clock()
+	r.names, r.namesRead = names, r.Clock.Now()
 	r.mu.Unlock()
 	return slices.Clone(names), nil
 }
@@ -350,7 +350,7 @@ func (r *Registry) read(ctx context.Context, name string) ([]*domain.Workflow, e
 	if len(versions) >= len(r.versions[name]) {
 		r.versions[name] = versions
 	}
-	r.checked[name] = r.Clock()
+	r.checked[name] = r.Clock.Now()
 	r.mu.Unlock()
 	return versions, nil
 }

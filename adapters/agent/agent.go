@@ -199,14 +199,18 @@ func New(name string, handler Handler, cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	producer := kafka.NewProducer(client, "saga/agent/"+name, cfg.Logger)
-	rt := &processes.Agent{Name: name, Replies: producer, DeadLetters: producer, Clock: cfg.Clock, Logger: cfg.Logger,
+	rt := &processes.Agent{Name: name, Replies: producer, DeadLetters: producer, Clock: processes.ClockFunc(cfg.Clock), Logger: cfg.Logger,
 		Backoff: cfg.Backoff, Handler: adapt(handler)}
 	if cfg.BreakerOpenFor >= 0 {
 		openFor := cfg.BreakerOpenFor
 		if openFor == 0 {
 			openFor = 2 * time.Second
 		}
-		rt.Breaker = processes.NewBreaker(openFor, cfg.Clock)
+		rt.Breaker = processes.NewBreaker(openFor, processes.ClockFunc(cfg.Clock))
+	}
+	if err := rt.Validate(); err != nil {
+		client.Close()
+		return nil, err
 	}
 	return &Agent{name: name, cfg: cfg, runtime: rt, client: client}, nil
 }

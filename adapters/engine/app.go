@@ -130,7 +130,7 @@ type Config struct {
 	// and trigger topics are refused whatever it allows.
 	ReplyTopicPattern string
 	Logger            *slog.Logger
-	Clock             processes.Clock
+	Clock             func() time.Time
 }
 
 // Role is a part of the system a process runs.
@@ -173,6 +173,8 @@ func (c *Config) has(r Role) bool { return len(c.Roles) == 0 || slices.Contains(
 type App struct {
 	cfg    Config
 	logger *slog.Logger
+	// clock is cfg.Clock as the processes' Clock port.
+	clock processes.Clock
 
 	KafkaBrokers []string
 	// KafkaSecurity is how the engine's clients connect to KafkaBrokers.
@@ -260,7 +262,7 @@ func Start(cfg Config) (*App, error) {
 		return nil, problems
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	a := &App{cfg: cfg, logger: cfg.Logger, cancel: cancel, runCtx: ctx, errs: make(chan error, 16),
+	a := &App{cfg: cfg, logger: cfg.Logger, clock: processes.ClockFunc(cfg.Clock), cancel: cancel, runCtx: ctx, errs: make(chan error, 16),
 		Services: map[string]*demo.Service{}, AgentProcs: map[string]*agent.Agent{},
 		HTTPHandlers: map[string]*httpagent.Handler{}}
 	for _, start := range []func() error{a.startEventStore, func() error { return a.registerWorkflows(ctx) },
@@ -324,7 +326,7 @@ func (a *App) startEventStore() error {
 // registerWorkflows registers the configured workflows and reads back
 // the agents and trigger topics of every registered one.
 func (a *App) registerWorkflows(ctx context.Context) error {
-	a.Workflows = processes.NewRegistry(a.Store, a.cfg.Clock)
+	a.Workflows = processes.NewRegistry(a.Store, a.clock)
 	regCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for _, w := range a.cfg.Workflows {
@@ -456,7 +458,10 @@ func (a *App) startProcesses(ctx context.Context) error {
 		}
 		producer := a.newProducer("submitter")
 		a.Submitter = &processes.Submitter{Store: a.Store, DeadLetters: producer, Rejections: producer, Workflows: a.Workflows,
-			Actor: "submitter/" + cfg.Instance, Clock: cfg.Clock, Logger: a.logger, MaxOrderSize: cfg.MaxOrderSize, ReplyTopics: replyTopics}
+			Actor: "submitter/" + cfg.Instance, Clock: a.clock, Logger: a.logger, MaxOrderSize: cfg.MaxOrderSize, ReplyTopics: replyTopics}
+		if err := a.Submitter.Validate(); err != nil {
+			return err
+		}
 		a.consumeWith(ctx, kafka.ConsumerConfig{Group: "saga-submitter", Topics: a.triggerTopics, MoreTopics: a.Workflows.Topics},
 			a.Submitter.HandleOrder)
 	}
@@ -486,7 +491,7 @@ func (a *App) startScheduler(ctx context.Context) error {
 	}
 	commands := a.newProducer("scheduler")
 	a.Scheduler = &processes.Scheduler{Store: a.followers.Register("scheduler"), Commands: commands, DeadLetters: commands, Workflows: a.Workflows,
-		Actor: "scheduler/" + a.cfg.Instance, Clock: a.cfg.Clock, Logger: a.logger, Ownership: ownership,
+		Actor: "scheduler/" + a.cfg.Instance, Clock: a.clock, Logger: a.logger, Ownership: ownership,
 		Checkpoints: a.Store, CheckpointEvery: a.cfg.CheckpointEvery}
 	a.run("scheduler", func() error { return a.Scheduler.Run(ctx) })
 	a.consumeWith(ctx, kafka.ConsumerConfig{Group: "saga-scheduler", Topics: []string{domain.RepliesTopic},
@@ -497,17 +502,19 @@ func (a *App) startScheduler(ctx context.Context) error {
 }
 
 // startSupervisor runs the supervisor; among several, the holder of the
-// lease acts.
+// lease acts. The lease is set up (its topic, its client) under a bounded
+// context, then runs under the app's until Close.
 func (a *App) startSupervisor(ctx context.Context) error {
-	leaseCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	setupCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	lease, err := kafka.StartLease(leaseCtx, a.KafkaBrokers, "saga-supervisor", a.logger, a.kafkaOpts...)
+	lease, err := kafka.NewLease(setupCtx, a.KafkaBrokers, "saga-supervisor", a.logger, a.kafkaOpts...)
 	if err != nil {
 		return err
 	}
 	a.lease = lease
+	a.run("supervisor lease", func() error { return lease.Run(ctx) })
 	a.Supervisor = &processes.Supervisor{Store: a.followers.Register("supervisor"), Alerts: a.newProducer("supervisor"), Workflows: a.Workflows, Actor: "supervisor/" + a.cfg.Instance,
-		Clock: a.cfg.Clock, Logger: a.logger, Interval: a.cfg.SupervisorInterval, Leader: lease,
+		Clock: a.clock, Logger: a.logger, Interval: a.cfg.SupervisorInterval, Leader: lease,
 		Checkpoints: a.Store, CheckpointEvery: a.cfg.CheckpointEvery}
 	a.run("supervisor", func() error { return a.Supervisor.Run(ctx) })
 	return nil
@@ -532,7 +539,7 @@ func (a *App) startAPI(ctx context.Context) error {
 		return err
 	}
 	a.Tasks = view
-	a.Operator = &processes.Operator{Store: a.Store, Workflows: a.Workflows, Clock: a.cfg.Clock}
+	a.Operator = &processes.Operator{Store: a.Store, Workflows: a.Workflows, Clock: a.clock}
 	var tokens *httpapi.Tokens
 	if a.cfg.APITokensFile != "" {
 		if tokens, err = httpapi.LoadTokens(a.cfg.APITokensFile); err != nil {

@@ -393,7 +393,7 @@ func (h *Handler) breaker(host string) *processes.Breaker {
 			}
 		}
 	}
-	b = processes.NewBreaker(h.cfg.BreakerOpenFor, processes.Clock(h.cfg.Clock))
+	b = processes.NewBreaker(h.cfg.BreakerOpenFor, processes.ClockFunc(h.cfg.Clock))
 	h.breakers[host] = b
 	return b
 }
