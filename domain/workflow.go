@@ -256,9 +256,13 @@ type WorkflowRegistered struct {
 	RegisteredAt time.Time       `json:"registeredAt"`
 }
 
-// WorkflowNamed records, in the catalog stream, that a workflow exists.
+// WorkflowNamed records, in the catalog stream, a version of a workflow:
+// one event per registered version, so that one read of the catalog tells
+// every instance which workflows changed. Version is 0 in catalogs written
+// before versions were recorded there.
 type WorkflowNamed struct {
-	Name string `json:"name"`
+	Name    string `json:"name"`
+	Version int    `json:"version,omitempty"`
 }
 
 // EventType implementations.

@@ -43,6 +43,9 @@ type Registry struct {
 	checked   map[string]time.Time
 	names     []string
 	namesRead time.Time
+	// latest is each workflow's newest version as the catalog names it (0
+	// when the catalog predates versions there).
+	latest map[string]int
 }
 
 // NewRegistry returns a registry over the store.
@@ -51,7 +54,7 @@ func NewRegistry(store EventStore, clock Clock) *Registry {
 		clock = SystemClock
 	}
 	return &Registry{Store: store, Clock: clock, Refresh: DefaultWorkflowRefresh,
-		versions: map[string][]*domain.Workflow{}, checked: map[string]time.Time{}}
+		versions: map[string][]*domain.Workflow{}, checked: map[string]time.Time{}, latest: map[string]int{}}
 }
 
 // Apply registers w as the newest version of its workflow, unless it equals
@@ -92,7 +95,7 @@ func (r *Registry) Apply(ctx context.Context, w *domain.Workflow, by string) (re
 		if err != nil {
 			return nil, false, errors.Wrapf(err, "register workflow %s version %d", w.Name, next.Version)
 		}
-		if err := r.name(ctx, w.Name); err != nil {
+		if err := r.catalog(ctx, w.Name, next.Version); err != nil {
 			return nil, false, err
 		}
 		r.mu.Lock()
@@ -104,21 +107,25 @@ func (r *Registry) Apply(ctx context.Context, w *domain.Workflow, by string) (re
 	return nil, false, errors.Newf("workflow %s kept changing while it was registered; try again", w.Name)
 }
 
-// name records the workflow in the catalog stream if it is not there yet.
-func (r *Registry) name(ctx context.Context, name string) error {
-	names, err := r.Names(ctx, true)
-	if err != nil || slices.Contains(names, name) {
-		return err
-	}
-	batch, err := toNewEvents([]domain.Event{domain.WorkflowNamed{Name: name}}, domain.EventMetadata{CorrelationID: domain.WorkflowCatalogStream})
+// catalog records a new version of a workflow in the catalog stream. A
+// crash before it leaves the version registered but unannounced: instances
+// find it when they next read the workflow's stream (a pinned version, or
+// the refresh of a catalog written before versions were recorded there),
+// and the next Apply of the workflow announces it.
+func (r *Registry) catalog(ctx context.Context, name string, version int) error {
+	batch, err := toNewEvents([]domain.Event{domain.WorkflowNamed{Name: name, Version: version}}, domain.EventMetadata{CorrelationID: domain.WorkflowCatalogStream})
 	if err != nil {
 		return err
 	}
 	if _, err := r.Store.Append(ctx, domain.WorkflowCatalogStream, domain.ExpectAny(), batch...); err != nil {
-		return errors.Wrapf(err, "add workflow %s to the catalog", name)
+		return errors.Wrapf(err, "add workflow %s version %d to the catalog", name, version)
 	}
 	r.mu.Lock()
-	r.names = append(r.names, name)
+	if !slices.Contains(r.names, name) {
+		r.names = append(r.names, name)
+		sort.Strings(r.names)
+	}
+	r.latest[name] = max(r.latest[name], version)
 	r.mu.Unlock()
 	return nil
 }
@@ -149,9 +156,20 @@ func (r *Registry) checkTrigger(ctx context.Context, w *domain.Workflow) error {
 
 // Workflow implements Workflows.
 func (r *Registry) Workflow(ctx context.Context, name string, version int) (*domain.Workflow, error) {
+	if version == 0 {
+		// The catalog names each workflow's newest version: one read of it
+		// per Refresh tells which workflows changed, instead of a read of
+		// every workflow's stream.
+		if _, err := r.Names(ctx, false); err != nil {
+			return nil, err
+		}
+	}
 	r.mu.Lock()
 	versions := r.versions[name]
 	fresh := r.Clock.Now().Sub(r.checked[name]) < r.refresh()
+	if newest := r.latest[name]; newest > 0 {
+		fresh = len(versions) >= newest
+	}
 	r.mu.Unlock()
 	if version > 0 && version <= len(versions) {
 		return versions[version-1], nil
@@ -197,16 +215,20 @@ func (r *Registry) Names(ctx context.Context, fresh bool) ([]string, error) {
 		return nil, errors.Wrap(err, "read the workflow catalog")
 	}
 	var names []string
+	latest := map[string]int{}
 	for _, e := range recorded {
 		var n domain.WorkflowNamed
-		if e.Type != domain.WorkflowNamedType || json.Unmarshal(e.Data, &n) != nil || n.Name == "" || slices.Contains(names, n.Name) {
+		if e.Type != domain.WorkflowNamedType || json.Unmarshal(e.Data, &n) != nil || n.Name == "" {
 			continue
 		}
-		names = append(names, n.Name)
+		if !slices.Contains(names, n.Name) {
+			names = append(names, n.Name)
+		}
+		latest[n.Name] = max(latest[n.Name], n.Version)
 	}
 	sort.Strings(names)
 	r.mu.Lock()
-	r.names, r.namesRead = names, r.Clock.Now()
+	r.names, r.namesRead, r.latest = names, r.Clock.Now(), latest
 	r.mu.Unlock()
 	return slices.Clone(names), nil
 }
