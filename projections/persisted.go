@@ -2,6 +2,7 @@ package projections
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -33,11 +34,16 @@ type TaskQuery struct {
 	Limit int
 	// Cursor continues after the page that returned it.
 	Cursor string
+	// Raw asks for the tasks as their stored JSON (TaskPage.Raw), not
+	// decoded: what an API that passes them on needs.
+	Raw bool
 }
 
 // TaskPage is one page of tasks.
 type TaskPage struct {
 	Tasks []*domain.Task
+	// Raw holds the tasks as stored JSON when the query asked for Raw.
+	Raw []json.RawMessage
 	// NextCursor continues with the next page; empty on the last one.
 	NextCursor string
 }

@@ -248,7 +248,7 @@ func (d *DB) List(ctx context.Context, q projections.TaskQuery) (projections.Tas
 		// the index (3 ms at any depth).
 		where, args = append(where, "(submitted_at, id) < (?, ?)"), append(args, c.submitted, c.id)
 	}
-	query := `SELECT body FROM tasks`
+	query := `SELECT id, submitted_at, body FROM tasks`
 	if len(where) > 0 {
 		query += ` WHERE ` + strings.Join(where, " AND ")
 	}
@@ -260,20 +260,30 @@ func (d *DB) List(ctx context.Context, q projections.TaskQuery) (projections.Tas
 	}
 	defer rows.Close()
 	var page projections.TaskPage
-	for rows.Next() {
-		t, err := scanTask(rows)
-		if err != nil {
-			return projections.TaskPage{}, err
+	var last cursor
+	for n := 0; rows.Next(); n++ {
+		var body []byte
+		var row cursor
+		if err := rows.Scan(&row.id, &row.submitted, &body); err != nil {
+			return projections.TaskPage{}, errors.Wrap(err, "read a task row")
 		}
-		page.Tasks = append(page.Tasks, t)
+		if n == limit {
+			page.NextCursor = last.encode()
+			break
+		}
+		last = row
+		if q.Raw {
+			page.Raw = append(page.Raw, json.RawMessage(body))
+			continue
+		}
+		var t domain.Task
+		if err := json.Unmarshal(body, &t); err != nil {
+			return projections.TaskPage{}, errors.Wrap(err, "decode a task row")
+		}
+		page.Tasks = append(page.Tasks, &t)
 	}
 	if err := rows.Err(); err != nil {
 		return projections.TaskPage{}, errors.Wrap(err, "list tasks")
-	}
-	if len(page.Tasks) > limit {
-		page.Tasks = page.Tasks[:limit]
-		last := page.Tasks[limit-1]
-		page.NextCursor = cursor{submitted: last.SubmittedAt.UnixNano(), id: last.ID}.encode()
 	}
 	return page, nil
 }

@@ -116,6 +116,13 @@ func TestListPagesNewestFirstWithFilters(t *testing.T) {
 	}
 	assert.Len(t, page.Tasks, 15)
 
+	raw, err := db.List(ctx, projections.TaskQuery{State: domain.StateProcessed, Limit: 30, Raw: true})
+	require.NoError(t, err)
+	require.Len(t, raw.Raw, 30, "raw rows, undecoded")
+	assert.Empty(t, raw.Tasks)
+	assert.Contains(t, string(raw.Raw[0]), `"id":"t-249"`)
+	assert.NotEmpty(t, raw.NextCursor)
+
 	_, err = db.List(ctx, projections.TaskQuery{Cursor: "not a cursor!"})
 	assert.ErrorIs(t, err, projections.ErrBadCursor)
 	page, err = db.List(ctx, projections.TaskQuery{Limit: 5000})
