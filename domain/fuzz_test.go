@@ -181,3 +181,56 @@ func FuzzDecisions(f *testing.F) {
 		}
 	})
 }
+
+// FuzzWorkflowDefinitions: a definition is refused or it validates, encodes
+// and reads back as the same workflow; its templates render or fail with
+// ErrTemplate, never panic.
+func FuzzWorkflowDefinitions(f *testing.F) {
+	for _, seed := range []string{
+		`{"name":"w","steps":[{"name":"a","agent":"x"}]}`,
+		`{"name":"w","trigger":{"topics":["shop.events"],"type":"T","typeField":"/type","idField":"/order/id"},"steps":[{"name":"a","http":{"url":"http://s/{{order.id}}","body":{"r":"{{results.z}}","n":"{{order}}"}},"compensation":{"http":{"url":"http://s/u","body":{"p":"{{result.id}}"}}}},{"name":"z","agent":"y","compensation":"undo"}]}`,
+		`{"name":"w","defaults":{"budget":"1s","attempts":2,"backoff":{"initial":"1ms","multiplier":1.5,"max":"2s","jitter":0.5}},"steps":[]}`,
+		`{"name":"","steps":[{"name":"a","budget":-5}]}`, `[]`, `{"steps":{"a":1}}`, `{"name":"w","steps":[{"name":"a","http":{"url":"http://h/{{{{x}}}}"}}]}`,
+	} {
+		f.Add([]byte(seed), []byte(`{"id":"o 1/x","order":{"id":7},"items":[1,{"a":null}]}`))
+	}
+	f.Fuzz(func(t *testing.T, def, order []byte) {
+		w, err := domain.ParseDefinition(def)
+		if err != nil {
+			return
+		}
+		if err := w.Validate(); err != nil {
+			t.Fatalf("accepted a definition that does not validate: %v\n%s", err, def)
+		}
+		doc, err := w.MarshalDefinition()
+		if err != nil {
+			t.Fatalf("cannot encode an accepted definition: %v", err)
+		}
+		again, err := domain.ParseDefinition(doc)
+		if err != nil || !w.Equal(again) {
+			t.Fatalf("an accepted definition does not read back: %v\n%s", err, doc)
+		}
+		data := domain.TemplateData{TaskID: "o-1", Workflow: w.Name, Version: 1, Step: "a", Attempt: 1, IdempotencyKey: "o-1/a",
+			Order: order, Results: map[string]json.RawMessage{"z": order}, Result: order}
+		for _, s := range w.Steps {
+			for _, call := range []*domain.HTTPCall{s.HTTP, compensationHTTP(s)} {
+				if call == nil {
+					continue
+				}
+				_, _ = domain.RenderText(call.URL, data, domain.EscapeURLValue)
+				if len(call.Body) > 0 {
+					if body, err := domain.RenderJSON(call.Body, data); err == nil && !json.Valid(body) {
+						t.Fatalf("rendered an invalid JSON body %q", body)
+					}
+				}
+			}
+		}
+	})
+}
+
+func compensationHTTP(s domain.StepDefinition) *domain.HTTPCall {
+	if s.Compensation == nil {
+		return nil
+	}
+	return s.Compensation.HTTP
+}
