@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/EventStore/EventStore-Client-Go/v4/protos/streams"
 	"github.com/cockroachdb/errors"
@@ -21,6 +22,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/emptypb"
 )
 
 // AdminsGroup is the group whose members may read $all and system streams
@@ -229,9 +231,38 @@ func (a *authenticator) stream(srv any, ss grpc.ServerStream, info *grpc.StreamS
 	}
 	u, err := a.authenticate(ss.Context())
 	if err != nil {
+		if info.IsClientStream {
+			drainRefused(ss)
+		}
 		return err
 	}
 	return handler(srv, &checkedStream{ServerStream: ss, user: u})
+}
+
+// drainRefused reads what a refused client-streaming call (an append) has
+// already sent, up to a bound, before the refusal is returned: a client
+// whose send meets a stream the server has closed sees a bare EOF and
+// reports that instead of the server's Unauthenticated (the official Go
+// client does). The bound keeps an unauthenticated caller from making the
+// server read without end.
+func drainRefused(ss grpc.ServerStream) {
+	const maxMessages = 64
+	ctx, cancel := context.WithTimeout(ss.Context(), time.Second)
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range maxMessages {
+			var m emptypb.Empty
+			if err := ss.RecvMsg(&m); err != nil {
+				return
+			}
+		}
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
 }
 
 // checkedStream checks the first message of a read or an append, which

@@ -48,7 +48,7 @@ func TestSecureDefaultAdmin(t *testing.T) {
 		err := appendAs(who)
 		var esErr *esdb.Error
 		require.True(t, errors.As(err, &esErr), "%q: %v", who, err)
-		assert.Equal(t, esdb.ErrorCodeUnauthenticated, esErr.Code(), who)
+		assert.Equal(t, esdb.ErrorCodeUnauthenticated, esErr.Code(), "%q: %v (%+v)", who, err, esErr.Err())
 	}
 }
 
