@@ -194,7 +194,7 @@ func audit(ctx context.Context, args []string) error {
 	if fs.NArg() != 1 {
 		return errors.New("usage: sagactl audit [flags] TASK_ID")
 	}
-	cut, err := projections.ParseCut(*at)
+	cut, err := parseCut(*at)
 	if err != nil {
 		return err
 	}
@@ -224,7 +224,7 @@ func audit(ctx context.Context, args []string) error {
 		enc.SetIndent("", "  ")
 		err = enc.Encode(report)
 	} else {
-		err = report.WriteText(os.Stdout)
+		err = writeAuditText(os.Stdout, report)
 	}
 	if err == nil && len(report.Drift) > 0 {
 		return exitCode{exitFailed, fmt.Sprintf("the live view of %s drifted from its stream in %d fields", fs.Arg(0), len(report.Drift))}
