@@ -80,3 +80,17 @@ func TestClientLinksNothingOfTheEngine(t *testing.T) {
 		}
 	}
 }
+
+// TestContractSuiteStaysInTests keeps adapters/eventstore/eventstoretest, the
+// event store's contract suite, out of every binary, and to the port: it
+// depends on the domain and processes, not on any event store.
+func TestContractSuiteStaysInTests(t *testing.T) {
+	suite := module + "adapters/eventstore/eventstoretest"
+	for _, imp := range goList(t, `{{join .Imports " "}}`, ".", false) {
+		assert.NotEqual(t, suite, imp, "a non-test package imports the contract suite")
+	}
+	for _, dep := range goList(t, "{{.ImportPath}}", "adapters/eventstore/eventstoretest", true) {
+		assert.False(t, violates(dep, []string{module + "adapters", "github.com/EventStore/EventStore-Client-Go", "google.golang.org/grpc"}) && dep != suite,
+			"the contract suite depends on %s", dep)
+	}
+}

@@ -19,8 +19,9 @@ import (
 	"github.com/sagaengine/saga/domain"
 )
 
-// The suite runs against the embedded server, or against the EventStoreDB
-// named by SAGA_TEST_EVENTSTORE.
+// These tests are of the adapter itself; the port's contract is
+// eventstoretest's suite (contract_test.go). They run against the embedded
+// server, or against the EventStoreDB named by SAGA_TEST_EVENTSTORE.
 func open(t *testing.T) (*eventstore.Store, *esdbserver.Server) {
 	t.Helper()
 	url := os.Getenv("SAGA_TEST_EVENTSTORE")
@@ -46,95 +47,6 @@ func ctx(t *testing.T) context.Context {
 
 func newEvent(typ, data string) domain.NewEvent {
 	return domain.NewEvent{Type: typ, Data: []byte(data), Metadata: domain.EventMetadata{CorrelationID: "o-1", CausationID: "m-1", Actor: "test"}}
-}
-
-func TestAppendReadAndConflicts(t *testing.T) {
-	s, _ := open(t)
-	stream := "task-" + uuid.NewString()
-	rev, err := s.Append(ctx(t), stream, domain.ExpectNoStream(), newEvent("A", `{"n":1}`), newEvent("B", `{"n":2}`))
-	require.NoError(t, err)
-	assert.Equal(t, uint64(1), rev)
-
-	_, err = s.Append(ctx(t), stream, domain.ExpectRevision(0), newEvent("C", `{}`))
-	assert.ErrorIs(t, err, domain.ErrConcurrencyConflict)
-	_, err = s.Append(ctx(t), stream, domain.ExpectNoStream(), newEvent("C", `{}`))
-	assert.ErrorIs(t, err, domain.ErrConcurrencyConflict)
-
-	rev, err = s.Append(ctx(t), stream, domain.ExpectRevision(1), newEvent("C", `{"n":3}`))
-	require.NoError(t, err)
-	assert.Equal(t, uint64(2), rev)
-
-	got, err := s.ReadStream(ctx(t), stream)
-	require.NoError(t, err)
-	require.Len(t, got, 3)
-	for i, e := range got {
-		assert.Equal(t, uint64(i), e.Revision)
-		assert.Equal(t, stream, e.Stream)
-		assert.Equal(t, domain.EventMetadata{CorrelationID: "o-1", CausationID: "m-1", Actor: "test"}, e.Metadata)
-		assert.NotZero(t, e.Position)
-		assert.WithinDuration(t, time.Now(), e.Recorded, time.Minute)
-	}
-	assert.Equal(t, []string{"A", "B", "C"}, []string{got[0].Type, got[1].Type, got[2].Type})
-	assert.JSONEq(t, `{"n":3}`, string(got[2].Data))
-
-	none, err := s.ReadStream(ctx(t), "task-"+uuid.NewString())
-	require.NoError(t, err)
-	assert.Empty(t, none, "a missing stream reads as empty")
-}
-
-func TestIdenticalDecisionIsIdempotentDifferentOneConflicts(t *testing.T) {
-	s, _ := open(t)
-	stream := "task-" + uuid.NewString()
-	_, err := s.Append(ctx(t), stream, domain.ExpectNoStream(), newEvent("A", `{}`))
-	require.NoError(t, err)
-	decision := newEvent("StepDispatched", `{"attempt":1}`)
-	rev, err := s.Append(ctx(t), stream, domain.ExpectRevision(0), decision)
-	require.NoError(t, err)
-	again, err := s.Append(ctx(t), stream, domain.ExpectRevision(0), decision)
-	require.NoError(t, err, "the same decision retried is recognised as written")
-	assert.Equal(t, rev, again)
-	_, err = s.Append(ctx(t), stream, domain.ExpectRevision(0), newEvent("StepDispatched", `{"attempt":2}`))
-	assert.ErrorIs(t, err, domain.ErrConcurrencyConflict, "a different decision at the same revision conflicts")
-	got, err := s.ReadStream(ctx(t), stream)
-	require.NoError(t, err)
-	assert.Len(t, got, 2)
-}
-
-func TestSubscribeAllWithPrefixAndCheckpoint(t *testing.T) {
-	s, _ := open(t)
-	prefix := "sub" + uuid.NewString()[:8] + "-"
-	for i := 0; i < 3; i++ {
-		_, err := s.Append(ctx(t), fmt.Sprintf("%s%d", prefix, i), domain.ExpectAny(), newEvent("E", `{}`))
-		require.NoError(t, err)
-		_, err = s.Append(ctx(t), "other-"+uuid.NewString(), domain.ExpectAny(), newEvent("E", `{}`))
-		require.NoError(t, err)
-	}
-	var got []domain.RecordedEvent
-	stop := fmt.Errorf("stop")
-	err := s.SubscribeAll(ctx(t), domain.FromStart(), prefix, func(it domain.SubscriptionItem) error {
-		if it.Event != nil {
-			got = append(got, *it.Event)
-		}
-		if it.CaughtUp {
-			return stop
-		}
-		return nil
-	})
-	require.ErrorIs(t, err, stop)
-	require.Len(t, got, 3)
-
-	var rest []domain.RecordedEvent
-	err = s.SubscribeAll(ctx(t), domain.AfterPosition(got[0].Position), prefix, func(it domain.SubscriptionItem) error {
-		if it.Event != nil {
-			rest = append(rest, *it.Event)
-		}
-		if it.CaughtUp {
-			return stop
-		}
-		return nil
-	})
-	require.ErrorIs(t, err, stop)
-	assert.Equal(t, []string{got[1].ID, got[2].ID}, []string{rest[0].ID, rest[1].ID}, "a checkpoint resumes after itself")
 }
 
 func TestSubscriptionSurvivesServerRestart(t *testing.T) {
@@ -300,9 +212,6 @@ func mustConf(t *testing.T, url string) *esdb.Configuration {
 func TestTaskCheckpointKeepsItsTasksInABoundedStream(t *testing.T) {
 	s, _ := open(t)
 	name := "tcp-" + uuid.NewString()[:8]
-	_, ok, err := s.LoadTaskCheckpoint(ctx(t), name)
-	require.NoError(t, err)
-	assert.False(t, ok)
 	for i := range 25 {
 		require.NoError(t, s.SaveTaskCheckpoint(ctx(t), name, domain.TaskCheckpoint{Position: uint64(100 + i), Tasks: []string{"a", fmt.Sprint("t", i)}}))
 	}
