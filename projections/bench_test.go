@@ -7,6 +7,7 @@ import (
 
 	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/projections"
+	"github.com/sagaengine/saga/projections/audittest"
 )
 
 // BenchmarkTaskProjectionMemory reports the heap the task projection holds
@@ -15,7 +16,7 @@ import (
 //	go test -run '^$' -bench TaskProjectionMemory -benchtime 1x ./projections/
 func BenchmarkTaskProjectionMemory(b *testing.B) {
 	const tasks = 100_000
-	events := history() // a 21-event compensated task, as a template
+	events := audittest.History() // a 21-event compensated task, as a template
 	for n := 0; n < b.N; n++ {
 		runtime.GC()
 		var before runtime.MemStats
@@ -42,7 +43,7 @@ func BenchmarkTaskProjectionMemory(b *testing.B) {
 // BenchmarkTaskProjectionApply reports how fast the projection folds
 // events, without the store.
 func BenchmarkTaskProjectionApply(b *testing.B) {
-	events := history()
+	events := audittest.History()
 	v := projections.NewTasks(nil)
 	b.ResetTimer()
 	for n := 0; n < b.N; n++ {
