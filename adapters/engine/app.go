@@ -639,10 +639,6 @@ func (a *App) startAgent(ctx context.Context, name string, handler agent.Handler
 	return nil
 }
 
-func (a *App) consume(ctx context.Context, group string, topics []string, h kafka.Handler) {
-	a.consumeWith(ctx, kafka.ConsumerConfig{Group: group, Topics: topics}, h)
-}
-
 func (a *App) consumeWith(ctx context.Context, cfg kafka.ConsumerConfig, h kafka.Handler) {
 	cfg.Brokers, cfg.Logger, cfg.Opts = a.KafkaBrokers, a.logger, append(cfg.Opts, a.kafkaOpts...)
 	a.run(cfg.Group, func() error { return kafka.Consume(ctx, cfg, h) })

@@ -45,9 +45,3 @@ func (c *stateCache) put(st *streamState) {
 		delete(c.items, el.Value.(*streamState).name)
 	}
 }
-
-func (c *stateCache) len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.order.Len()
-}
