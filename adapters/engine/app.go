@@ -59,6 +59,10 @@ type Config struct {
 	// KafkaSyncTopics are the topics whose produces the embedded broker
 	// acknowledges only once fsynced; nil means kafka.DefaultSyncTopics.
 	KafkaSyncTopics []string
+	// KafkaRetention bounds what the embedded broker keeps of each
+	// partition, never removing what a consumer group has not consumed;
+	// nil means kafka.DefaultRetention, a zero Retention keeps everything.
+	KafkaRetention *kafka.Retention
 	// KafkaSecurity is how every Kafka client of the engine (producers,
 	// consumers, agents, the lease, topic creation) connects to
 	// KafkaBrokers: TLS and SASL. With Secure and the embedded broker, the
@@ -387,7 +391,7 @@ func (a *App) startKafka(ctx context.Context) error {
 		}
 		brokerCfg := kafka.BrokerConfig{
 			Listen: listenOr(a.cfg.KafkaListen, kafka.DefaultListen), DataDir: filepath.Join(a.cfg.DataDir, "kafka"),
-			Partitions: a.cfg.Partitions, Topics: a.Topics(), Fsync: a.cfg.KafkaFsync, SyncTopics: a.cfg.KafkaSyncTopics, Logger: a.logger,
+			Partitions: a.cfg.Partitions, Topics: a.Topics(), Fsync: a.cfg.KafkaFsync, SyncTopics: a.cfg.KafkaSyncTopics, Retention: a.cfg.KafkaRetention, Logger: a.logger,
 		}
 		if a.cfg.Secure {
 			if err := a.secureBroker(&brokerCfg); err != nil {

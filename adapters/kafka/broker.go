@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -88,8 +89,12 @@ type BrokerConfig struct {
 	TLS *tls.Config
 	// Users, when set, makes the broker require SASL authentication of
 	// every client. They are superusers: saga's clients need every topic.
-	Users  []SASLUser
-	Logger *slog.Logger
+	Users []SASLUser
+	// Retention bounds what the broker keeps of each partition; nil means
+	// DefaultRetention, a zero Retention keeps everything. See Retention
+	// for why no unconsumed record of a consumer group is removed.
+	Retention *Retention
+	Logger    *slog.Logger
 }
 
 // SASLUser is a user the embedded broker accepts.
@@ -129,6 +134,9 @@ type Broker struct {
 	lock     *os.File
 	// internalAuth is the user of the broker's own in-process client.
 	internalAuth SASLUser
+	logger       *slog.Logger
+	// stopRetention stops the retention loop and waits for it.
+	stopRetention func()
 }
 
 // StartBroker starts the embedded broker.
@@ -145,6 +153,12 @@ func StartBroker(cfg BrokerConfig) (*Broker, error) {
 	if cfg.SyncTopics == nil {
 		cfg.SyncTopics = DefaultSyncTopics
 	}
+	if cfg.Retention == nil {
+		cfg.Retention = &DefaultRetention
+	}
+	if cfg.Retention.MaxAge < 0 || cfg.Retention.MaxRecords < 0 {
+		return nil, errors.Newf("kafka retention: age %s and records %d must not be negative", cfg.Retention.MaxAge, cfg.Retention.MaxRecords)
+	}
 	host, portText, err := net.SplitHostPort(cfg.Listen)
 	if err != nil {
 		return nil, errors.Wrapf(err, "kafka listen address %q", cfg.Listen)
@@ -153,7 +167,7 @@ func StartBroker(cfg BrokerConfig) (*Broker, error) {
 	if err != nil {
 		return nil, errors.Wrapf(err, "kafka listen port %q", portText)
 	}
-	b := &Broker{}
+	b := &Broker{logger: cfg.Logger}
 	ok := false
 	defer func() {
 		if !ok {
@@ -192,7 +206,10 @@ func StartBroker(cfg BrokerConfig) (*Broker, error) {
 		kfake.AllowAutoTopicCreation(),
 		kfake.DefaultNumPartitions(int(cfg.Partitions)),
 		kfake.WithLogger(slogLogger{cfg.Logger}),
-		kfake.BrokerConfigs(map[string]string{"message.max.bytes": strconv.Itoa(MaxRecordBytes + 1<<20)}),
+		kfake.BrokerConfigs(map[string]string{
+			"message.max.bytes": strconv.Itoa(MaxRecordBytes + 1<<20),
+			"log.segment.bytes": strconv.Itoa(retentionSegmentBytes),
+		}),
 	}
 	if cfg.DataDir != "" {
 		opts = append(opts, kfake.DataDir(cfg.DataDir))
@@ -241,6 +258,9 @@ func StartBroker(cfg BrokerConfig) (*Broker, error) {
 		}
 	}
 	b.listener.openToClients()
+	if cfg.Retention.Enabled() {
+		b.startRetention(*cfg.Retention, cfg.Logger)
+	}
 	ok = true
 	switch {
 	case cfg.DataDir == "":
@@ -261,12 +281,7 @@ func StartBroker(cfg BrokerConfig) (*Broker, error) {
 // clampOffsets runs clampOffsets over an in-process connection while the
 // broker serves no client yet.
 func (b *Broker) clampOffsets(logger *slog.Logger) error {
-	opts := []kgo.Opt{kgo.SeedBrokers(b.listener.Addr().String()), kgo.Dialer(b.listener.dialInternal)}
-	if u := b.internalAuth; u.User != "" {
-		// In-process connections skip TLS, not SASL.
-		opts = append(opts, kgo.SASL(Security{SASLMechanism: u.Mechanism, SASLUser: u.User, SASLPassword: u.Password}.mechanism()))
-	}
-	client, err := kgo.NewClient(opts...)
+	client, err := b.internalClient()
 	if err != nil {
 		return errors.Wrap(err, "kafka client to check committed offsets")
 	}
@@ -274,6 +289,54 @@ func (b *Broker) clampOffsets(logger *slog.Logger) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	return clampOffsets(ctx, client, logger)
+}
+
+// internalClient is a client of the broker over in-process connections.
+func (b *Broker) internalClient() (*kgo.Client, error) {
+	opts := []kgo.Opt{kgo.SeedBrokers(b.listener.Addr().String()), kgo.Dialer(b.listener.dialInternal)}
+	if u := b.internalAuth; u.User != "" {
+		// In-process connections skip TLS, not SASL.
+		opts = append(opts, kgo.SASL(Security{SASLMechanism: u.Mechanism, SASLUser: u.User, SASLPassword: u.Password}.mechanism()))
+	}
+	return kgo.NewClient(opts...)
+}
+
+// startRetention runs a retention pass at start and then every interval,
+// until Close.
+func (b *Broker) startRetention(r Retention, logger *slog.Logger) {
+	if r.Interval <= 0 {
+		r.Interval = DefaultRetentionInterval
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	b.stopRetention = func() { cancel(); <-done }
+	go func() {
+		defer close(done)
+		ticker := time.NewTicker(r.Interval)
+		defer ticker.Stop()
+		for {
+			if _, err := b.RetainOnce(ctx, r); err != nil && ctx.Err() == nil {
+				logger.Warn("kafka retention pass failed; records are kept until the next", "err", err)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-ticker.C:
+			}
+		}
+	}()
+}
+
+// RetainOnce runs one retention pass with r now and reports the number of
+// records removed. The broker runs passes by itself; this is for tests and
+// tools.
+func (b *Broker) RetainOnce(ctx context.Context, r Retention) (int64, error) {
+	client, err := b.internalClient()
+	if err != nil {
+		return 0, errors.Wrap(err, "kafka client for retention")
+	}
+	defer client.Close()
+	return applyRetention(ctx, kadm.NewClient(client), r, time.Now(), b.logger)
 }
 
 // topicMatcher matches topics against names and "prefix*" patterns.
@@ -305,6 +368,10 @@ func (b *Broker) Addrs() []string { return b.cluster.ListenAddrs() }
 
 // Close stops the broker, saves its state and releases the data directory.
 func (b *Broker) Close() {
+	if b.stopRetention != nil {
+		b.stopRetention()
+		b.stopRetention = nil
+	}
 	if b.sync != nil {
 		b.sync.closed.Store(true)
 	}

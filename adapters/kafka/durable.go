@@ -474,7 +474,8 @@ func (c *syncConn) awaitDurable(corr int32) error {
 // brokerListener is the listener kfake serves on. Until opened it serves
 // only in-process connections (dialInternal), so the broker can be set
 // right before any client reaches it; clients connecting meanwhile wait in
-// the listen backlog. It wraps every connection for durable
+// the listen backlog. In-process connections stay possible once it is open
+// (the retention passes use them). It wraps every connection for durable
 // acknowledgements when there is a syncer.
 type brokerListener struct {
 	net.Listener
@@ -483,16 +484,22 @@ type brokerListener struct {
 	// the network is served with; in-process ones stay plain.
 	tls      *tls.Config
 	internal chan net.Conn
-	open     chan struct{}
+	// accepted carries the network's connections once open.
+	accepted chan acceptResult
 	openOnce sync.Once
 	closed   chan struct{}
 	once     sync.Once
 }
 
+type acceptResult struct {
+	conn net.Conn
+	err  error
+}
+
 func newBrokerListener(ln net.Listener, s *syncer) *brokerListener {
 	return &brokerListener{
 		Listener: ln, s: s,
-		internal: make(chan net.Conn), open: make(chan struct{}), closed: make(chan struct{}),
+		internal: make(chan net.Conn), accepted: make(chan acceptResult), closed: make(chan struct{}),
 	}
 }
 
@@ -500,20 +507,40 @@ func (l *brokerListener) Accept() (net.Conn, error) {
 	select {
 	case conn := <-l.internal:
 		return l.wrap(conn), nil
-	case <-l.open:
+	case a := <-l.accepted:
+		if a.err != nil {
+			return nil, a.err
+		}
+		conn := a.conn
+		if l.tls != nil {
+			// The handshake runs on the first read, in kfake's goroutine
+			// for this connection; the sync layer sees the decrypted
+			// frames.
+			conn = tls.Server(conn, l.tls)
+		}
+		return l.wrap(conn), nil
 	case <-l.closed:
 		return nil, net.ErrClosed
 	}
-	conn, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
+}
+
+// acceptNetwork hands the network's connections to Accept until the
+// listener is closed.
+func (l *brokerListener) acceptNetwork() {
+	for {
+		conn, err := l.Listener.Accept()
+		select {
+		case l.accepted <- acceptResult{conn, err}:
+		case <-l.closed:
+			if conn != nil {
+				conn.Close()
+			}
+			return
+		}
+		if err != nil && errors.Is(err, net.ErrClosed) {
+			return
+		}
 	}
-	if l.tls != nil {
-		// The handshake runs on the first read, in kfake's goroutine for
-		// this connection; the sync layer sees the decrypted frames.
-		conn = tls.Server(conn, l.tls)
-	}
-	return l.wrap(conn), nil
 }
 
 func (l *brokerListener) wrap(conn net.Conn) net.Conn {
@@ -524,7 +551,11 @@ func (l *brokerListener) wrap(conn net.Conn) net.Conn {
 }
 
 // openToClients starts serving the real listener.
-func (l *brokerListener) openToClients() { l.openOnce.Do(func() { close(l.open) }) }
+func (l *brokerListener) openToClients() {
+	l.openOnce.Do(func() {
+		go l.acceptNetwork()
+	})
+}
 
 func (l *brokerListener) Close() error {
 	l.once.Do(func() { close(l.closed) })

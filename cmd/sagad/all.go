@@ -86,6 +86,8 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	partitions := fs.Int("partitions", 4, "partitions of the topics saga creates")
 	kafkaFsync := fs.Bool("kafka-fsync", false, "make the embedded Kafka fsync every batch of every topic and every offset commit, one by one (slower). Off: the sync topics are still fsynced before they are acknowledged; other records survive kill -9 but not power loss")
 	kafkaSyncTopics := fs.String("kafka-sync-topics", strings.Join(kafka.DefaultSyncTopics, ","), "topics (or prefix*) the embedded Kafka acknowledges only once fsynced, with group commit; \"*\" all, \"\" none")
+	retentionAge := fs.Duration("kafka-retention-age", kafka.DefaultRetention.MaxAge, "the embedded Kafka removes records older than this (0: any age is kept); records a consumer group has not consumed are always kept")
+	retentionRecords := fs.Int64("kafka-retention-records", kafka.DefaultRetention.MaxRecords, "the embedded Kafka keeps at most this many records per partition (0: no limit); records a consumer group has not consumed are always kept")
 	demoAgents := fs.Bool("demo-agents", true, "run the demo remote services and their agents")
 	rolesFlag := fs.String("roles", envOr("SAGA_ROLES", "all"), "parts to run, comma-separated: submitter, scheduler, supervisor, agents, api, status, or all [$SAGA_ROLES]")
 	supervisorInterval := fs.Duration("supervisor-interval", time.Second, "how often the supervisor looks for attempts past their complete-by")
@@ -128,6 +130,7 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 		WorkflowDirs: workflowDirs, HTTPAgents: httpAgents, KafkaSyncTopics: append([]string{}, kafka.SplitBrokers(*kafkaSyncTopics)...),
 		ReplyTopicPattern: *replyTopics, APITokensFile: *apiTokens, APITLSCert: *apiCert, APITLSKey: *apiKey,
 		Secure: *secureMode, KafkaSecurity: *kafkaSecurity,
+		KafkaRetention: &kafka.Retention{MaxAge: *retentionAge, MaxRecords: *retentionRecords, Interval: kafka.DefaultRetentionInterval},
 	})
 	if err != nil {
 		return err

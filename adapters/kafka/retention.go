@@ -1,0 +1,194 @@
+package kafka
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/cockroachdb/errors"
+	"github.com/twmb/franz-go/pkg/kadm"
+)
+
+// Retention is how much of each partition the embedded broker keeps.
+//
+// Why the broker needs it: kfake keeps an index entry in memory for every
+// record batch of every partition, and loads them all at start, so without
+// retention its memory and start-up grow with history (about 0.9 GiB at a
+// million tasks, mostly statuses). saga's own records are notifications and
+// internal messages whose truth is in the event store, so they need not be
+// kept forever.
+//
+// How it keeps the durability contract: a pass never removes a record that a
+// consumer group with a committed offset on its partition has not yet
+// committed past. An acknowledged order that the submitter has not read yet
+// stays however old it is and however many follow it; it goes only once the
+// submitter has committed past it (after recording its task in the event
+// store). Consumers without a group (kcat without -G, the Go client's private
+// reply topic, sagactl's dead-letter reader) are not protected, as with
+// Kafka's own retention. A group's offsets hold records back until the
+// group is deleted or kfake expires the offsets of a group that has stayed
+// empty for offsets.retention.minutes (seven days).
+type Retention struct {
+	// MaxAge removes records older than this (by their timestamp). Zero
+	// keeps records of any age.
+	MaxAge time.Duration
+	// MaxRecords keeps at most this many records per partition. Zero sets
+	// no limit on the count.
+	MaxRecords int64
+	// Interval is the time between two passes. Zero means
+	// DefaultRetentionInterval.
+	Interval time.Duration
+}
+
+// DefaultRetentionInterval is the time between two retention passes.
+const DefaultRetentionInterval = time.Minute
+
+// DefaultRetention is what the embedded broker keeps unless told otherwise:
+// Kafka's default age of seven days, and at most 50,000 records per
+// partition (at saga's ~8 statuses per task, the statuses of the last
+// 25,000 tasks on a 4-partition status topic).
+var DefaultRetention = Retention{MaxAge: 7 * 24 * time.Hour, MaxRecords: 50_000, Interval: DefaultRetentionInterval}
+
+// Enabled reports whether the retention removes anything at all.
+func (r Retention) Enabled() bool { return r.MaxAge > 0 || r.MaxRecords > 0 }
+
+// retentionSegmentBytes is the segment size of the embedded broker. kfake
+// frees a trimmed batch's index entry at once but deletes a segment file only
+// when all of it is trimmed, and a restart after a crash (no clean-shutdown
+// snapshot of the log start) loads every batch of the files that remain; so
+// segments are kept much smaller than Kafka's 1 GiB (kfake's default is
+// 100 MiB) to bound both the disk and the memory that trimmed data holds.
+const retentionSegmentBytes = 16 << 20
+
+// partitionCut is what a retention pass knows of one partition.
+type partitionCut struct {
+	start, end int64
+	// afterAge is the first offset not older than MaxAge (end if none);
+	// -1 if the age was not asked.
+	afterAge int64
+	// committed is the lowest offset committed on the partition by any
+	// group; -1 if no group has committed on it.
+	committed int64
+}
+
+// newStart is the log start offset the retention asks for: the later of what
+// the count and the age allow, but never past a group's committed offset.
+func (p partitionCut) newStart(r Retention) int64 {
+	to := p.start
+	if r.MaxRecords > 0 && p.end-r.MaxRecords > to {
+		to = p.end - r.MaxRecords
+	}
+	if r.MaxAge > 0 && p.afterAge > to {
+		to = p.afterAge
+	}
+	to = min(to, p.end)
+	if p.committed >= 0 && p.committed < to {
+		to = p.committed
+	}
+	return to
+}
+
+// applyRetention runs one retention pass over every non-internal topic and
+// reports the number of records removed.
+func applyRetention(ctx context.Context, adm *kadm.Client, r Retention, now time.Time, logger *slog.Logger) (int64, error) {
+	if !r.Enabled() {
+		return 0, nil
+	}
+	listed, err := adm.ListTopics(ctx)
+	if err != nil {
+		return 0, errors.Wrap(err, "list topics")
+	}
+	topics := listed.Names()
+	if len(topics) == 0 {
+		return 0, nil
+	}
+	cuts := map[string]map[int32]*partitionCut{}
+	starts, err := adm.ListStartOffsets(ctx, topics...)
+	if err != nil {
+		return 0, errors.Wrap(err, "list start offsets")
+	}
+	ends, err := adm.ListEndOffsets(ctx, topics...)
+	if err != nil {
+		return 0, errors.Wrap(err, "list end offsets")
+	}
+	starts.Each(func(o kadm.ListedOffset) {
+		end, ok := ends.Lookup(o.Topic, o.Partition)
+		if o.Err != nil || !ok || end.Err != nil {
+			return
+		}
+		if cuts[o.Topic] == nil {
+			cuts[o.Topic] = map[int32]*partitionCut{}
+		}
+		cuts[o.Topic][o.Partition] = &partitionCut{start: o.Offset, end: end.Offset, afterAge: -1, committed: -1}
+	})
+	if r.MaxAge > 0 {
+		after, err := adm.ListOffsetsAfterMilli(ctx, now.Add(-r.MaxAge).UnixMilli(), topics...)
+		if err != nil {
+			return 0, errors.Wrap(err, "list offsets by age")
+		}
+		after.Each(func(o kadm.ListedOffset) {
+			if c := cuts[o.Topic][o.Partition]; c != nil && o.Err == nil {
+				c.afterAge = o.Offset
+				if o.Offset < 0 { // no record that new: all are older
+					c.afterAge = c.end
+				}
+			}
+		})
+	}
+	groups, err := adm.ListGroups(ctx)
+	if err != nil {
+		return 0, errors.Wrap(err, "list groups")
+	}
+	if names := groups.Groups(); len(names) > 0 {
+		committed := adm.FetchManyOffsets(ctx, names...)
+		// A group whose offsets cannot be read could be holding any
+		// record back: remove nothing in this pass.
+		if err := committed.Error(); err != nil {
+			return 0, errors.Wrap(err, "fetch committed offsets")
+		}
+		for _, group := range committed {
+			group.Fetched.Each(func(o kadm.OffsetResponse) {
+				c := cuts[o.Topic][o.Partition]
+				if c == nil || o.Err != nil || o.At < 0 {
+					return
+				}
+				if c.committed < 0 || o.At < c.committed {
+					c.committed = o.At
+				}
+			})
+		}
+	}
+	remove := kadm.Offsets{}
+	var removed int64
+	for topic, partitions := range cuts {
+		if strings.HasPrefix(topic, "__") {
+			continue
+		}
+		for partition, c := range partitions {
+			to := c.newStart(r)
+			if to <= c.start {
+				continue
+			}
+			remove.Add(kadm.Offset{Topic: topic, Partition: partition, At: to})
+			removed += to - c.start
+		}
+	}
+	if len(remove) == 0 {
+		return 0, nil
+	}
+	resp, err := adm.DeleteRecords(ctx, remove)
+	if err != nil {
+		return 0, errors.Wrap(err, "delete records")
+	}
+	resp.Each(func(d kadm.DeleteRecordsResponse) {
+		if d.Err != nil {
+			err = errors.CombineErrors(err, errors.Wrapf(d.Err, "delete records of %s/%d", d.Topic, d.Partition))
+		}
+	})
+	if err != nil {
+		return 0, err
+	}
+	logger.Debug("kafka retention", "records", removed, "partitions", len(remove))
+	return removed, nil
+}
