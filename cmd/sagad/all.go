@@ -77,6 +77,7 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	kafkaListen := fs.String("kafka-listen", kafka.DefaultListen, "address of the embedded Kafka broker")
 	esListen := fs.String("eventstore-listen", "127.0.0.1:2113", "address of the embedded event store")
 	httpListen := fs.String("http-listen", "127.0.0.1:8080", "address of the HTTP API")
+	debugListen := fs.String("debug-listen", envOr("SAGA_DEBUG_LISTEN", ""), "serve Go's profiling endpoints (/debug/pprof/) on this address, apart from the API; off by default [$SAGA_DEBUG_LISTEN]")
 	brokers := fs.String("kafka-brokers", envOr("SAGA_KAFKA_BROKERS", ""), "use these Kafka brokers (comma-separated) and start no embedded broker [$SAGA_KAFKA_BROKERS]")
 	esURL := new(eventstore.URLFlag)
 	*esURL = eventstore.URLFlag(envOr("SAGA_EVENTSTORE", ""))
@@ -120,6 +121,13 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	var workflowDirs []string
 	if *workflowsDir != "" {
 		workflowDirs = []string{*workflowsDir}
+	}
+	if *debugListen != "" {
+		stop, err := serveDebug(*debugListen, logger)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	logger.Info("starting saga", "data", *data, "roles", *rolesFlag)
 	a, err := engine.Start(engine.Config{
