@@ -22,7 +22,7 @@ func FuzzParseOrder(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if o.OrderID == "" || len(o.OrderID) > 200 || o.Workflow == "" || !json.Valid(o.Raw) {
+		if o.ID == "" || len(o.ID) > 200 || o.Workflow == "" || !json.Valid(o.Body) {
 			t.Fatalf("accepted an invalid order %+v from %q", o, body)
 		}
 	})
@@ -134,15 +134,12 @@ func FuzzDecisions(f *testing.F) {
 				events = task.Next(wf, dec)
 			case 1, 2, 3:
 				if a, ok := pick(); ok {
-					r := domain.StepReply{TaskID: "o-1", Step: a.Step, Attempt: a.Attempt, Action: domain.ActionExecute, Outcome: domain.OutcomeSucceeded}
-					if a.Compensation {
-						r.Action = domain.ActionCompensate
-					}
+					r := domain.Reply{Step: a.Step, Compensation: a.Compensation, Attempt: a.Attempt, Succeeded: true}
 					if op%8 == 2 {
-						r.Outcome, r.Failure = domain.OutcomeFailed, domain.FailureTransient
+						r.Succeeded, r.Failure = false, domain.FailureTransient
 					}
 					if op%8 == 3 {
-						r.Outcome, r.Failure = domain.OutcomeFailed, domain.FailurePermanent
+						r.Succeeded, r.Failure = false, domain.FailurePermanent
 					}
 					events, _ = task.RecordReply(wf, r, dec)
 				}

@@ -126,7 +126,7 @@ type history struct {
 
 // task writes a task of wf, with its first dispatch if dispatch, then the
 // replies given and whatever the decisions after each make of it.
-func (h history) task(id string, wf *domain.Workflow, dispatch bool, replies ...domain.StepReply) {
+func (h history) task(id string, wf *domain.Workflow, dispatch bool, replies ...domain.Reply) {
 	t := domain.NewTask(id)
 	d := domain.Decision{Now: h.now, Actor: "history"}
 	events := []domain.Event{domain.TaskSubmitted{TaskID: id, Workflow: wf.Name, WorkflowVersion: wf.Version, Steps: wf.StepNames(),
@@ -142,7 +142,7 @@ func (h history) task(id string, wf *domain.Workflow, dispatch bool, replies ...
 		decide(t.Next(wf, d))
 	}
 	for _, r := range replies {
-		r.TaskID, r.Step, r.Action = id, wf.Steps[0].Name, domain.ActionExecute
+		r.Step = wf.Steps[0].Name
 		more, err := t.RecordReply(wf, r, d)
 		require.NoError(h.t, err)
 		decide(more)
@@ -184,7 +184,7 @@ func TestFollowersResumeFromTheirCheckpointReadingOnlyUnfinishedTasks(t *testing
 	work, fragile := oneStep("work", 2*time.Second, domain.CompensateOnExhausted), oneStep("fragile", 2*time.Second, domain.ErrorOnExhausted)
 	wfs := workflows{"work": work, "fragile": fragile}
 	h := history{t: t, store: raw, now: time.Now()}
-	ok := domain.StepReply{Attempt: 1, Outcome: domain.OutcomeSucceeded, Result: json.RawMessage(`{}`)}
+	ok := domain.Reply{Attempt: 1, Succeeded: true, Result: json.RawMessage(`{}`)}
 	const finished = 1000
 	var wg sync.WaitGroup
 	for w := range 16 {
@@ -202,12 +202,12 @@ func TestFollowersResumeFromTheirCheckpointReadingOnlyUnfinishedTasks(t *testing
 		h.task(id, work, true) // CompleteBy: 2 s from now
 	}
 	for _, id := range retrying {
-		h.task(id, work, true, domain.StepReply{Attempt: 1, Outcome: domain.OutcomeFailed, Failure: domain.FailureTransient, Reason: "flaky"})
+		h.task(id, work, true, domain.Reply{Attempt: 1, Failure: domain.FailureTransient, Reason: "flaky"})
 	}
 	for _, id := range pending {
 		h.task(id, work, false)
 	}
-	h.task("failed-1", fragile, true, domain.StepReply{Attempt: 1, Outcome: domain.OutcomeFailed, Failure: domain.FailurePermanent, Reason: "refused"})
+	h.task("failed-1", fragile, true, domain.Reply{Attempt: 1, Failure: domain.FailurePermanent, Reason: "refused"})
 
 	// The first pair folds everything from the start and saves checkpoints;
 	// it owns no task and does not lead, so it changes nothing.
@@ -314,7 +314,7 @@ func TestStatusPublisherRestartsWithoutReadingFinishedTasks(t *testing.T) {
 	t.Cleanup(func() { _ = raw.Close() })
 	work := oneStep("work", time.Second, domain.CompensateOnExhausted)
 	h := history{t: t, store: raw, now: time.Now()}
-	ok := domain.StepReply{Attempt: 1, Outcome: domain.OutcomeSucceeded, Result: json.RawMessage(`{}`)}
+	ok := domain.Reply{Attempt: 1, Succeeded: true, Result: json.RawMessage(`{}`)}
 	const finished = 200
 	for i := range finished {
 		h.task(fmt.Sprintf("done-%d", i), work, true, ok)

@@ -88,7 +88,7 @@ func TestSchedulerDispatchesARetryWhenItsTimerFires(t *testing.T) {
 	clock := newFakeClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	wf := oneStep("work", 2*time.Second, domain.CompensateOnExhausted)
 	h := history{t: t, store: store, now: clock.Now()}
-	h.task("retry-1", wf, true, domain.StepReply{Attempt: 1, Outcome: domain.OutcomeFailed, Failure: domain.FailureTransient, Reason: "flaky"})
+	h.task("retry-1", wf, true, domain.Reply{Attempt: 1, Failure: domain.FailureTransient, Reason: "flaky"})
 	require.Equal(t, 1, count(eventTypes(t, store, "retry-1"), domain.StepRetryScheduledType))
 
 	ctx, cancel := context.WithCancel(context.Background())

@@ -592,7 +592,7 @@ func (sh *shard) onReply(ctx context.Context, r domain.StepReply, source string)
 		if err != nil {
 			return nil, errors.Wrapf(err, "task %s", t.ID)
 		}
-		return t.RecordReply(wf, r, sh.decision())
+		return t.RecordReply(wf, r.Reply(), sh.decision())
 	})
 	if errors.Is(err, domain.ErrStaleReply) {
 		sh.s.staleReplies.Add(1)

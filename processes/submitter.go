@@ -91,18 +91,18 @@ func (s *Submitter) HandleOrder(ctx context.Context, msg Inbound) error {
 	}
 	submitted := domain.Submit(order, wf, trace, s.Clock.Now())
 	meta := domain.EventMetadata{CausationID: causation(msg), Actor: s.Actor, TraceParent: trace}
-	err = s.tasks().Create(ctx, order.OrderID, meta, submitted)
+	err = s.tasks().Create(ctx, order.ID, meta, submitted)
 	switch {
 	case errors.Is(err, domain.ErrTaskExists):
 		s.duplicates.Add(1)
-		s.Logger.Info("duplicate order acknowledged", "order", order.OrderID, "source", msg.Source())
+		s.Logger.Info("duplicate order acknowledged", "order", order.ID, "source", msg.Source())
 		return nil
 	case errors.Is(err, domain.ErrAppendRefused):
 		// Retrying cannot help (too large, invalid): the record must not
 		// hold up the orders after it.
 		return s.reject(ctx, msg, order.ReplyTo, err)
 	case err != nil:
-		return errors.Wrapf(err, "submit order %s", order.OrderID)
+		return errors.Wrapf(err, "submit order %s", order.ID)
 	}
 	s.accepted.Add(1)
 	return nil
