@@ -203,23 +203,6 @@ func (d OrderDocument) Order(wf *Workflow, key string) (Order, error) {
 	return o, nil
 }
 
-// ParseOrder decodes and validates an order in saga's own shape, on the
-// default trigger, for the workflow it names (DefaultWorkflow if none).
-func ParseOrder(body []byte, maxSize int) (Order, error) {
-	doc, err := ParseOrderDocument(body, maxSize)
-	if err != nil {
-		return Order{}, err
-	}
-	name, version, err := doc.Requested()
-	if err != nil {
-		return Order{}, err
-	}
-	if name == "" {
-		name = DefaultWorkflow
-	}
-	return doc.Order(&Workflow{Name: name, Version: version}, "")
-}
-
 func truncate(s string) string {
 	if len(s) > 64 {
 		return s[:64] + "…"

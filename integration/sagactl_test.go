@@ -16,6 +16,7 @@ import (
 	"github.com/sagaengine/saga/adapters/demo"
 	"github.com/sagaengine/saga/adapters/engine"
 	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/domain/protocol"
 )
 
 // workflows for outcomes chosen by the order: "order" compensates when the
@@ -58,7 +59,7 @@ func TestSagactlWatchExitCodes(t *testing.T) {
 	out, code = s.sagactl("watch")
 	assert.Equal(t, 1, code, out)
 
-	out, code = s.sagactl("watch", "--timeout", "2s", "--topic", domain.StatusTopic)
+	out, code = s.sagactl("watch", "--timeout", "2s", "--topic", protocol.StatusTopic)
 	assert.Equal(t, 0, code, out)
 	assert.Contains(t, out, "w-comp")
 	assert.Contains(t, out, "compensated")

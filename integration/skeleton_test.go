@@ -19,6 +19,7 @@ import (
 	"github.com/sagaengine/saga/adapters/engine"
 	"github.com/sagaengine/saga/adapters/kafka"
 	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/domain/protocol"
 	"github.com/sagaengine/saga/projections"
 )
 
@@ -109,7 +110,7 @@ func TestDuplicateAndInvalidOrders(t *testing.T) {
 	assert.Equal(t, domain.StateProcessed, tasks["after-1"].State, "the consumer moved on past bad input")
 	assert.Equal(t, happyPath, types(s.stream("dup-1")), "a duplicate order yields one task")
 
-	dead := s.consumeTopic(domain.DeadLetterTopic, len(bad), 30*time.Second)
+	dead := s.consumeTopic(protocol.DeadLetterTopic, len(bad), 30*time.Second)
 	reasons := map[string]string{}
 	for _, r := range dead {
 		for _, h := range r.Headers {

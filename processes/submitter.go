@@ -8,6 +8,7 @@ import (
 	"github.com/cockroachdb/errors"
 
 	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/domain/protocol"
 )
 
 // DefaultMaxOrderSize bounds an order message body.
@@ -157,7 +158,7 @@ func (s *Submitter) reject(ctx context.Context, msg Inbound, replyTo string, rea
 			}
 		}
 	}
-	s.Rejections.PublishStatus(ctx, domain.TaskStatus{OrderID: id, Status: domain.StatusRejected, Reason: truncateReason(reason.Error()),
+	s.Rejections.PublishStatus(ctx, protocol.TaskStatus{OrderID: id, Status: protocol.StatusRejected, Reason: truncateReason(reason.Error()),
 		Time: s.Clock.Now(), ReplyTo: replyTo, TraceParent: msg.Headers["traceparent"]})
 	return errors.Wrap(s.Rejections.Flush(ctx), "tell the caller of a rejected order")
 }
