@@ -349,7 +349,7 @@ func TestChaos(t *testing.T) {
 	for _, id := range ids {
 		resp, err := http.Get("http://" + r.spec.HTTP + "/api/tasks/" + id)
 		require.NoError(t, err)
-		var live domain.Task
+		var live protocol.TaskView
 		require.NoError(t, json.NewDecoder(resp.Body).Decode(&live))
 		resp.Body.Close()
 		events, err := reader.ReadStream(ctx(t, 10*time.Second), domain.TaskStream(id))

@@ -103,10 +103,7 @@ func TestSagactlAuditAndReplay(t *testing.T) {
 
 	out, code = s.sagactl("tasks", "--state", "Compensated", "--output", "json")
 	require.Equal(t, 0, code, out)
-	var list struct {
-		Tasks  []domain.Task
-		Counts map[string]int
-	}
+	var list protocol.TaskList
 	require.NoError(t, json.Unmarshal([]byte(out), &list), out)
 	require.Len(t, list.Tasks, 1)
 	assert.Equal(t, "audit-1", list.Tasks[0].ID)

@@ -108,7 +108,7 @@ func TestUserWorkflowRunsAgainstItsOwnServices(t *testing.T) {
 	s.awaitView("shop-refused", domain.StateCompensated)
 	view, _, _ := s.app.Tasks.Get(context.Background(), "shop-ok")
 	var charge map[string]any
-	require.NoError(t, json.Unmarshal(view.Step("charge").Result, &charge))
+	require.NoError(t, json.Unmarshal(view.Task().Step("charge").Result, &charge))
 	assert.Equal(t, 42.5, charge["amount"])
 	audit, err := projections.BuildAudit("shop-refused", s.stream("shop-refused"), projections.Cut{})
 	require.NoError(t, err)

@@ -233,7 +233,7 @@ func audit(ctx context.Context, args []string) error {
 	return err
 }
 
-func fetchTask(ctx context.Context, api, id string) (*domain.Task, error) {
+func fetchTask(ctx context.Context, api, id string) (*protocol.TaskView, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, api+"/api/tasks/"+url.PathEscape(id), nil)
 	if err != nil {
 		return nil, err
@@ -246,7 +246,7 @@ func fetchTask(ctx context.Context, api, id string) (*domain.Task, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, errors.Newf("GET task: %s", resp.Status)
 	}
-	var t domain.Task
+	var t protocol.TaskView
 	return &t, json.NewDecoder(resp.Body).Decode(&t)
 }
 

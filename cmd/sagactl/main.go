@@ -22,7 +22,6 @@ import (
 	"github.com/sagaengine/saga/adapters/eventstore"
 	"github.com/sagaengine/saga/adapters/kafka"
 	"github.com/sagaengine/saga/cmd/internal/buildinfo"
-	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/domain/protocol"
 )
 
@@ -271,7 +270,7 @@ func get(ctx context.Context, args []string) error {
 	if err := checkOutput(*c.output); err != nil {
 		return err
 	}
-	var t domain.Task
+	var t protocol.TaskView
 	if err := call(ctx, http.MethodGet, c.api+"/api/tasks/"+url.PathEscape(fs.Arg(0)), nil, &t); err != nil {
 		return err
 	}
@@ -302,7 +301,7 @@ func tasks(ctx context.Context, args []string) error {
 	if err := checkOutput(*c.output); err != nil {
 		return err
 	}
-	var list taskList
+	var list protocol.TaskList
 	if err := call(ctx, http.MethodGet, c.api+"/api/tasks?"+q.Encode(), nil, &list); err != nil {
 		return err
 	}
