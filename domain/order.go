@@ -15,8 +15,9 @@ import (
 // reply, a command) that cannot be accepted; the wrapped text says why.
 var ErrInvalidMessage = errors.New("invalid message")
 
-// maxIDLength bounds order ids, which become stream names and Kafka keys.
-const maxIDLength = 200
+// MaxOrderIDLength bounds order (task) ids, which become stream names and
+// Kafka keys.
+const MaxOrderIDLength = 200
 
 var (
 	idPattern    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:@-]*$`)
@@ -195,8 +196,8 @@ func (d OrderDocument) Order(wf *Workflow, key string) (Order, error) {
 		return o, err
 	}
 	switch {
-	case len(o.ID) > maxIDLength || !idPattern.MatchString(o.ID):
-		return o, invalidf("orderId %q must be 1 to %d letters, digits or ._:@- and start with a letter or digit", truncate(o.ID), maxIDLength)
+	case len(o.ID) > MaxOrderIDLength || !idPattern.MatchString(o.ID):
+		return o, invalidf("orderId %q must be 1 to %d letters, digits or ._:@- and start with a letter or digit", truncate(o.ID), MaxOrderIDLength)
 	case o.ReplyTo != "" && !topicPattern.MatchString(o.ReplyTo):
 		return o, invalidf("replyTo %q is not a valid topic name", truncate(o.ReplyTo))
 	}

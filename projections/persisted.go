@@ -23,6 +23,9 @@ const (
 	MaxPageSize     = 1000
 )
 
+// DefaultBatchSize bounds the events StoredTasks folds per commit.
+const DefaultBatchSize = 512
+
 // TaskQuery selects a page of tasks, newest submission first.
 type TaskQuery struct {
 	// State and Workflow filter when set.
@@ -78,7 +81,8 @@ type TaskStore interface {
 type StoredTasks struct {
 	Store  TaskStore
 	Logger *slog.Logger
-	// BatchSize bounds the events folded per commit; default 512.
+	// BatchSize bounds the events folded per commit; default
+	// DefaultBatchSize.
 	BatchSize int
 	// FlushInterval bounds how long an event waits for its commit when
 	// events arrive slowly; default 20 ms.
@@ -111,7 +115,7 @@ func (v *StoredTasks) Position() uint64 { return v.position.Load() }
 // Run follows the event store from the view's checkpoint until ctx ends.
 func (v *StoredTasks) Run(ctx context.Context, source EventSubscriber) error {
 	if v.BatchSize <= 0 {
-		v.BatchSize = 512
+		v.BatchSize = DefaultBatchSize
 	}
 	if v.FlushInterval <= 0 {
 		v.FlushInterval = 20 * time.Millisecond
