@@ -131,7 +131,16 @@ type Config struct {
 	// and trigger topics are refused whatever it allows.
 	ReplyTopicPattern string
 	Logger            *slog.Logger
-	Clock             func() time.Time
+	// Clock tells the time to every decision, agent and breaker; default
+	// time.Now. It is a function, as in adapters/agent and
+	// adapters/httpagent, and not processes.Clock: timers stay the
+	// runtime's, because the engine also waits on time no Clock reaches
+	// (Kafka sessions and the lease, the event store, the status
+	// publisher's restarts), and a test that stops time for some of them
+	// and not the others can only wedge. Tests that control time do it
+	// where all of it is theirs: a process with a processes.Clock, or
+	// testing/synctest.
+	Clock func() time.Time
 }
 
 // Role is a part of the system a process runs.
