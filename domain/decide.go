@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"encoding/json"
 	"strconv"
 	"time"
 
@@ -50,10 +51,10 @@ func CompensationKey(taskID, step string) string { return taskID + "/" + step + 
 
 // Submit turns a valid order into the event that starts its task;
 // traceParent is the order's trace context.
-func Submit(order OrderPlaced, wf *Workflow, traceParent string, now time.Time) TaskSubmitted {
+func Submit(order Order, wf *Workflow, traceParent string, now time.Time) TaskSubmitted {
 	return TaskSubmitted{
-		TaskID: order.OrderID, Workflow: wf.Name, WorkflowVersion: wf.Version, Steps: wf.StepNames(),
-		ReplyTo: order.ReplyTo, Order: order.Raw, SubmittedAt: now, TraceParent: traceParent,
+		TaskID: order.ID, Workflow: wf.Name, WorkflowVersion: wf.Version, Steps: wf.StepNames(),
+		ReplyTo: order.ReplyTo, Order: order.Body, SubmittedAt: now, TraceParent: traceParent,
 	}
 }
 
@@ -215,20 +216,45 @@ func (t *Task) settle(wf *Workflow, events []Event, d Decision) []Event {
 	return events
 }
 
+// Reply is an agent's answer for one attempt of a step or of its
+// compensation, as a decision reads it; its wire form is
+// protocol.StepReply.
+type Reply struct {
+	Step string
+	// Compensation says the attempt was one of the step's compensation.
+	Compensation bool
+	Attempt      int
+	// Succeeded says the attempt did what it was asked; otherwise Failure
+	// says how it failed (anything but FailurePermanent counts as
+	// FailureTransient) and Reason why.
+	Succeeded bool
+	Failure   FailureKind
+	Reason    string
+	// Result is what the step returned, when it succeeded.
+	Result json.RawMessage
+}
+
+// action names what the attempt was, as replies and commands say it.
+func (r Reply) action() string {
+	if r.Compensation {
+		return "compensate"
+	}
+	return "execute"
+}
+
 // RecordReply decides what an agent's reply does: it records the outcome of
 // the attempt in flight and continues the task in the same decision. A reply
 // for anything but the attempt in flight is ErrStaleReply.
-func (t *Task) RecordReply(wf *Workflow, r StepReply, d Decision) ([]Event, error) {
+func (t *Task) RecordReply(wf *Workflow, r Reply, d Decision) ([]Event, error) {
 	if !t.Exists() {
-		return nil, errors.Wrapf(ErrTaskNotFound, "%q", r.TaskID)
+		return nil, errors.Wrapf(ErrTaskNotFound, "%q", t.ID)
 	}
 	s := t.Step(r.Step)
 	if s == nil {
 		return nil, errors.Wrapf(ErrUnknownStep, "task %q has no step %q", t.ID, r.Step)
 	}
-	compensation := r.Action == ActionCompensate
 	leg := &s.Leg
-	if compensation {
+	if r.Compensation {
 		leg = s.Compensation
 	}
 	if t.State.Terminal() || !leg.InFlight() || leg.Attempt != r.Attempt {
@@ -236,23 +262,23 @@ func (t *Task) RecordReply(wf *Workflow, r StepReply, d Decision) ([]Event, erro
 		if leg != nil {
 			state, attempt = leg.State, leg.Attempt
 		}
-		return nil, errors.Wrapf(ErrStaleReply, "task %q step %q %s attempt %d (now %s attempt %d)", t.ID, r.Step, r.Action, r.Attempt, state, attempt)
+		return nil, errors.Wrapf(ErrStaleReply, "task %q step %q %s attempt %d (now %s attempt %d)", t.ID, r.Step, r.action(), r.Attempt, state, attempt)
 	}
 	kind := r.Failure
 	if kind != FailurePermanent {
 		kind = FailureTransient
 	}
-	var outcome Event
-	if r.Outcome == OutcomeSucceeded && len(r.Result) > MaxResultBytes {
+	if r.Succeeded && len(r.Result) > MaxResultBytes {
 		r.Reason = "result of " + strconv.Itoa(len(r.Result)) + " bytes is over the limit of " + strconv.Itoa(MaxResultBytes)
-		r.Outcome, r.Failure, r.Result, kind = OutcomeFailed, FailureTransient, nil, FailureTransient
+		r.Succeeded, r.Result, kind = false, nil, FailureTransient
 	}
+	var outcome Event
 	switch {
-	case !compensation && r.Outcome == OutcomeSucceeded:
+	case !r.Compensation && r.Succeeded:
 		outcome = StepSucceeded{TaskID: t.ID, Step: r.Step, Attempt: r.Attempt, Result: r.Result, At: d.Now}
-	case !compensation:
+	case !r.Compensation:
 		outcome = StepFailed{TaskID: t.ID, Step: r.Step, Attempt: r.Attempt, Failure: kind, Reason: r.Reason, At: d.Now}
-	case r.Outcome == OutcomeSucceeded:
+	case r.Succeeded:
 		outcome = StepCompensated{TaskID: t.ID, Step: r.Step, Attempt: r.Attempt, At: d.Now}
 	default:
 		outcome = CompensationFailed{TaskID: t.ID, Step: r.Step, Attempt: r.Attempt, Failure: kind, Reason: r.Reason, At: d.Now}

@@ -55,13 +55,15 @@ func retryScheduled(step string, compensation bool, attempt int, wait time.Durat
 	return domain.StepRetryScheduled{TaskID: "o-1", Step: step, Compensation: compensation, Attempt: attempt, NotBefore: t0.Add(wait), At: t0}
 }
 
-func reply(step string, attempt int, outcome string, kind domain.FailureKind) domain.StepReply {
-	return domain.StepReply{TaskID: "o-1", Step: step, Action: domain.ActionExecute, Attempt: attempt, Outcome: outcome, Failure: kind, Reason: "boom"}
+// reply is an agent's reply for an attempt: a success when kind is empty,
+// else a failure of that kind.
+func reply(step string, attempt int, kind domain.FailureKind) domain.Reply {
+	return domain.Reply{Step: step, Attempt: attempt, Succeeded: kind == "", Failure: kind, Reason: "boom"}
 }
 
-func compensationReply(step string, attempt int, outcome string, kind domain.FailureKind) domain.StepReply {
-	r := reply(step, attempt, outcome, kind)
-	r.Action = domain.ActionCompensate
+func compensationReply(step string, attempt int, kind domain.FailureKind) domain.Reply {
+	r := reply(step, attempt, kind)
+	r.Compensation = true
 	return r
 }
 
@@ -109,26 +111,26 @@ func TestRecordReply(t *testing.T) {
 	cases := []struct {
 		name    string
 		given   []domain.Event
-		reply   domain.StepReply
+		reply   domain.Reply
 		then    []domain.Event
 		wantErr error
 	}{
-		{"success records and moves on", inFlight, reply("reserve-inventory", 2, domain.OutcomeSucceeded, ""),
+		{"success records and moves on", inFlight, reply("reserve-inventory", 2, ""),
 			[]domain.Event{succeeded("reserve-inventory", 2), dispatched("charge-payment", 1)}, nil},
-		{"transient failure schedules a retry after the backoff", inFlight, reply("reserve-inventory", 2, domain.OutcomeFailed, domain.FailureTransient),
+		{"transient failure schedules a retry after the backoff", inFlight, reply("reserve-inventory", 2, domain.FailureTransient),
 			[]domain.Event{failed("reserve-inventory", 2, domain.FailureTransient), retryScheduled("reserve-inventory", false, 3, 2*time.Second)}, nil},
-		{"permanent failure compensates at once, skipping the refused step", paying, reply("charge-payment", 1, domain.OutcomeFailed, domain.FailurePermanent),
+		{"permanent failure compensates at once, skipping the refused step", paying, reply("charge-payment", 1, domain.FailurePermanent),
 			[]domain.Event{failed("charge-payment", 1, domain.FailurePermanent),
 				domain.CompensationRequested{TaskID: "o-1", Step: "charge-payment", Reason: "step charge-payment failed permanently: boom", RequestedBy: "scheduler-1", At: t0},
 				compensationDispatched("reserve-inventory", 1)}, nil},
-		{"last success finishes the task", with(processed(2), dispatched("schedule-shipping", 1)), reply("schedule-shipping", 1, domain.OutcomeSucceeded, ""),
+		{"last success finishes the task", with(processed(2), dispatched("schedule-shipping", 1)), reply("schedule-shipping", 1, ""),
 			[]domain.Event{succeeded("schedule-shipping", 1), domain.TaskProcessed{TaskID: "o-1", At: t0}}, nil},
-		{"stale attempt is ignored", inFlight, reply("reserve-inventory", 1, domain.OutcomeSucceeded, ""), nil, domain.ErrStaleReply},
-		{"reply for a step not in flight is stale", inFlight, reply("charge-payment", 1, domain.OutcomeSucceeded, ""), nil, domain.ErrStaleReply},
-		{"compensation reply when none is in flight is stale", inFlight, compensationReply("reserve-inventory", 2, domain.OutcomeSucceeded, ""), nil, domain.ErrStaleReply},
-		{"made-up step is rejected", inFlight, reply("teleport", 1, domain.OutcomeSucceeded, ""), nil, domain.ErrUnknownStep},
-		{"unknown task is rejected", nil, reply("reserve-inventory", 1, domain.OutcomeSucceeded, ""), nil, domain.ErrTaskNotFound},
-		{"duplicate reply after success is stale", with(inFlight, succeeded("reserve-inventory", 2)), reply("reserve-inventory", 2, domain.OutcomeSucceeded, ""), nil, domain.ErrStaleReply},
+		{"stale attempt is ignored", inFlight, reply("reserve-inventory", 1, ""), nil, domain.ErrStaleReply},
+		{"reply for a step not in flight is stale", inFlight, reply("charge-payment", 1, ""), nil, domain.ErrStaleReply},
+		{"compensation reply when none is in flight is stale", inFlight, compensationReply("reserve-inventory", 2, ""), nil, domain.ErrStaleReply},
+		{"made-up step is rejected", inFlight, reply("teleport", 1, ""), nil, domain.ErrUnknownStep},
+		{"unknown task is rejected", nil, reply("reserve-inventory", 1, ""), nil, domain.ErrTaskNotFound},
+		{"duplicate reply after success is stale", with(inFlight, succeeded("reserve-inventory", 2)), reply("reserve-inventory", 2, ""), nil, domain.ErrStaleReply},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -146,18 +148,18 @@ func TestRecordReply(t *testing.T) {
 func TestCompensationReplies(t *testing.T) {
 	compensating := with(processed(2), dispatched("schedule-shipping", 1), failed("schedule-shipping", 1, domain.FailurePermanent),
 		domain.CompensationRequested{TaskID: "o-1", Step: "schedule-shipping", Reason: "r", At: t0}, compensationDispatched("charge-payment", 1))
-	got, err := domain.Fold("o-1", compensating).RecordReply(wf, compensationReply("charge-payment", 1, domain.OutcomeSucceeded, ""), d)
+	got, err := domain.Fold("o-1", compensating).RecordReply(wf, compensationReply("charge-payment", 1, ""), d)
 	require.NoError(t, err)
 	assert.Equal(t, []domain.Event{domain.StepCompensated{TaskID: "o-1", Step: "charge-payment", Attempt: 1, At: t0},
 		compensationDispatched("reserve-inventory", 1)}, got, "compensations run in reverse order")
 
-	got, err = domain.Fold("o-1", compensating).RecordReply(wf, compensationReply("charge-payment", 1, domain.OutcomeFailed, domain.FailureTransient), d)
+	got, err = domain.Fold("o-1", compensating).RecordReply(wf, compensationReply("charge-payment", 1, domain.FailureTransient), d)
 	require.NoError(t, err)
 	assert.Equal(t, []domain.Event{domain.CompensationFailed{TaskID: "o-1", Step: "charge-payment", Attempt: 1, Failure: domain.FailureTransient, Reason: "boom", At: t0},
 		retryScheduled("charge-payment", true, 2, time.Second)}, got, "a failed compensation is retried")
 
 	last := with(compensating, domain.StepCompensated{TaskID: "o-1", Step: "charge-payment", Attempt: 1, At: t0}, compensationDispatched("reserve-inventory", 1))
-	got, err = domain.Fold("o-1", last).RecordReply(wf, compensationReply("reserve-inventory", 1, domain.OutcomeSucceeded, ""), d)
+	got, err = domain.Fold("o-1", last).RecordReply(wf, compensationReply("reserve-inventory", 1, ""), d)
 	require.NoError(t, err)
 	assert.Equal(t, []domain.Event{domain.StepCompensated{TaskID: "o-1", Step: "reserve-inventory", Attempt: 1, At: t0},
 		domain.TaskCompensated{TaskID: "o-1", At: t0}}, got)
@@ -169,7 +171,7 @@ func TestCompensationThatKeepsFailingEndsInError(t *testing.T) {
 	max := wf.Steps[0].Compensation.MaxAttempts
 	for attempt := 1; attempt <= max; attempt++ {
 		history = append(history, compensationDispatched("reserve-inventory", attempt))
-		got, err := domain.Fold("o-1", history).RecordReply(wf, compensationReply("reserve-inventory", attempt, domain.OutcomeFailed, domain.FailureTransient), d)
+		got, err := domain.Fold("o-1", history).RecordReply(wf, compensationReply("reserve-inventory", attempt, domain.FailureTransient), d)
 		require.NoError(t, err)
 		history = append(history, got...)
 	}
@@ -225,7 +227,7 @@ func TestHungAgentIsRetriedThenCompensatedInReverseOrder(t *testing.T) {
 	}
 	decide(task().Next(wf, domain.Decision{Now: now, Actor: "scheduler-1"}))
 	for _, step := range []string{"schedule-shipping", "charge-payment", "reserve-inventory"} {
-		events, err := task().RecordReply(wf, compensationReply(step, 1, domain.OutcomeSucceeded, ""), domain.Decision{Now: now, Actor: "scheduler-1"})
+		events, err := task().RecordReply(wf, compensationReply(step, 1, ""), domain.Decision{Now: now, Actor: "scheduler-1"})
 		require.NoError(t, err, step)
 		decide(events)
 	}
@@ -297,7 +299,7 @@ func TestCancelWaitsForTheStepInFlightThenCompensates(t *testing.T) {
 	assert.Equal(t, []domain.Event{domain.TaskCancelled{TaskID: "o-1", By: "bob", Reason: "customer asked", At: t0}}, got,
 		"nothing is undone while the payment's outcome is unknown")
 	history = append(history, got...)
-	got, err = domain.Fold("o-1", history).RecordReply(wf, reply("charge-payment", 1, domain.OutcomeSucceeded, ""), d)
+	got, err = domain.Fold("o-1", history).RecordReply(wf, reply("charge-payment", 1, ""), d)
 	require.NoError(t, err)
 	assert.Equal(t, []domain.Event{succeeded("charge-payment", 1), compensationDispatched("charge-payment", 1)}, got,
 		"the reply that arrives after the cancellation is recorded, then undone")
@@ -349,40 +351,4 @@ func TestEventsRoundTripByWireName(t *testing.T) {
 	}
 	_, err := domain.DecodeEvent("Teleported", []byte(`{}`))
 	assert.ErrorIs(t, err, domain.ErrUnknownEventType)
-}
-
-func TestParseOrder(t *testing.T) {
-	o, err := domain.ParseOrder([]byte(` {"orderId":"o-1","items":[1,2]} `), 1024)
-	require.NoError(t, err)
-	assert.Equal(t, "o-1", o.OrderID)
-	assert.Equal(t, "order", o.Workflow, "workflow defaults to order")
-	assert.JSONEq(t, `{"orderId":"o-1","items":[1,2]}`, string(o.Raw))
-
-	for name, body := range map[string]string{
-		"not json":            `{"orderId":`,
-		"not an object":       `["o-1"]`,
-		"missing orderId":     `{"workflow":"order"}`,
-		"orderId wrong type":  `{"orderId":true}`,
-		"orderId with spaces": `{"orderId":"a b"}`,
-		"bad replyTo":         `{"orderId":"o-1","replyTo":"no/slashes"}`,
-		"oversized":           `{"orderId":"o-1","pad":"` + string(make([]byte, 2048)) + `"}`,
-		"empty":               ``,
-	} {
-		t.Run(name, func(t *testing.T) {
-			_, err := domain.ParseOrder([]byte(body), 1024)
-			assert.ErrorIs(t, err, domain.ErrInvalidMessage)
-		})
-	}
-}
-
-func TestParseStepReply(t *testing.T) {
-	r, err := domain.ParseStepReply([]byte(`{"taskId":"o-1","step":"s","attempt":1,"outcome":"succeeded"}`))
-	require.NoError(t, err)
-	assert.Equal(t, domain.ActionExecute, r.Action)
-	for _, body := range []string{`{}`, `nope`, `{"taskId":"o-1","step":"s","attempt":0,"outcome":"succeeded"}`,
-		`{"taskId":"o-1","step":"s","attempt":1,"outcome":"maybe"}`, `{"taskId":"o-1","step":"s","attempt":1,"outcome":"failed"}`,
-		`{"taskId":1,"step":"s","attempt":1,"outcome":"succeeded"}`} {
-		_, err := domain.ParseStepReply([]byte(body))
-		assert.ErrorIs(t, err, domain.ErrInvalidMessage, body)
-	}
 }

@@ -467,7 +467,7 @@ func validateTrigger(t Trigger, add func(string, string, ...any)) {
 		switch {
 		case !topicPattern.MatchString(topic):
 			add(fmt.Sprintf("trigger.topics[%d]", i), "%q is not a valid topic name", truncate(topic))
-		case ReservedTopic(topic) && topic != OrdersTopic, strings.HasPrefix(topic, "saga.reply.") || strings.HasPrefix(topic, "reply."):
+		case ReservedTopic(topic) && topic != DefaultTriggerTopic, strings.HasPrefix(topic, "saga.reply.") || strings.HasPrefix(topic, "reply."):
 			add(fmt.Sprintf("trigger.topics[%d]", i), "%q is one of saga's own topics or a reply topic; a workflow starts on the application's topics", topic)
 		}
 	}

@@ -109,7 +109,7 @@ func TestTriggerReadsApplicationEvents(t *testing.T) {
 	assert.False(t, doc.Matches(w.Trigger, "orders", ""))
 	o, err := doc.Order(w, "")
 	require.NoError(t, err)
-	assert.Equal(t, domain.OrderPlaced{OrderID: "A-17", Workflow: "ship", WorkflowVersion: 3, ReplyTo: "reply.shop", Raw: o.Raw}, o)
+	assert.Equal(t, domain.Order{ID: "A-17", Workflow: "ship", WorkflowVersion: 3, ReplyTo: "reply.shop", Body: o.Body}, o)
 
 	other, err := domain.ParseOrderDocument([]byte(`{"type":"OrderCancelled","order":{"id":"A-17"}}`), 0)
 	require.NoError(t, err)
@@ -118,7 +118,7 @@ func TestTriggerReadsApplicationEvents(t *testing.T) {
 	byKey := &domain.Workflow{Name: "k", Trigger: domain.Trigger{IDField: domain.KeyIDField}}
 	o, err = other.Order(byKey, "key-1")
 	require.NoError(t, err)
-	assert.Equal(t, "key-1", o.OrderID)
+	assert.Equal(t, "key-1", o.ID)
 }
 
 func TestStepWithoutCompensationIsLeftAlone(t *testing.T) {
@@ -127,8 +127,8 @@ func TestStepWithoutCompensationIsLeftAlone(t *testing.T) {
 	task := domain.Fold("o-1", []domain.Event{submitted(), dispatched("reserve-inventory", 1),
 		domain.StepSucceeded{TaskID: "o-1", Step: "reserve-inventory", Attempt: 1, Result: json.RawMessage(`{"r":1}`), At: t0},
 		dispatched("charge-payment", 1)})
-	events, err := task.RecordReply(w, domain.StepReply{TaskID: "o-1", Step: "charge-payment", Action: domain.ActionExecute, Attempt: 1,
-		Outcome: domain.OutcomeFailed, Failure: domain.FailurePermanent, Reason: "no"}, d)
+	events, err := task.RecordReply(w, domain.Reply{Step: "charge-payment", Attempt: 1,
+		Failure: domain.FailurePermanent, Reason: "no"}, d)
 	require.NoError(t, err)
 	assert.Equal(t, domain.TaskCompensatedType, events[len(events)-1].EventType(), "%v", events)
 	assert.Equal(t, map[string]json.RawMessage{"reserve-inventory": json.RawMessage(`{"r":1}`)}, task.Results(""))
@@ -137,8 +137,8 @@ func TestStepWithoutCompensationIsLeftAlone(t *testing.T) {
 func TestOversizedResultFailsTheAttempt(t *testing.T) {
 	task := domain.Fold("o-1", []domain.Event{submitted(), dispatched("reserve-inventory", 1)})
 	big := json.RawMessage(`"` + string(make([]byte, 0)) + string(bytesOf('a', domain.MaxResultBytes)) + `"`)
-	events, err := task.RecordReply(wf, domain.StepReply{TaskID: "o-1", Step: "reserve-inventory", Action: domain.ActionExecute, Attempt: 1,
-		Outcome: domain.OutcomeSucceeded, Result: big}, d)
+	events, err := task.RecordReply(wf, domain.Reply{Step: "reserve-inventory", Attempt: 1,
+		Succeeded: true, Result: big}, d)
 	require.NoError(t, err)
 	failed, ok := events[0].(domain.StepFailed)
 	require.True(t, ok, "%v", events)

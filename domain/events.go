@@ -227,7 +227,7 @@ func (TaskCancelled) EventType() string          { return TaskCancelledType }
 
 // taskEvents registers every task event: its wire name and how to decode
 // it. DecodeEvent reads it; a test checks that every registered event is
-// also folded (Task.Apply), has a status (StatusOf) and is described in
+// also folded (Task.Apply), has a status (protocol.StatusOf) and is described in
 // audits, so adding an event cannot miss one of them.
 var taskEvents = []struct {
 	name   string

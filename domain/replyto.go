@@ -26,11 +26,12 @@ var ErrReplyTopicNotAllowed = errors.Mark(errors.New("replyTo names a topic that
 var defaultReplyTopics = regexp.MustCompile(DefaultReplyTopicPattern)
 
 // ReservedTopic reports whether topic belongs to saga or to Kafka itself
-// and so may never receive statuses: saga.* (but saga.reply.*), the orders
-// topic and Kafka's internal __* topics.
+// and so may never receive statuses: saga's namespace saga.*, where every
+// topic of saga's protocol is (but the clients' reply topics saga.reply.*),
+// the orders topic DefaultTriggerTopic and Kafka's internal __* topics.
 func ReservedTopic(topic string) bool {
 	return (strings.HasPrefix(topic, "saga.") && !strings.HasPrefix(topic, ReplyTopicPrefix)) ||
-		topic == OrdersTopic || strings.HasPrefix(topic, "__")
+		topic == DefaultTriggerTopic || strings.HasPrefix(topic, "__")
 }
 
 // ReplyTopicPolicy decides which topics orders may name as replyTo. The zero

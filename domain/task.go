@@ -62,18 +62,18 @@ const (
 
 // Leg is the progress of a step's execution or of its compensation.
 type Leg struct {
-	State          StepState   `json:"state"`
-	Attempt        int         `json:"attempt"`
-	LockedBy       string      `json:"lockedBy,omitempty"`
-	CompleteBy     *time.Time  `json:"completeBy,omitempty"`
-	NotBefore      *time.Time  `json:"notBefore,omitempty"`
-	FailureCount   int         `json:"failureCount"`
-	LastFailure    FailureKind `json:"lastFailure,omitempty"`
-	LastError      string      `json:"lastError,omitempty"`
-	IdempotencyKey string      `json:"idempotencyKey,omitempty"`
+	State          StepState
+	Attempt        int
+	LockedBy       string
+	CompleteBy     *time.Time
+	NotBefore      *time.Time
+	FailureCount   int
+	LastFailure    FailureKind
+	LastError      string
+	IdempotencyKey string
 	// AttemptBase is the attempt number when an operator last resubmitted;
 	// only attempts after it count against the limit.
-	AttemptBase int `json:"attemptBase,omitempty"`
+	AttemptBase int
 }
 
 // InFlight reports whether an attempt was sent and not yet answered.
@@ -102,12 +102,12 @@ func (l *Leg) clone() *Leg {
 // embedded Leg, whose State is the step's state) and, once it is being
 // undone, its compensation.
 type Step struct {
-	Name  string `json:"name"`
-	Agent string `json:"agent,omitempty"`
+	Name  string
+	Agent string
 	Leg
 	// Result is what the step's agent returned when it succeeded.
-	Result       json.RawMessage `json:"result,omitempty"`
-	Compensation *Leg            `json:"compensation,omitempty"`
+	Result       json.RawMessage
+	Compensation *Leg
 }
 
 // mayHaveEffect reports whether the step may have changed something at its
@@ -117,30 +117,32 @@ func (s *Step) mayHaveEffect() bool {
 	return s.State == StepStateProcessed || (s.Attempt > 0 && s.LastFailure != FailurePermanent)
 }
 
-// Task is the state of a task, folded from its events.
+// Task is the state of a task, folded from its events. It has no JSON
+// form of its own: the HTTP API and the task view show it as a
+// protocol.TaskView.
 type Task struct {
-	ID       string `json:"id"`
-	Workflow string `json:"workflow"`
+	ID       string
+	Workflow string
 	// WorkflowVersion is the version of the workflow the task runs.
-	WorkflowVersion int             `json:"workflowVersion"`
-	State           TaskState       `json:"state"`
-	Steps           []*Step         `json:"steps"`
-	ReplyTo         string          `json:"replyTo,omitempty"`
-	Order           json.RawMessage `json:"-"`
+	WorkflowVersion int
+	State           TaskState
+	Steps           []*Step
+	ReplyTo         string
+	Order           json.RawMessage
 	// Reason says why the task compensates or stopped in Error.
-	Reason string `json:"reason,omitempty"`
+	Reason string
 	// FailedStep names the step whose failure or failed compensation put
 	// the task in Error.
-	FailedStep string `json:"failedStep,omitempty"`
+	FailedStep string
 	// Compensating is set once the task is being undone; it stays set if a
 	// compensation stops in Error, so a retry resumes the compensation.
-	Compensating bool   `json:"compensating,omitempty"`
-	CancelledBy  string `json:"cancelledBy,omitempty"`
-	TraceParent  string `json:"traceparent,omitempty"`
+	Compensating bool
+	CancelledBy  string
+	TraceParent  string
 	// Revision is the revision of the last event folded, -1 for none.
-	Revision    int64     `json:"revision"`
-	SubmittedAt time.Time `json:"submittedAt"`
-	UpdatedAt   time.Time `json:"updatedAt"`
+	Revision    int64
+	SubmittedAt time.Time
+	UpdatedAt   time.Time
 }
 
 // NewTask returns the state of a task with no events.

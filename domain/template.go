@@ -37,7 +37,8 @@ const (
 	TemplateIdempotencyKey = "idempotencyKey"
 )
 
-// TemplateData is what templates are rendered over.
+// TemplateData is what templates are rendered over (an HTTP step's URL
+// and body, from the command that runs it: protocol.ExecuteStep.TemplateData).
 type TemplateData struct {
 	TaskID, Workflow string
 	Version          int
@@ -47,12 +48,6 @@ type TemplateData struct {
 	Order            json.RawMessage
 	Results          map[string]json.RawMessage
 	Result           json.RawMessage
-}
-
-// TemplateDataOf is the data of a command's templates.
-func TemplateDataOf(cmd ExecuteStep) TemplateData {
-	return TemplateData{TaskID: cmd.TaskID, Workflow: cmd.Workflow, Version: cmd.WorkflowVersion, Step: cmd.Step,
-		Attempt: cmd.Attempt, IdempotencyKey: cmd.IdempotencyKey, Order: cmd.Order, Results: cmd.Results, Result: cmd.Result}
 }
 
 // placeholder is one {{ path }} in a template.

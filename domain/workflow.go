@@ -46,11 +46,15 @@ type Workflow struct {
 	Steps   []StepDefinition
 }
 
+// DefaultTriggerTopic is the topic of a trigger that names none: saga's
+// orders topic (protocol.OrdersTopic).
+const DefaultTriggerTopic = "orders"
+
 // Trigger says which messages start a workflow and how to read them. The
-// zero value is saga's own order shape on OrdersTopic, whose workflow field
-// names the workflow.
+// zero value is saga's own order shape on DefaultTriggerTopic, whose
+// workflow field names the workflow.
 type Trigger struct {
-	// Topics the messages arrive on; default OrdersTopic.
+	// Topics the messages arrive on; default DefaultTriggerTopic.
 	Topics []string
 	// Type, when set, is the event type that starts the workflow: the
 	// CloudEvents ce_type header, or the value at TypeField.
@@ -73,10 +77,10 @@ const (
 	DefaultReplyToField = "/replyTo"
 )
 
-// TopicsOrDefault returns the trigger's topics, OrdersTopic if none.
+// TopicsOrDefault returns the trigger's topics, DefaultTriggerTopic if none.
 func (t Trigger) TopicsOrDefault() []string {
 	if len(t.Topics) == 0 {
-		return []string{OrdersTopic}
+		return []string{DefaultTriggerTopic}
 	}
 	return t.Topics
 }

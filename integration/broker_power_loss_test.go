@@ -11,6 +11,7 @@ import (
 
 	"github.com/sagaengine/saga/adapters/engine"
 	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/domain/protocol"
 )
 
 // TestBrokerPowerLossSkipsNoNewOrder replays issue 11's audit: the
@@ -27,7 +28,7 @@ func TestBrokerPowerLossSkipsNoNewOrder(t *testing.T) {
 	s.stop() // the submitter commits all 60
 
 	// The power goes: the orders log loses its tail, the commit stays.
-	segments, err := filepath.Glob(filepath.Join(s.cfg.DataDir, "kafka", "partitions", domain.OrdersTopic+"-*", "*.dat"))
+	segments, err := filepath.Glob(filepath.Join(s.cfg.DataDir, "kafka", "partitions", protocol.OrdersTopic+"-*", "*.dat"))
 	require.NoError(t, err)
 	require.NotEmpty(t, segments)
 	for _, path := range segments {
@@ -37,7 +38,7 @@ func TestBrokerPowerLossSkipsNoNewOrder(t *testing.T) {
 	}
 	snapshots, _ := filepath.Glob(filepath.Join(s.cfg.DataDir, "kafka", "partitions", "*", "snapshot.json"))
 	for _, path := range snapshots {
-		if strings.Contains(path, domain.OrdersTopic+"-") {
+		if strings.Contains(path, protocol.OrdersTopic+"-") {
 			require.NoError(t, os.Remove(path))
 		}
 	}

@@ -15,13 +15,14 @@ import (
 	"github.com/sagaengine/saga/adapters/engine"
 	"github.com/sagaengine/saga/adapters/kafka"
 	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/domain/protocol"
 )
 
-func statusLine(st domain.TaskStatus) string {
+func statusLine(st protocol.TaskStatus) string {
 	return strings.TrimSpace(st.Status + " " + st.Step)
 }
 
-func statusLines(sts []domain.TaskStatus) []string {
+func statusLines(sts []protocol.TaskStatus) []string {
 	out := make([]string, len(sts))
 	for i, st := range sts {
 		out[i] = statusLine(st)
@@ -69,9 +70,9 @@ func TestReplyTopicCarriesTheExactStatusSequence(t *testing.T) {
 		out := outcomes[i]
 		kinds[out.Final.Status]++
 		switch out.Final.Status {
-		case domain.StatusProcessed:
+		case protocol.StatusProcessed:
 			assert.Equal(t, processed, statusLines(out.Statuses), id)
-		case domain.StatusCompensated:
+		case protocol.StatusCompensated:
 			assert.Equal(t, compensated, statusLines(out.Statuses), id)
 		default:
 			t.Errorf("%s ended %s", id, out.Final.Status)
@@ -84,15 +85,15 @@ func TestReplyTopicCarriesTheExactStatusSequence(t *testing.T) {
 			assert.WithinDuration(t, events[j].Recorded, st.Time, time.Millisecond)
 		}
 	}
-	assert.Positive(t, kinds[domain.StatusProcessed], "%v", kinds)
-	assert.Positive(t, kinds[domain.StatusCompensated], "%v", kinds)
+	assert.Positive(t, kinds[protocol.StatusProcessed], "%v", kinds)
+	assert.Positive(t, kinds[protocol.StatusCompensated], "%v", kinds)
 	assert.Greater(t, c.Received(), len(ids)*8, "the duplicates of the second publisher arrived and were dropped")
 }
 
 func TestStatusMessagesAreCloudEventsOnTheOrdersTrace(t *testing.T) {
 	s := startSystem(t, engine.Config{})
 	const trace = "4bf92f3577b34da6a3ce929d0e0e4736"
-	order := &kgo.Record{Topic: domain.OrdersTopic, Key: []byte("traced-1"), Value: []byte(`{"orderId":"traced-1","replyTo":"reply.traced"}`),
+	order := &kgo.Record{Topic: protocol.OrdersTopic, Key: []byte("traced-1"), Value: []byte(`{"orderId":"traced-1","replyTo":"reply.traced"}`),
 		Headers: []kgo.RecordHeader{{Key: "traceparent", Value: []byte("00-" + trace + "-00f067aa0ba902b7-01")}}}
 	require.NoError(t, s.producer().ProduceSync(ctx(t, 10*time.Second), order).FirstErr())
 	records := s.consumeTopic("reply.traced", 8, 30*time.Second)
@@ -103,11 +104,11 @@ func TestStatusMessagesAreCloudEventsOnTheOrdersTrace(t *testing.T) {
 		}
 		assert.Equal(t, "traced-1", string(r.Key))
 		assert.Equal(t, "1.0", headers[kafka.HeaderSpecVersion])
-		assert.Equal(t, domain.StatusMessageType, headers[kafka.HeaderType])
+		assert.Equal(t, protocol.StatusMessageType, headers[kafka.HeaderType])
 		assert.NotEmpty(t, headers[kafka.HeaderID])
 		assert.Equal(t, "application/json", headers[kafka.HeaderContentType])
 		assert.Contains(t, headers["traceparent"], "00-"+trace+"-", "statuses continue the order's trace")
 	}
-	all := s.consumeTopic(domain.StatusTopic, 8, 30*time.Second)
+	all := s.consumeTopic(protocol.StatusTopic, 8, 30*time.Second)
 	assert.Len(t, all, 8, "saga.status carries the same statuses")
 }

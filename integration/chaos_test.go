@@ -25,6 +25,7 @@ import (
 	"github.com/sagaengine/saga/adapters/engine"
 	"github.com/sagaengine/saga/adapters/eventstore"
 	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/domain/protocol"
 	"github.com/sagaengine/saga/projections"
 )
 
@@ -227,7 +228,7 @@ func TestChaos(t *testing.T) {
 
 	// The duplicator delivers a tenth of the commands and replies twice.
 	dup, err := kgo.NewClient(kgo.SeedBrokers(r.brokers...), kgo.ConsumerGroup("chaos-duplicator"),
-		kgo.ConsumeTopics(domain.CommandTopic("inventory"), domain.CommandTopic("payment"), domain.CommandTopic("shipping"), domain.RepliesTopic))
+		kgo.ConsumeTopics(protocol.CommandTopic("inventory"), protocol.CommandTopic("payment"), protocol.CommandTopic("shipping"), protocol.RepliesTopic))
 	require.NoError(t, err)
 	defer dup.Close()
 	var duplicated atomic.Int64
@@ -252,9 +253,9 @@ func TestChaos(t *testing.T) {
 		pause := time.Duration(float64(kills+1) * float64(time.Second) / float64(orders))
 		for i, id := range ids {
 			body, _ := json.Marshal(map[string]any{"orderId": id, "items": []int{i}})
-			recs := []*kgo.Record{{Topic: domain.OrdersTopic, Key: []byte(id), Value: body}}
+			recs := []*kgo.Record{{Topic: protocol.OrdersTopic, Key: []byte(id), Value: body}}
 			if i%20 == 0 {
-				recs = append(recs, &kgo.Record{Topic: domain.OrdersTopic, Key: []byte(id), Value: body})
+				recs = append(recs, &kgo.Record{Topic: protocol.OrdersTopic, Key: []byte(id), Value: body})
 			}
 			for r.ctx.Err() == nil && producer.ProduceSync(r.ctx, recs...).FirstErr() != nil {
 				time.Sleep(50 * time.Millisecond) // the broker is restarting: try again
@@ -348,7 +349,7 @@ func TestChaos(t *testing.T) {
 	for _, id := range ids {
 		resp, err := http.Get("http://" + r.spec.HTTP + "/api/tasks/" + id)
 		require.NoError(t, err)
-		var live domain.Task
+		var live protocol.TaskView
 		require.NoError(t, json.NewDecoder(resp.Body).Decode(&live))
 		resp.Body.Close()
 		events, err := reader.ReadStream(ctx(t, 10*time.Second), domain.TaskStream(id))
@@ -408,7 +409,7 @@ func TestRecoveryTimeAfterKill(t *testing.T) {
 	r.mu.Unlock()
 	var recs []*kgo.Record
 	for _, id := range orderIDs("recover", orders) {
-		recs = append(recs, &kgo.Record{Topic: domain.OrdersTopic, Key: []byte(id), Value: []byte(`{"orderId":"` + id + `"}`)})
+		recs = append(recs, &kgo.Record{Topic: protocol.OrdersTopic, Key: []byte(id), Value: []byte(`{"orderId":"` + id + `"}`)})
 	}
 	require.NoError(t, producer.ProduceSync(r.ctx, recs...).FirstErr())
 	<-half

@@ -19,6 +19,7 @@ import (
 	"github.com/sagaengine/saga/adapters/eventstore"
 	"github.com/sagaengine/saga/adapters/kafka"
 	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/domain/protocol"
 	"github.com/sagaengine/saga/processes"
 	"github.com/sagaengine/saga/projections"
 )
@@ -39,7 +40,7 @@ func startStore(t *testing.T, addr, dir string, maxEvent int) *esdbserver.Server
 func (s *system) deadLetters(n int) map[string]string {
 	s.t.Helper()
 	reasons := map[string]string{}
-	for _, r := range s.consumeTopic(domain.DeadLetterTopic, n, 30*time.Second) {
+	for _, r := range s.consumeTopic(protocol.DeadLetterTopic, n, 30*time.Second) {
 		for _, h := range r.Headers {
 			if h.Key == kafka.HeaderDeadLetterReason {
 				reasons[string(r.Key)] = string(h.Value)
@@ -83,7 +84,7 @@ func (s *system) awaitStatus(topic, order string, state domain.TaskState) {
 		fetches := client.PollFetches(c)
 		require.NoError(s.t, c.Err(), "no %s status of %s on %s", state, order, topic)
 		for _, r := range fetches.Records() {
-			if st, err := domain.ParseTaskStatus(r.Value); err == nil && st.OrderID == order && st.State == state {
+			if st, err := protocol.ParseTaskStatus(r.Value); err == nil && st.OrderID == order && st.State == state {
 				return
 			}
 		}
@@ -145,11 +146,11 @@ func TestFaultPoisonOrdersAreDeadLettered(t *testing.T) {
 	s := startSystem(t, engine.Config{EventStoreURL: fmt.Sprintf("esdb://%s?tls=false", srv.Addr())})
 
 	client := s.producer()
-	huge := &kgo.Record{Topic: domain.OrdersTopic, Key: []byte("poison-trace"), Value: []byte(`{"orderId":"poison-trace"}`),
+	huge := &kgo.Record{Topic: protocol.OrdersTopic, Key: []byte("poison-trace"), Value: []byte(`{"orderId":"poison-trace"}`),
 		Headers: []kgo.RecordHeader{{Key: "traceparent", Value: []byte("00-" + strings.Repeat("a", 9<<20))}}}
-	big := &kgo.Record{Topic: domain.OrdersTopic, Key: []byte("poison-big"),
+	big := &kgo.Record{Topic: protocol.OrdersTopic, Key: []byte("poison-big"),
 		Value: []byte(`{"orderId":"poison-big","pad":"` + strings.Repeat("x", 512<<10) + `"}`)}
-	after := &kgo.Record{Topic: domain.OrdersTopic, Key: []byte("poison-after"), Value: []byte(`{"orderId":"poison-after"}`)}
+	after := &kgo.Record{Topic: protocol.OrdersTopic, Key: []byte("poison-after"), Value: []byte(`{"orderId":"poison-after"}`)}
 	for _, r := range []*kgo.Record{huge, big, after} {
 		r.Partition = 0 // one partition: "after" waits behind the poison ones
 	}
@@ -196,17 +197,17 @@ func TestFaultNoPhantomTasks(t *testing.T) {
 	s := startSystem(t, engine.Config{})
 	client := s.producer()
 	reply := func(key string) {
-		require.NoError(t, client.ProduceSync(ctx(t, 10*time.Second), &kgo.Record{Topic: domain.RepliesTopic, Key: []byte("ghost-1"),
+		require.NoError(t, client.ProduceSync(ctx(t, 10*time.Second), &kgo.Record{Topic: protocol.RepliesTopic, Key: []byte("ghost-1"),
 			Value:   []byte(`{"taskId":"ghost-1","step":"reserve-inventory","attempt":1,"outcome":"succeeded"}`),
 			Headers: []kgo.RecordHeader{{Key: "test", Value: []byte(key)}}}).FirstErr())
 	}
 	reply("before")
-	s.consumeTopic(domain.DeadLetterTopic, 1, 30*time.Second)
+	s.consumeTopic(protocol.DeadLetterTopic, 1, 30*time.Second)
 	s.app.Scheduler.Rebalanced(ctx(t, 10*time.Second))
 	// The shard of ghost-1 handles jobs in order: once this second reply is
 	// dead-lettered, the rebalance before it has been carried out.
 	reply("after")
-	s.consumeTopic(domain.DeadLetterTopic, 2, 30*time.Second)
+	s.consumeTopic(protocol.DeadLetterTopic, 2, 30*time.Second)
 	assert.Empty(t, s.stream("ghost-1"), "no phantom task stream")
 	_, ok, _ := s.app.Tasks.Get(context.Background(), "ghost-1")
 	assert.False(t, ok)
@@ -219,8 +220,8 @@ func TestFaultNoPhantomTasks(t *testing.T) {
 // those topics, and an order with a proper reply topic gets its statuses.
 func TestFaultReplyToMustBeAReplyTopic(t *testing.T) {
 	s := startSystem(t, engine.Config{})
-	bad := map[string]string{"to-replies": domain.RepliesTopic, "to-orders": domain.OrdersTopic,
-		"to-cmd": domain.CommandTopic("inventory"), "to-status": domain.StatusTopic, "to-shop": "shop.replies"}
+	bad := map[string]string{"to-replies": protocol.RepliesTopic, "to-orders": protocol.OrdersTopic,
+		"to-cmd": protocol.CommandTopic("inventory"), "to-status": protocol.StatusTopic, "to-shop": "shop.replies"}
 	for id, topic := range bad {
 		s.publish(id, []byte(fmt.Sprintf(`{"orderId":%q,"replyTo":%q}`, id, topic)))
 	}
@@ -241,7 +242,7 @@ func TestFaultReplyToMustBeAReplyTopic(t *testing.T) {
 func TestFaultTombstonedCheckpointIsRecovered(t *testing.T) {
 	s := startSystem(t, engine.Config{})
 	s.publish("cp-1", []byte(`{"orderId":"cp-1"}`))
-	s.awaitStatus(domain.StatusTopic, "cp-1", domain.StateProcessed)
+	s.awaitStatus(protocol.StatusTopic, "cp-1", domain.StateProcessed)
 
 	conf, err := esdb.ParseConnectionString(s.app.EventStoreURL)
 	require.NoError(t, err)
@@ -252,8 +253,8 @@ func TestFaultTombstonedCheckpointIsRecovered(t *testing.T) {
 	require.NoError(t, err)
 
 	s.publish("cp-2", []byte(`{"orderId":"cp-2"}`))
-	s.awaitStatus(domain.StatusTopic, "cp-2", domain.StateProcessed)
+	s.awaitStatus(protocol.StatusTopic, "cp-2", domain.StateProcessed)
 	s.restart()
 	s.publish("cp-3", []byte(`{"orderId":"cp-3"}`))
-	s.awaitStatus(domain.StatusTopic, "cp-3", domain.StateProcessed)
+	s.awaitStatus(protocol.StatusTopic, "cp-3", domain.StateProcessed)
 }

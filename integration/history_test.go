@@ -35,14 +35,13 @@ func writeFinishedTasks(t testing.TB, store *eventstore.Store, wf *domain.Workfl
 			now := time.Now()
 			d := domain.Decision{Now: now, Actor: "history"}
 			task := domain.NewTask(id)
-			events := []domain.Event{domain.Submit(domain.OrderPlaced{OrderID: id, Raw: []byte(`{}`)}, wf, "", now)}
+			events := []domain.Event{domain.Submit(domain.Order{ID: id, Body: []byte(`{}`)}, wf, "", now)}
 			task.Apply(events[0])
 			for !task.State.Terminal() {
 				next := task.Next(wf, d)
 				if len(next) == 0 {
 					var err error
-					next, err = task.RecordReply(wf, domain.StepReply{TaskID: id, Step: task.InFlight()[0].Step, Attempt: 1,
-						Action: domain.ActionExecute, Outcome: domain.OutcomeSucceeded}, d)
+					next, err = task.RecordReply(wf, domain.Reply{Step: task.InFlight()[0].Step, Attempt: 1, Succeeded: true}, d)
 					require.NoError(t, err)
 				}
 				for _, e := range next {

@@ -15,6 +15,7 @@ import (
 	"github.com/sagaengine/saga/adapters/engine"
 	"github.com/sagaengine/saga/adapters/kafka"
 	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/domain/protocol"
 )
 
 // metric reads one sample from the API's /metrics.
@@ -62,13 +63,13 @@ func TestHostileInput(t *testing.T) {
 		"stale":        `{"taskId":"good-1","step":"reserve-inventory","attempt":1,"outcome":"failed","failure":"permanent"}`,
 	}
 	for key, body := range replies {
-		require.NoError(t, client.ProduceSync(ctx(t, 10*time.Second), &kgo.Record{Topic: domain.RepliesTopic, Key: []byte(key), Value: []byte(body)}).FirstErr())
+		require.NoError(t, client.ProduceSync(ctx(t, 10*time.Second), &kgo.Record{Topic: protocol.RepliesTopic, Key: []byte(key), Value: []byte(body)}).FirstErr())
 	}
-	require.NoError(t, client.ProduceSync(ctx(t, 10*time.Second), &kgo.Record{Topic: domain.CommandTopic("inventory"), Key: []byte("bad-command"),
+	require.NoError(t, client.ProduceSync(ctx(t, 10*time.Second), &kgo.Record{Topic: protocol.CommandTopic("inventory"), Key: []byte("bad-command"),
 		Value: []byte(`{"taskId":"good-1","step":"reserve-inventory","action":"explode","attempt":1}`)}).FirstErr())
 
 	wantDead := len(orders) + 3 + 1 // orders, invalid replies, the invalid command
-	dead := s.consumeTopic(domain.DeadLetterTopic, wantDead, 60*time.Second)
+	dead := s.consumeTopic(protocol.DeadLetterTopic, wantDead, 60*time.Second)
 	reasons := map[string]string{}
 	for _, r := range dead {
 		for _, h := range r.Headers {

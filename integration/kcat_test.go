@@ -16,6 +16,7 @@ import (
 	"github.com/sagaengine/saga/adapters/demo"
 	"github.com/sagaengine/saga/adapters/engine"
 	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/domain/protocol"
 )
 
 // requireTools skips a test whose outside tools are missing, or fails it
@@ -78,7 +79,7 @@ func TestShellAgentAndKcatConsumer(t *testing.T) {
 		require.Len(t, parts, 3, line)
 		assert.Equal(t, "bell-1", parts[0])
 		assert.Contains(t, parts[1], "ce_type=saga.task.status")
-		var st domain.TaskStatus
+		var st protocol.TaskStatus
 		require.NoError(t, json.Unmarshal([]byte(parts[2]), &st))
 		statuses = append(statuses, statusLine(st))
 	}

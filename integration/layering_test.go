@@ -71,14 +71,43 @@ func TestEmbeddingExampleUsesOnlyThePublicAPI(t *testing.T) {
 }
 
 // TestClientLinksNothingOfTheEngine keeps the public Go client to the wire
-// protocol: no embedded broker, no processes, no other adapter.
+// protocol: of saga it links domain and domain/protocol only (no embedded
+// broker, no processes, no other adapter).
 func TestClientLinksNothingOfTheEngine(t *testing.T) {
+	allowed := []string{module + "adapters/client", module + "domain", module + "domain/protocol"}
 	for _, dep := range goList(t, "{{.ImportPath}}", "adapters/client", true) {
-		for _, forbidden := range []string{"github.com/twmb/franz-go/pkg/kfake", module + "processes", module + "projections", module + "adapters/kafka",
-			module + "adapters/engine", "github.com/EventStore/EventStore-Client-Go"} {
+		if strings.HasPrefix(dep, module) {
+			assert.Contains(t, allowed, dep, "adapters/client depends on %s", dep)
+		}
+		for _, forbidden := range []string{"github.com/twmb/franz-go/pkg/kfake", "github.com/EventStore/EventStore-Client-Go", "google.golang.org/grpc"} {
 			assert.False(t, violates(dep, []string{forbidden}), "adapters/client depends on %s", dep)
 		}
 	}
+}
+
+// TestDomainDoesNotNeedTheProtocol keeps the wire format out of the core:
+// domain/protocol builds on domain, and no package of domain but the
+// protocol itself imports it, not even in tests.
+func TestDomainDoesNotNeedTheProtocol(t *testing.T) {
+	protocol := module + "domain/protocol"
+	format := `{{.ImportPath}} {{join .Deps " "}} {{join .TestImports " "}} {{join .XTestImports " "}}`
+	cmd := exec.Command("go", "list", "-f", format, "./domain/...")
+	cmd.Dir = ".."
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, string(out))
+	checked := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fields := strings.Fields(line)
+		if violates(fields[0], []string{protocol}) {
+			continue
+		}
+		checked++
+		for _, dep := range fields[1:] {
+			assert.False(t, violates(dep, []string{protocol}), "%s depends on %s", fields[0], dep)
+		}
+	}
+	assert.NotZero(t, checked, "no package of domain was checked")
+	assert.Contains(t, goList(t, `{{join .Imports " "}}`, "domain/protocol", false), module+"domain", "the protocol builds on domain")
 }
 
 // TestContractSuiteStaysInTests keeps adapters/eventstore/eventstoretest, the

@@ -42,12 +42,12 @@ func BenchmarkProjectionRebuild(b *testing.B) {
 			task := domain.NewTask(id)
 			wf := demo.Workflow()
 			now := time.Now()
-			events := []domain.Event{domain.Submit(domain.OrderPlaced{OrderID: id, Raw: []byte(`{}`)}, wf, "", now)}
+			events := []domain.Event{domain.Submit(domain.Order{ID: id, Body: []byte(`{}`)}, wf, "", now)}
 			task.Apply(events[0])
 			for len(events) < 8 {
 				next := task.Next(wf, domain.Decision{Now: now, Actor: "bench"})
 				if len(next) == 0 {
-					r, _ := task.RecordReply(wf, domain.StepReply{TaskID: id, Step: task.InFlight()[0].Step, Attempt: 1, Action: domain.ActionExecute, Outcome: domain.OutcomeSucceeded}, domain.Decision{Now: now, Actor: "bench"})
+					r, _ := task.RecordReply(wf, domain.Reply{Step: task.InFlight()[0].Step, Attempt: 1, Succeeded: true}, domain.Decision{Now: now, Actor: "bench"})
 					next = r
 				}
 				for _, e := range next {

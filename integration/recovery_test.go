@@ -17,6 +17,7 @@ import (
 	"github.com/sagaengine/saga/adapters/demo"
 	"github.com/sagaengine/saga/adapters/engine"
 	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/domain/protocol"
 )
 
 func faults(agent string, f ...demo.Fault) map[string][]demo.Fault {
@@ -149,8 +150,8 @@ func TestCompensationThatKeepsFailingEndsInErrorThenRetryResumes(t *testing.T) {
 	assert.Equal(t, domain.StepStateError, inv.State)
 	assert.Equal(t, 5, inv.Compensation.FailureCount)
 
-	alerts := s.consumeTopic(domain.AlertsTopic, 1, 30*time.Second)
-	var alert domain.Alert
+	alerts := s.consumeTopic(protocol.AlertsTopic, 1, 30*time.Second)
+	var alert protocol.Alert
 	require.NoError(t, json.Unmarshal(alerts[0].Value, &alert))
 	assert.Equal(t, "stuck-1", alert.TaskID)
 	assert.Equal(t, domain.StateError, alert.State)
@@ -190,8 +191,8 @@ func TestLateReplyAfterTimeoutChangesNothing(t *testing.T) {
 		return t.Step("charge-payment").FailureCount >= 1
 	})
 	before := s.app.Scheduler.Stats().StaleReplies
-	late, _ := json.Marshal(domain.StepReply{TaskID: "late-1", Step: "charge-payment", Action: domain.ActionExecute, Attempt: 1, Outcome: domain.OutcomeSucceeded})
-	require.NoError(t, s.producer().ProduceSync(ctx(t, 10*time.Second), &kgo.Record{Topic: domain.RepliesTopic, Key: []byte("late-1"), Value: late}).FirstErr())
+	late, _ := json.Marshal(protocol.StepReply{TaskID: "late-1", Step: "charge-payment", Action: protocol.ActionExecute, Attempt: 1, Outcome: protocol.OutcomeSucceeded})
+	require.NoError(t, s.producer().ProduceSync(ctx(t, 10*time.Second), &kgo.Record{Topic: protocol.RepliesTopic, Key: []byte("late-1"), Value: late}).FirstErr())
 	require.Eventually(t, func() bool { return s.app.Scheduler.Stats().StaleReplies > before }, 10*time.Second, 10*time.Millisecond,
 		"the late reply is counted as stale")
 	task := s.awaitTerminal([]string{"late-1"}, 30*time.Second)["late-1"]

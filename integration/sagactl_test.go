@@ -16,6 +16,7 @@ import (
 	"github.com/sagaengine/saga/adapters/demo"
 	"github.com/sagaengine/saga/adapters/engine"
 	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/domain/protocol"
 )
 
 // workflows for outcomes chosen by the order: "order" compensates when the
@@ -58,7 +59,7 @@ func TestSagactlWatchExitCodes(t *testing.T) {
 	out, code = s.sagactl("watch")
 	assert.Equal(t, 1, code, out)
 
-	out, code = s.sagactl("watch", "--timeout", "2s", "--topic", domain.StatusTopic)
+	out, code = s.sagactl("watch", "--timeout", "2s", "--topic", protocol.StatusTopic)
 	assert.Equal(t, 0, code, out)
 	assert.Contains(t, out, "w-comp")
 	assert.Contains(t, out, "compensated")
@@ -102,10 +103,7 @@ func TestSagactlAuditAndReplay(t *testing.T) {
 
 	out, code = s.sagactl("tasks", "--state", "Compensated", "--output", "json")
 	require.Equal(t, 0, code, out)
-	var list struct {
-		Tasks  []domain.Task
-		Counts map[string]int
-	}
+	var list protocol.TaskList
 	require.NoError(t, json.Unmarshal([]byte(out), &list), out)
 	require.Len(t, list.Tasks, 1)
 	assert.Equal(t, "audit-1", list.Tasks[0].ID)

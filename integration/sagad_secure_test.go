@@ -18,6 +18,7 @@ import (
 
 	"github.com/sagaengine/saga/adapters/secure"
 	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/domain/protocol"
 )
 
 // buildSagad builds sagad into the test's temporary directory.
@@ -109,7 +110,7 @@ func TestSagadSecure(t *testing.T) {
 	// The printed kcat command, turned from listing into producing.
 	kcatCmd := regexp.MustCompile(`(?s)kcat -b .*? -L`).FindString(out)
 	require.NotEmpty(t, kcatCmd, out)
-	kcatCmd = strings.ReplaceAll(strings.TrimSuffix(kcatCmd, " -L"), "\\\n", " ") + " -P -t " + domain.OrdersTopic + " -K:"
+	kcatCmd = strings.ReplaceAll(strings.TrimSuffix(kcatCmd, " -L"), "\\\n", " ") + " -P -t " + protocol.OrdersTopic + " -K:"
 	produce := exec.Command("bash", "-c", kcatCmd)
 	produce.Stdin = strings.NewReader(`sagad-1:{"orderId":"sagad-1"}` + "\n")
 	kout, err := produce.CombinedOutput()

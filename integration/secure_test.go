@@ -27,6 +27,7 @@ import (
 	"github.com/sagaengine/saga/adapters/kafka"
 	"github.com/sagaengine/saga/adapters/secure"
 	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/domain/protocol"
 )
 
 // secureSystem starts the whole saga in secure mode, as sagad --secure
@@ -84,7 +85,7 @@ func TestSecureSystem(t *testing.T) {
 		defer c.Close()
 		out, err := c.Run(ctx(t, 60*time.Second), "sec-1", map[string]any{"items": []string{"book"}})
 		require.NoError(t, err)
-		assert.Equal(t, domain.StatusProcessed, out.Final.Status)
+		assert.Equal(t, protocol.StatusProcessed, out.Final.Status)
 		assert.Equal(t, "received", out.Statuses[0].Status, "statuses came on the reply topic")
 	})
 
@@ -93,7 +94,7 @@ func TestSecureSystem(t *testing.T) {
 		conf := filepath.Join(t.TempDir(), "kcat.conf")
 		require.NoError(t, os.WriteFile(conf, []byte(fmt.Sprintf("security.protocol=SASL_SSL\nsasl.mechanisms=SCRAM-SHA-256\n"+
 			"sasl.username=%s\nsasl.password=%s\nssl.ca.location=%s\n", files.KafkaUser, kafkaPass, files.CA)), 0o600))
-		cmd := exec.Command("kcat", "-F", conf, "-P", "-b", strings.Join(s.app.KafkaBrokers, ","), "-t", domain.OrdersTopic, "-K:")
+		cmd := exec.Command("kcat", "-F", conf, "-P", "-b", strings.Join(s.app.KafkaBrokers, ","), "-t", protocol.OrdersTopic, "-K:")
 		cmd.Stdin = strings.NewReader(`kcat-1:{"orderId":"kcat-1","items":[{"sku":"pen","qty":3}]}` + "\n")
 		out, err := cmd.CombinedOutput()
 		require.NoError(t, err, string(out))

@@ -2,6 +2,7 @@ package integration_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -18,7 +19,9 @@ import (
 	"github.com/sagaengine/saga/adapters/demo"
 	"github.com/sagaengine/saga/adapters/engine"
 	"github.com/sagaengine/saga/adapters/kafka"
+	"github.com/sagaengine/saga/adapters/taskdb"
 	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/domain/protocol"
 	"github.com/sagaengine/saga/projections"
 )
 
@@ -109,7 +112,7 @@ func TestDuplicateAndInvalidOrders(t *testing.T) {
 	assert.Equal(t, domain.StateProcessed, tasks["after-1"].State, "the consumer moved on past bad input")
 	assert.Equal(t, happyPath, types(s.stream("dup-1")), "a duplicate order yields one task")
 
-	dead := s.consumeTopic(domain.DeadLetterTopic, len(bad), 30*time.Second)
+	dead := s.consumeTopic(protocol.DeadLetterTopic, len(bad), 30*time.Second)
 	reasons := map[string]string{}
 	for _, r := range dead {
 		for _, h := range r.Headers {
@@ -218,4 +221,24 @@ func TestTaskViewIsRebuiltFromTheStore(t *testing.T) {
 	assert.Len(t, page.Tasks, 30)
 	_, err = os.Stat(filepath.Join(s.cfg.DataDir, "taskview", "tasks-1.db"))
 	assert.True(t, os.IsNotExist(err), "the old file is gone")
+
+	// A view file whose rows a later build wrote, in a format this one
+	// cannot read, is replaced at start by one built from the store.
+	s.stop()
+	dir := filepath.Join(s.cfg.DataDir, "taskview")
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "tasks-2.db"))
+	require.NoError(t, err)
+	_, err = db.Exec(fmt.Sprintf("PRAGMA user_version = %d", taskdb.SchemaVersion+1))
+	require.NoError(t, err)
+	require.NoError(t, db.Close())
+	s.start()
+	<-s.app.Tasks.Ready()
+	counts, err = s.app.Tasks.Counts(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, 30, counts[domain.StateProcessed], "the view was rebuilt in a fresh file")
+	current, err := os.ReadFile(filepath.Join(dir, "CURRENT"))
+	require.NoError(t, err)
+	assert.Equal(t, "tasks-3.db\n", string(current))
+	_, err = os.Stat(filepath.Join(dir, "tasks-2.db"))
+	assert.True(t, os.IsNotExist(err), "the file of the other format is gone")
 }

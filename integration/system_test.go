@@ -18,6 +18,7 @@ import (
 	"github.com/sagaengine/saga/adapters/eventstore"
 	"github.com/sagaengine/saga/adapters/kafka"
 	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/domain/protocol"
 )
 
 // system is a whole saga system under test.
@@ -119,7 +120,7 @@ func (s *system) producer() *kgo.Client {
 func (s *system) publish(key string, body []byte) {
 	s.t.Helper()
 	client := s.producer()
-	require.NoError(s.t, client.ProduceSync(ctx(s.t, 10*time.Second), &kgo.Record{Topic: domain.OrdersTopic, Key: []byte(key), Value: body}).FirstErr())
+	require.NoError(s.t, client.ProduceSync(ctx(s.t, 10*time.Second), &kgo.Record{Topic: protocol.OrdersTopic, Key: []byte(key), Value: body}).FirstErr())
 }
 
 func orderIDs(prefix string, n int) []string {
@@ -136,7 +137,7 @@ func (s *system) publishOrders(ids []string) {
 	recs := make([]*kgo.Record, len(ids))
 	for i, id := range ids {
 		body, _ := json.Marshal(map[string]any{"orderId": id, "items": []map[string]any{{"sku": "book", "qty": 1 + i%3}}})
-		recs[i] = &kgo.Record{Topic: domain.OrdersTopic, Key: []byte(id), Value: body}
+		recs[i] = &kgo.Record{Topic: protocol.OrdersTopic, Key: []byte(id), Value: body}
 	}
 	require.NoError(s.t, client.ProduceSync(ctx(s.t, 30*time.Second), recs...).FirstErr())
 }

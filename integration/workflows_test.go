@@ -21,6 +21,7 @@ import (
 	"github.com/sagaengine/saga/adapters/kafka"
 	"github.com/sagaengine/saga/adapters/workflowfile"
 	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/domain/protocol"
 	"github.com/sagaengine/saga/processes"
 	"github.com/sagaengine/saga/projections"
 )
@@ -107,7 +108,7 @@ func TestUserWorkflowRunsAgainstItsOwnServices(t *testing.T) {
 	s.awaitView("shop-refused", domain.StateCompensated)
 	view, _, _ := s.app.Tasks.Get(context.Background(), "shop-ok")
 	var charge map[string]any
-	require.NoError(t, json.Unmarshal(view.Step("charge").Result, &charge))
+	require.NoError(t, json.Unmarshal(view.Task().Step("charge").Result, &charge))
 	assert.Equal(t, 42.5, charge["amount"])
 	audit, err := projections.BuildAudit("shop-refused", s.stream("shop-refused"), projections.Cut{})
 	require.NoError(t, err)
@@ -143,11 +144,11 @@ func TestNewVersionWhileTasksAreInFlight(t *testing.T) {
 	require.NoError(t, err)
 	agent := &processes.Agent{Name: "gate", Replies: kafka.NewProducer(client, "test-gate", nil), DeadLetters: kafka.NewProducer(client, "test-gate", nil),
 		Clock: processes.SystemClock, Logger: testLogger(),
-		Handler: func(ctx context.Context, cmd domain.ExecuteStep) (json.RawMessage, error) {
+		Handler: func(ctx context.Context, cmd protocol.ExecuteStep) (json.RawMessage, error) {
 			return json.RawMessage(`{"opened":"` + cmd.TaskID + `"}`), nil
 		}}
 	go func() {
-		done <- kafka.Consume(runCtx, kafka.ConsumerConfig{Brokers: s.app.KafkaBrokers, Group: "test-gate", Topics: []string{domain.CommandTopic("gate")},
+		done <- kafka.Consume(runCtx, kafka.ConsumerConfig{Brokers: s.app.KafkaBrokers, Group: "test-gate", Topics: []string{protocol.CommandTopic("gate")},
 			Logger: testLogger()}, agent.HandleCommand)
 	}()
 	t.Cleanup(func() { stop(); <-done; client.Close() })
@@ -205,7 +206,7 @@ func TestUnknownWorkflowIsRejectedAtOnce(t *testing.T) {
 	outcome, err := c.Run(ctx(t, 20*time.Second), "rej-1", map[string]any{"workflow": "teleport"})
 	require.ErrorIs(t, err, client.ErrRejected)
 	assert.Contains(t, err.Error(), "teleport")
-	assert.Equal(t, domain.StatusRejected, outcome.Final.Status)
+	assert.Equal(t, protocol.StatusRejected, outcome.Final.Status)
 	assert.Less(t, time.Since(started), 10*time.Second)
 	assert.Empty(t, s.stream("rej-1"))
 }
@@ -248,7 +249,7 @@ steps:
 	assert.Equal(t, 1, shopStateOf(t, shop).Emails["A-17/confirm"])
 
 	publish("A-18", `{"type":"OrderShipped","order":{"id":"A-18"}}`)
-	dead := s.consumeTopic(domain.DeadLetterTopic, 1, 30*time.Second)
+	dead := s.consumeTopic(protocol.DeadLetterTopic, 1, 30*time.Second)
 	assert.Equal(t, "A-18", string(dead[0].Key))
 	assert.Empty(t, s.stream("A-18"), "an event no workflow starts on is dead-lettered, not a task")
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/cockroachdb/errors"
 
 	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/domain/protocol"
 )
 
 // ErrPermanent marks a failure that retrying cannot fix: the remote service
@@ -30,7 +31,7 @@ func (p permanentError) Is(target error) bool { return target == ErrPermanent }
 // second effect, and stop when ctx ends (at the command's CompleteBy). It
 // returns Permanent(err) when retrying cannot help; any other error is
 // retried.
-type StepHandler func(ctx context.Context, cmd domain.ExecuteStep) (json.RawMessage, error)
+type StepHandler func(ctx context.Context, cmd protocol.ExecuteStep) (json.RawMessage, error)
 
 // Agent runs commands of one agent topic: each within its CompleteBy,
 // retrying transient failures with backoff and jitter, and replying to the
@@ -66,7 +67,7 @@ func (a *Agent) Stats() AgentStats {
 // message should be redelivered (the process is stopping, or a reply or
 // dead letter could not be written).
 func (a *Agent) HandleCommand(ctx context.Context, msg Inbound) error {
-	cmd, err := domain.ParseExecuteStep(msg.Value)
+	cmd, err := protocol.ParseExecuteStep(msg.Value)
 	if err != nil {
 		a.rejected.Add(1)
 		a.Logger.Warn("command rejected to dead letters", "agent", a.Name, "source", msg.Source(), "reason", err.Error())
@@ -94,11 +95,11 @@ func (a *Agent) HandleCommand(ctx context.Context, msg Inbound) error {
 		}
 		switch {
 		case err == nil:
-			return a.reply(ctx, cmd, domain.StepReply{Outcome: domain.OutcomeSucceeded, Result: result})
+			return a.reply(ctx, cmd, protocol.StepReply{Outcome: protocol.OutcomeSucceeded, Result: result})
 		case ctx.Err() != nil:
 			return ctx.Err() // stopping: the command is redelivered after restart
 		case errors.Is(err, ErrPermanent):
-			return a.reply(ctx, cmd, domain.StepReply{Outcome: domain.OutcomeFailed, Failure: domain.FailurePermanent, Reason: err.Error()})
+			return a.reply(ctx, cmd, protocol.StepReply{Outcome: protocol.OutcomeFailed, Failure: domain.FailurePermanent, Reason: err.Error()})
 		}
 		pause := wait(backoff, try)
 		var hinted interface{ RetryAfter() time.Duration }
@@ -112,7 +113,7 @@ func (a *Agent) HandleCommand(ctx context.Context, msg Inbound) error {
 				// Name what went wrong, not only that the breaker then refused.
 				reason = "gave up after " + itoa(int64(try)) + " tries: " + cause.Error() + " (then: " + err.Error() + ")"
 			}
-			return a.reply(ctx, cmd, domain.StepReply{Outcome: domain.OutcomeFailed, Failure: domain.FailureTransient, Reason: reason})
+			return a.reply(ctx, cmd, protocol.StepReply{Outcome: protocol.OutcomeFailed, Failure: domain.FailureTransient, Reason: reason})
 		}
 		a.retries.Add(1)
 		if !sleep(ctx, a.Clock, pause) {
@@ -122,7 +123,7 @@ func (a *Agent) HandleCommand(ctx context.Context, msg Inbound) error {
 }
 
 // call runs the handler through the circuit breaker.
-func (a *Agent) call(ctx context.Context, cmd domain.ExecuteStep) (json.RawMessage, error) {
+func (a *Agent) call(ctx context.Context, cmd protocol.ExecuteStep) (json.RawMessage, error) {
 	if a.Breaker == nil {
 		return a.Handler(ctx, cmd)
 	}
@@ -134,7 +135,7 @@ func (a *Agent) call(ctx context.Context, cmd domain.ExecuteStep) (json.RawMessa
 	return result, err
 }
 
-func (a *Agent) reply(ctx context.Context, cmd domain.ExecuteStep, r domain.StepReply) error {
+func (a *Agent) reply(ctx context.Context, cmd protocol.ExecuteStep, r protocol.StepReply) error {
 	if !a.Clock.Now().Before(cmd.CompleteBy) {
 		a.expired.Add(1)
 		a.Logger.Info("complete-by passed; staying silent", "agent", a.Name, "task", cmd.TaskID, "step", cmd.Step, "attempt", cmd.Attempt)
@@ -145,7 +146,7 @@ func (a *Agent) reply(ctx context.Context, cmd domain.ExecuteStep, r domain.Step
 	if err := a.Replies.SendReply(ctx, r); err != nil {
 		return errors.Wrapf(err, "reply for %s/%s attempt %d", cmd.TaskID, cmd.Step, cmd.Attempt)
 	}
-	if r.Outcome == domain.OutcomeSucceeded {
+	if r.Outcome == protocol.OutcomeSucceeded {
 		a.succeeded.Add(1)
 	} else {
 		a.failed.Add(1)

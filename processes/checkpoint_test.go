@@ -18,6 +18,7 @@ import (
 	"github.com/sagaengine/saga/adapters/esdbserver"
 	"github.com/sagaengine/saga/adapters/eventstore"
 	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/domain/protocol"
 	"github.com/sagaengine/saga/processes"
 )
 
@@ -83,7 +84,7 @@ type alerts struct {
 	seen map[string]int
 }
 
-func (a *alerts) RaiseAlert(_ context.Context, al domain.Alert) error {
+func (a *alerts) RaiseAlert(_ context.Context, al protocol.Alert) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.seen[al.TaskID]++
@@ -98,21 +99,23 @@ func (dropLetters) DeadLetter(context.Context, processes.Inbound, string) error 
 // would, except for the attempts hung says to leave unanswered.
 type agent struct {
 	scheduler *processes.Scheduler
-	hung      func(domain.ExecuteStep) bool
+	hung      func(protocol.ExecuteStep) bool
 	ctx       context.Context
 }
 
-func (a *agent) SendCommand(_ context.Context, cmd domain.ExecuteStep) error {
+func (a *agent) SendCommand(_ context.Context, cmd protocol.ExecuteStep) error {
 	if a.hung(cmd) {
 		return nil
 	}
-	reply := domain.StepReply{TaskID: cmd.TaskID, Step: cmd.Step, Action: cmd.Action, Attempt: cmd.Attempt,
-		Outcome: domain.OutcomeSucceeded, Result: json.RawMessage(`{}`)}
+	reply := protocol.StepReply{TaskID: cmd.TaskID, Step: cmd.Step, Action: cmd.Action, Attempt: cmd.Attempt,
+		Outcome: protocol.OutcomeSucceeded, Result: json.RawMessage(`{}`)}
 	body, err := json.Marshal(reply)
 	if err != nil {
 		return err
 	}
-	go func() { _ = a.scheduler.HandleReply(a.ctx, processes.Inbound{Topic: domain.RepliesTopic, Value: body}) }()
+	go func() {
+		_ = a.scheduler.HandleReply(a.ctx, processes.Inbound{Topic: protocol.RepliesTopic, Value: body})
+	}()
 	return nil
 }
 
@@ -126,7 +129,7 @@ type history struct {
 
 // task writes a task of wf, with its first dispatch if dispatch, then the
 // replies given and whatever the decisions after each make of it.
-func (h history) task(id string, wf *domain.Workflow, dispatch bool, replies ...domain.StepReply) {
+func (h history) task(id string, wf *domain.Workflow, dispatch bool, replies ...domain.Reply) {
 	t := domain.NewTask(id)
 	d := domain.Decision{Now: h.now, Actor: "history"}
 	events := []domain.Event{domain.TaskSubmitted{TaskID: id, Workflow: wf.Name, WorkflowVersion: wf.Version, Steps: wf.StepNames(),
@@ -142,7 +145,7 @@ func (h history) task(id string, wf *domain.Workflow, dispatch bool, replies ...
 		decide(t.Next(wf, d))
 	}
 	for _, r := range replies {
-		r.TaskID, r.Step, r.Action = id, wf.Steps[0].Name, domain.ActionExecute
+		r.Step = wf.Steps[0].Name
 		more, err := t.RecordReply(wf, r, d)
 		require.NoError(h.t, err)
 		decide(more)
@@ -184,7 +187,7 @@ func TestFollowersResumeFromTheirCheckpointReadingOnlyUnfinishedTasks(t *testing
 	work, fragile := oneStep("work", 2*time.Second, domain.CompensateOnExhausted), oneStep("fragile", 2*time.Second, domain.ErrorOnExhausted)
 	wfs := workflows{"work": work, "fragile": fragile}
 	h := history{t: t, store: raw, now: time.Now()}
-	ok := domain.StepReply{Attempt: 1, Outcome: domain.OutcomeSucceeded, Result: json.RawMessage(`{}`)}
+	ok := domain.Reply{Attempt: 1, Succeeded: true, Result: json.RawMessage(`{}`)}
 	const finished = 1000
 	var wg sync.WaitGroup
 	for w := range 16 {
@@ -202,17 +205,17 @@ func TestFollowersResumeFromTheirCheckpointReadingOnlyUnfinishedTasks(t *testing
 		h.task(id, work, true) // CompleteBy: 2 s from now
 	}
 	for _, id := range retrying {
-		h.task(id, work, true, domain.StepReply{Attempt: 1, Outcome: domain.OutcomeFailed, Failure: domain.FailureTransient, Reason: "flaky"})
+		h.task(id, work, true, domain.Reply{Attempt: 1, Failure: domain.FailureTransient, Reason: "flaky"})
 	}
 	for _, id := range pending {
 		h.task(id, work, false)
 	}
-	h.task("failed-1", fragile, true, domain.StepReply{Attempt: 1, Outcome: domain.OutcomeFailed, Failure: domain.FailurePermanent, Reason: "refused"})
+	h.task("failed-1", fragile, true, domain.Reply{Attempt: 1, Failure: domain.FailurePermanent, Reason: "refused"})
 
 	// The first pair folds everything from the start and saves checkpoints;
 	// it owns no task and does not lead, so it changes nothing.
 	first, stopFirst := context.WithCancel(context.Background())
-	s1 := &processes.Scheduler{Store: raw, Commands: &agent{hung: func(domain.ExecuteStep) bool { return true }}, DeadLetters: dropLetters{},
+	s1 := &processes.Scheduler{Store: raw, Commands: &agent{hung: func(protocol.ExecuteStep) bool { return true }}, DeadLetters: dropLetters{},
 		Workflows: wfs, Actor: "scheduler/first", Clock: processes.SystemClock, Logger: logger, Ownership: owningNothing{}, Checkpoints: raw}
 	v1 := &processes.Supervisor{Store: raw, Alerts: &alerts{seen: map[string]int{}}, Workflows: wfs, Actor: "supervisor/first",
 		Clock: processes.SystemClock, Logger: logger, Leader: leading(false), Checkpoints: raw}
@@ -237,7 +240,9 @@ func TestFollowersResumeFromTheirCheckpointReadingOnlyUnfinishedTasks(t *testing
 	raised := &alerts{seen: map[string]int{}}
 	s2 := &processes.Scheduler{Store: store, DeadLetters: dropLetters{}, Workflows: wfs, Actor: "scheduler/second", Clock: processes.SystemClock,
 		Logger: logger, Checkpoints: raw}
-	s2.Commands = &agent{scheduler: s2, ctx: c, hung: func(cmd domain.ExecuteStep) bool { return strings.HasPrefix(cmd.TaskID, "flight") && cmd.Attempt == 1 }}
+	s2.Commands = &agent{scheduler: s2, ctx: c, hung: func(cmd protocol.ExecuteStep) bool {
+		return strings.HasPrefix(cmd.TaskID, "flight") && cmd.Attempt == 1
+	}}
 	v2 := &processes.Supervisor{Store: store, Alerts: raised, Workflows: wfs, Actor: "supervisor/second", Clock: processes.SystemClock, Logger: logger,
 		Interval: 50 * time.Millisecond, Checkpoints: raw}
 	began := time.Now()
@@ -298,8 +303,8 @@ func TestFollowersResumeFromTheirCheckpointReadingOnlyUnfinishedTasks(t *testing
 
 type statusSink struct{ published atomic.Int64 }
 
-func (s *statusSink) PublishStatus(context.Context, domain.TaskStatus) { s.published.Add(1) }
-func (s *statusSink) Flush(context.Context) error                      { return nil }
+func (s *statusSink) PublishStatus(context.Context, protocol.TaskStatus) { s.published.Add(1) }
+func (s *statusSink) Flush(context.Context) error                        { return nil }
 
 // TestStatusPublisherRestartsWithoutReadingFinishedTasks restarts the
 // status publisher over a store of finished tasks: it publishes what came
@@ -314,7 +319,7 @@ func TestStatusPublisherRestartsWithoutReadingFinishedTasks(t *testing.T) {
 	t.Cleanup(func() { _ = raw.Close() })
 	work := oneStep("work", time.Second, domain.CompensateOnExhausted)
 	h := history{t: t, store: raw, now: time.Now()}
-	ok := domain.StepReply{Attempt: 1, Outcome: domain.OutcomeSucceeded, Result: json.RawMessage(`{}`)}
+	ok := domain.Reply{Attempt: 1, Succeeded: true, Result: json.RawMessage(`{}`)}
 	const finished = 200
 	for i := range finished {
 		h.task(fmt.Sprintf("done-%d", i), work, true, ok)

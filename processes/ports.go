@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/domain/protocol"
 )
 
 // EventStore is what the processes need of the event store.
@@ -41,12 +42,12 @@ func (m Inbound) Source() string {
 
 // CommandSender delivers commands to agents.
 type CommandSender interface {
-	SendCommand(ctx context.Context, cmd domain.ExecuteStep) error
+	SendCommand(ctx context.Context, cmd protocol.ExecuteStep) error
 }
 
 // ReplySender delivers agents' replies to the scheduler.
 type ReplySender interface {
-	SendReply(ctx context.Context, reply domain.StepReply) error
+	SendReply(ctx context.Context, reply protocol.StepReply) error
 }
 
 // DeadLetters keeps messages that cannot be processed, with the reason, so
@@ -128,7 +129,7 @@ type Leadership interface {
 
 // Alerts tells operators about tasks that need them.
 type Alerts interface {
-	RaiseAlert(ctx context.Context, alert domain.Alert) error
+	RaiseAlert(ctx context.Context, alert protocol.Alert) error
 }
 
 // Checkpoints keep how far a follower of the store got, so that it resumes
@@ -150,7 +151,7 @@ type TaskCheckpoints interface {
 // order's reply topic.
 type StatusSink interface {
 	// PublishStatus sends a status without waiting for it.
-	PublishStatus(ctx context.Context, status domain.TaskStatus)
+	PublishStatus(ctx context.Context, status protocol.TaskStatus)
 	// Flush waits for every status sent so far and reports whether one
 	// could not be delivered.
 	Flush(ctx context.Context) error

@@ -17,6 +17,7 @@ import (
 	"github.com/sagaengine/saga/adapters/esdbserver"
 	"github.com/sagaengine/saga/adapters/eventstore"
 	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/domain/protocol"
 	"github.com/sagaengine/saga/processes"
 )
 
@@ -74,7 +75,7 @@ type countingAgent struct {
 	sent atomic.Int64
 }
 
-func (a *countingAgent) SendCommand(ctx context.Context, cmd domain.ExecuteStep) error {
+func (a *countingAgent) SendCommand(ctx context.Context, cmd protocol.ExecuteStep) error {
 	a.sent.Add(1)
 	return a.agent.SendCommand(ctx, cmd)
 }
@@ -88,12 +89,12 @@ func TestSchedulerDispatchesARetryWhenItsTimerFires(t *testing.T) {
 	clock := newFakeClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	wf := oneStep("work", 2*time.Second, domain.CompensateOnExhausted)
 	h := history{t: t, store: store, now: clock.Now()}
-	h.task("retry-1", wf, true, domain.StepReply{Attempt: 1, Outcome: domain.OutcomeFailed, Failure: domain.FailureTransient, Reason: "flaky"})
+	h.task("retry-1", wf, true, domain.Reply{Attempt: 1, Failure: domain.FailureTransient, Reason: "flaky"})
 	require.Equal(t, 1, count(eventTypes(t, store, "retry-1"), domain.StepRetryScheduledType))
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	agent := &countingAgent{agent: agent{hung: func(domain.ExecuteStep) bool { return false }, ctx: ctx}}
+	agent := &countingAgent{agent: agent{hung: func(protocol.ExecuteStep) bool { return false }, ctx: ctx}}
 	s := &processes.Scheduler{Store: store, Commands: agent, DeadLetters: dropLetters{}, Workflows: workflows{"work": wf},
 		Actor: "scheduler/test", Clock: clock, Logger: quiet(), Shards: 2}
 	agent.scheduler = s
@@ -196,12 +197,12 @@ func TestUnreadableEventStopsDecisions(t *testing.T) {
 	require.ErrorIs(t, err, domain.ErrUnreadableEvent)
 	assert.EqualValues(t, 1, repo.Unreadable())
 
-	s := &processes.Scheduler{Store: store, Commands: &agent{hung: func(domain.ExecuteStep) bool { return true }}, DeadLetters: dropLetters{},
+	s := &processes.Scheduler{Store: store, Commands: &agent{hung: func(protocol.ExecuteStep) bool { return true }}, DeadLetters: dropLetters{},
 		Workflows: workflows{"work": wf}, Actor: "scheduler/test", Clock: clock, Logger: quiet(), Shards: 1}
 	run(t, s.Run)
 	<-s.Ready()
 	body := []byte(`{"taskId":"odd-1","step":"work","action":"execute","attempt":1,"outcome":"succeeded","result":{}}`)
-	err = s.HandleReply(context.Background(), processes.Inbound{Topic: domain.RepliesTopic, Value: body})
+	err = s.HandleReply(context.Background(), processes.Inbound{Topic: protocol.RepliesTopic, Value: body})
 	require.ErrorIs(t, err, domain.ErrUnreadableEvent)
 	assert.Len(t, eventTypes(t, store, "odd-1"), 3, "nothing decided after the unreadable event")
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/cockroachdb/errors"
 
 	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/domain/protocol"
 )
 
 // Scheduler is the process manager that drives tasks through their steps.
@@ -135,7 +136,7 @@ type job struct {
 	event      *domain.RecordedEvent
 	caughtUp   bool
 	rebalanced bool
-	reply      *domain.StepReply
+	reply      *protocol.StepReply
 	source     string
 	done       chan error
 	// snapshot asks for the ids of the shard's unfinished tasks.
@@ -323,7 +324,7 @@ func (s *Scheduler) owns(taskID string) bool { return s.Ownership == nil || s.Ow
 // be processed and should be retried.
 func (s *Scheduler) HandleReply(ctx context.Context, msg Inbound) error {
 	s.setup()
-	reply, err := domain.ParseStepReply(msg.Value)
+	reply, err := protocol.ParseStepReply(msg.Value)
 	if err != nil {
 		s.rejectedReplies.Add(1)
 		s.Logger.Warn("reply rejected to dead letters", "source", msg.Source(), "reason", err.Error())
@@ -586,13 +587,13 @@ func (sh *shard) advance(ctx context.Context, t *domain.Task, causation string) 
 	})
 }
 
-func (sh *shard) onReply(ctx context.Context, r domain.StepReply, source string) error {
+func (sh *shard) onReply(ctx context.Context, r protocol.StepReply, source string) error {
 	err := sh.update(ctx, r.TaskID, sh.tasks[r.TaskID], source, func(t *domain.Task) ([]domain.Event, error) {
 		wf, err := sh.s.Workflows.Workflow(ctx, t.Workflow, t.WorkflowVersion)
 		if err != nil {
 			return nil, errors.Wrapf(err, "task %s", t.ID)
 		}
-		return t.RecordReply(wf, r, sh.decision())
+		return t.RecordReply(wf, r.Reply(), sh.decision())
 	})
 	if errors.Is(err, domain.ErrStaleReply) {
 		sh.s.staleReplies.Add(1)
@@ -662,11 +663,11 @@ func (sh *shard) send(ctx context.Context, t *domain.Task, a domain.InFlightAtte
 // commandFor builds the command of an attempt in flight: the order, the
 // results of the steps before (for a compensation, of every step, and the
 // result of the step it undoes) and, for HTTP steps, the call to make.
-func commandFor(ctx context.Context, workflows Workflows, t *domain.Task, a domain.InFlightAttempt) (domain.ExecuteStep, error) {
+func commandFor(ctx context.Context, workflows Workflows, t *domain.Task, a domain.InFlightAttempt) (protocol.ExecuteStep, error) {
 	st := t.Step(a.Step)
-	cmd := domain.ExecuteStep{
+	cmd := protocol.ExecuteStep{
 		TaskID: t.ID, Workflow: t.Workflow, WorkflowVersion: t.WorkflowVersion, Step: st.Name, Agent: st.Agent,
-		Action: domain.ActionExecute, Attempt: a.Attempt, CompleteBy: a.CompleteBy, IdempotencyKey: st.IdempotencyKey,
+		Action: protocol.ActionExecute, Attempt: a.Attempt, CompleteBy: a.CompleteBy, IdempotencyKey: st.IdempotencyKey,
 		Order: t.Order, Results: t.Results(st.Name), TraceParent: t.TraceParent,
 	}
 	wf, err := workflows.Workflow(ctx, t.Workflow, t.WorkflowVersion)
@@ -679,7 +680,7 @@ func commandFor(ctx context.Context, workflows Workflows, t *domain.Task, a doma
 	}
 	cmd.HTTP = def.HTTP
 	if a.Compensation {
-		cmd.Action, cmd.IdempotencyKey = domain.ActionCompensate, st.Compensation.IdempotencyKey
+		cmd.Action, cmd.IdempotencyKey = protocol.ActionCompensate, st.Compensation.IdempotencyKey
 		cmd.Results, cmd.Result = t.Results(""), st.Result
 		if def.Compensation != nil {
 			cmd.Compensation, cmd.HTTP = def.Compensation.Action, def.Compensation.HTTP

@@ -9,6 +9,7 @@ import (
 	"github.com/cockroachdb/errors"
 
 	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/domain/protocol"
 )
 
 // StatusPublisher turns every task event into a status message for the
@@ -137,14 +138,17 @@ func (p *StatusPublisher) publish(ctx context.Context, e domain.RecordedEvent) e
 	case ev == nil:
 		return nil // published already
 	}
-	st := domain.StatusOf(t, ev, e.Revision, e.Recorded)
-	if domain.ReservedTopic(st.ReplyTo) {
-		// Accepted before reply topics were checked: a status there would
-		// read as a forged order, command or reply.
-		st.ReplyTo = ""
+	// An event declared as having no status (protocol's status test) sends
+	// none.
+	if st := protocol.StatusOf(t, ev, e.Revision, e.Recorded); st.Status != "" {
+		if domain.ReservedTopic(st.ReplyTo) {
+			// Accepted before reply topics were checked: a status there
+			// would read as a forged order, command or reply.
+			st.ReplyTo = ""
+		}
+		p.Sink.PublishStatus(ctx, st)
+		p.published.Add(1)
 	}
-	p.Sink.PublishStatus(ctx, st)
-	p.published.Add(1)
 	if t.State == domain.StateProcessed || t.State == domain.StateCompensated {
 		delete(p.tasks, id)
 	} else {

@@ -8,6 +8,7 @@ import (
 	"github.com/cockroachdb/errors"
 
 	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/domain/protocol"
 )
 
 // DefaultMaxOrderSize bounds an order message body.
@@ -91,18 +92,18 @@ func (s *Submitter) HandleOrder(ctx context.Context, msg Inbound) error {
 	}
 	submitted := domain.Submit(order, wf, trace, s.Clock.Now())
 	meta := domain.EventMetadata{CausationID: causation(msg), Actor: s.Actor, TraceParent: trace}
-	err = s.tasks().Create(ctx, order.OrderID, meta, submitted)
+	err = s.tasks().Create(ctx, order.ID, meta, submitted)
 	switch {
 	case errors.Is(err, domain.ErrTaskExists):
 		s.duplicates.Add(1)
-		s.Logger.Info("duplicate order acknowledged", "order", order.OrderID, "source", msg.Source())
+		s.Logger.Info("duplicate order acknowledged", "order", order.ID, "source", msg.Source())
 		return nil
 	case errors.Is(err, domain.ErrAppendRefused):
 		// Retrying cannot help (too large, invalid): the record must not
 		// hold up the orders after it.
 		return s.reject(ctx, msg, order.ReplyTo, err)
 	case err != nil:
-		return errors.Wrapf(err, "submit order %s", order.OrderID)
+		return errors.Wrapf(err, "submit order %s", order.ID)
 	}
 	s.accepted.Add(1)
 	return nil
@@ -157,7 +158,7 @@ func (s *Submitter) reject(ctx context.Context, msg Inbound, replyTo string, rea
 			}
 		}
 	}
-	s.Rejections.PublishStatus(ctx, domain.TaskStatus{OrderID: id, Status: domain.StatusRejected, Reason: truncateReason(reason.Error()),
+	s.Rejections.PublishStatus(ctx, protocol.TaskStatus{OrderID: id, Status: protocol.StatusRejected, Reason: truncateReason(reason.Error()),
 		Time: s.Clock.Now(), ReplyTo: replyTo, TraceParent: msg.Headers["traceparent"]})
 	return errors.Wrap(s.Rejections.Flush(ctx), "tell the caller of a rejected order")
 }

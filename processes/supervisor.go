@@ -12,6 +12,7 @@ import (
 	"github.com/cockroachdb/errors"
 
 	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/domain/protocol"
 )
 
 // Supervisor finds attempts past their CompleteBy and records that they
@@ -421,7 +422,7 @@ func (s *Supervisor) timeOut(ctx context.Context, a dueAttempt, now time.Time) {
 
 func (s *Supervisor) alert(ctx context.Context, t *domain.Task) {
 	step := t.FailedStep
-	a := domain.Alert{TaskID: t.ID, Workflow: t.Workflow, State: t.State, Step: step, Reason: t.Reason, Revision: t.Revision, At: t.UpdatedAt}
+	a := protocol.Alert{TaskID: t.ID, Workflow: t.Workflow, State: t.State, Step: step, Reason: t.Reason, Revision: t.Revision, At: t.UpdatedAt}
 	if err := s.Alerts.RaiseAlert(ctx, a); err != nil {
 		s.Logger.Error("raise alert", "task", t.ID, "err", err.Error())
 		return

@@ -12,6 +12,7 @@ import (
 	"github.com/cockroachdb/errors"
 
 	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/domain/protocol"
 )
 
 // Workflows gives the processes the registered workflow definitions.
@@ -264,7 +265,7 @@ func (r *Registry) Select(ctx context.Context, topic string, doc domain.OrderDoc
 		if err != nil {
 			return nil, err
 		}
-		if topic != domain.OrdersTopic && !slices.Contains(w.Trigger.TopicsOrDefault(), topic) {
+		if topic != protocol.OrdersTopic && !slices.Contains(w.Trigger.TopicsOrDefault(), topic) {
 			return nil, errors.Wrapf(domain.ErrUnknownWorkflow, "%q does not start on topic %s", name, topic)
 		}
 		return w, nil
@@ -316,7 +317,7 @@ func (r *Registry) Topics(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	set := []string{domain.OrdersTopic}
+	set := []string{protocol.OrdersTopic}
 	for _, w := range all {
 		for _, t := range w.Trigger.TopicsOrDefault() {
 			if !slices.Contains(set, t) {

@@ -11,6 +11,7 @@ import (
 	"github.com/cockroachdb/errors"
 
 	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/domain/protocol"
 )
 
 // Cut limits an audit to a point in a task's history: up to and including
@@ -43,15 +44,15 @@ type AuditRow struct {
 }
 
 // Audit is a task's history replayed from its stream: the timeline and the
-// state it folds to.
+// state it folds to, as the API would show it.
 type Audit struct {
 	TaskID string `json:"taskId"`
 	// Events is how many events the stream holds; Rows how many the cut kept.
-	Events int          `json:"events"`
-	Rows   []AuditRow   `json:"timeline"`
-	State  *domain.Task `json:"state"`
-	Drift  []string     `json:"drift,omitempty"`
-	Cut    *cutSummary  `json:"cut,omitempty"`
+	Events int                `json:"events"`
+	Rows   []AuditRow         `json:"timeline"`
+	State  *protocol.TaskView `json:"state"`
+	Drift  []string           `json:"drift,omitempty"`
+	Cut    *cutSummary        `json:"cut,omitempty"`
 }
 
 type cutSummary struct {
@@ -59,12 +60,14 @@ type cutSummary struct {
 	Time     *time.Time `json:"time,omitempty"`
 }
 
-// BuildAudit replays a task's recorded events up to cut.
+// BuildAudit replays a task's recorded events up to cut, with the one fold
+// of stored events: an event it cannot read fails the audit.
 func BuildAudit(taskID string, recorded []domain.RecordedEvent, cut Cut) (*Audit, error) {
 	if len(recorded) == 0 {
 		return nil, errors.Wrapf(domain.ErrTaskNotFound, "%q", taskID)
 	}
-	a := &Audit{TaskID: taskID, Events: len(recorded), State: domain.NewTask(taskID)}
+	a := &Audit{TaskID: taskID, Events: len(recorded)}
+	state := domain.NewTask(taskID)
 	if cut.Revision != nil || cut.Time != nil {
 		a.Cut = &cutSummary{Revision: cut.Revision, Time: cut.Time}
 	}
@@ -73,15 +76,15 @@ func BuildAudit(taskID string, recorded []domain.RecordedEvent, cut Cut) (*Audit
 		if !cut.includes(r) {
 			break
 		}
-		ev, err := domain.DecodeEvent(r.Type, r.Data)
+		ev, err := state.ApplyRecorded(&r)
 		if err != nil {
-			return nil, errors.Wrapf(err, "revision %d", r.Revision)
+			return nil, err
 		}
-		a.State.Apply(ev)
 		step, attempt, details := describe(ev)
 		a.Rows = append(a.Rows, AuditRow{Revision: r.Revision, Time: r.Recorded.UTC(), Elapsed: r.Recorded.Sub(start),
 			Event: r.Type, Step: step, Attempt: attempt, Actor: r.Metadata.Actor, Details: details})
 	}
+	a.State = protocol.ViewOf(state)
 	return a, nil
 }
 
@@ -151,14 +154,14 @@ func clip(s string, n int) string {
 
 // CompareWith records where a live view of the task (the projection the API
 // serves) differs from the replayed state.
-func (a *Audit) CompareWith(live *domain.Task) {
+func (a *Audit) CompareWith(live *protocol.TaskView) {
 	a.Drift = Drift(a.State, live)
 }
 
-// Drift lists the differences between two states of a task, as
-// "field: replayed != live". It compares what the API shows.
-func Drift(replayed, live *domain.Task) []string {
-	flat := func(t *domain.Task) map[string]any {
+// Drift lists the differences between two views of a task, as
+// "field: replayed != live", field by field of what the API shows.
+func Drift(replayed, live *protocol.TaskView) []string {
+	flat := func(t *protocol.TaskView) map[string]any {
 		var m map[string]any
 		b, _ := json.Marshal(t)
 		_ = json.Unmarshal(b, &m)

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/domain/protocol"
 	"github.com/sagaengine/saga/projections"
 	"github.com/sagaengine/saga/projections/audittest"
 )
@@ -40,7 +41,7 @@ func TestAuditOfACompensatedTask(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, domain.StateCompensated, a.State.State)
 	assert.Len(t, a.Rows, 21)
-	a.CompareWith(a.State.Clone())
+	a.CompareWith(protocol.ViewOf(a.State.Task()))
 	assert.Empty(t, a.Drift)
 }
 
@@ -50,7 +51,7 @@ func TestAuditAtARevisionAndATime(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, domain.StateProcessing, a.State.State)
 	assert.Len(t, a.Rows, 10)
-	ship := a.State.Step("schedule-shipping")
+	ship := a.State.Task().Step("schedule-shipping")
 	assert.Equal(t, domain.StepStateError, ship.State, "just timed out the second time")
 	assert.Equal(t, 2, ship.FailureCount)
 
@@ -64,7 +65,7 @@ func TestAuditAtARevisionAndATime(t *testing.T) {
 func TestAuditJSONAndDrift(t *testing.T) {
 	a, err := projections.BuildAudit("o-1", audittest.History(), projections.Cut{})
 	require.NoError(t, err)
-	live := a.State.Clone()
+	live := protocol.ViewOf(a.State.Task())
 	live.Steps[0].FailureCount = 7
 	live.State = domain.StateError
 	a.CompareWith(live)

@@ -11,6 +11,7 @@ import (
 	"github.com/cockroachdb/errors"
 
 	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/domain/protocol"
 )
 
 // ErrBadCursor is returned for a page cursor the read model did not make.
@@ -21,6 +22,9 @@ const (
 	DefaultPageSize = 100
 	MaxPageSize     = 1000
 )
+
+// DefaultBatchSize bounds the events StoredTasks folds per commit.
+const DefaultBatchSize = 512
 
 // TaskQuery selects a page of tasks, newest submission first.
 type TaskQuery struct {
@@ -34,33 +38,36 @@ type TaskQuery struct {
 	Limit int
 	// Cursor continues after the page that returned it.
 	Cursor string
-	// Raw asks for the tasks as their stored JSON (TaskPage.Raw), not
-	// decoded: what an API that passes them on needs.
+	// Raw asks for the tasks as their stored JSON (TaskPage.Raw, each a
+	// protocol.TaskView), not decoded: what an API that passes them on
+	// needs.
 	Raw bool
 }
 
 // TaskPage is one page of tasks.
 type TaskPage struct {
-	Tasks []*domain.Task
+	Tasks []*protocol.TaskView
 	// Raw holds the tasks as stored JSON when the query asked for Raw.
 	Raw []json.RawMessage
 	// NextCursor continues with the next page; empty on the last one.
 	NextCursor string
 }
 
-// TaskStore keeps the task view: a row per task and the store position the
-// rows are folded up to, changed together in one transaction, so that a
-// crash never applies an event twice nor skips one. It is a disposable read
-// model: deleting it makes the projection rebuild it from the store.
+// TaskStore keeps the task view: a row per task, its protocol.TaskView (the
+// state as the API shows it, which is also the state the projection folds
+// the task's next events into), and the store position the rows are folded
+// up to, changed together in one transaction, so that a crash never applies
+// an event twice nor skips one. It is a disposable read model: deleting it
+// makes the projection rebuild it from the store.
 type TaskStore interface {
 	// Checkpoint is the store position of the last event folded in, if any.
 	Checkpoint(ctx context.Context) (position uint64, ok bool, err error)
-	// Load returns the stored states of the tasks that exist among ids.
-	Load(ctx context.Context, ids []string) (map[string]*domain.Task, error)
-	// Commit stores the tasks' states and the checkpoint at once.
-	Commit(ctx context.Context, tasks []*domain.Task, position uint64) error
+	// Load returns the stored views of the tasks that exist among ids.
+	Load(ctx context.Context, ids []string) (map[string]*protocol.TaskView, error)
+	// Commit stores the tasks' views and the checkpoint at once.
+	Commit(ctx context.Context, tasks []*protocol.TaskView, position uint64) error
 	// Get returns one task.
-	Get(ctx context.Context, id string) (*domain.Task, bool, error)
+	Get(ctx context.Context, id string) (*protocol.TaskView, bool, error)
 	// List returns a page of tasks.
 	List(ctx context.Context, q TaskQuery) (TaskPage, error)
 	// Counts returns how many tasks are in each state.
@@ -74,7 +81,8 @@ type TaskStore interface {
 type StoredTasks struct {
 	Store  TaskStore
 	Logger *slog.Logger
-	// BatchSize bounds the events folded per commit; default 512.
+	// BatchSize bounds the events folded per commit; default
+	// DefaultBatchSize.
 	BatchSize int
 	// FlushInterval bounds how long an event waits for its commit when
 	// events arrive slowly; default 20 ms.
@@ -107,7 +115,7 @@ func (v *StoredTasks) Position() uint64 { return v.position.Load() }
 // Run follows the event store from the view's checkpoint until ctx ends.
 func (v *StoredTasks) Run(ctx context.Context, source EventSubscriber) error {
 	if v.BatchSize <= 0 {
-		v.BatchSize = 512
+		v.BatchSize = DefaultBatchSize
 	}
 	if v.FlushInterval <= 0 {
 		v.FlushInterval = 20 * time.Millisecond
@@ -194,14 +202,12 @@ func (v *StoredTasks) flush(ctx context.Context, b *viewBatch) error {
 	if err != nil {
 		return errors.Wrap(err, "load tasks for the task view")
 	}
-	changed := make([]*domain.Task, 0, len(ids))
 	for _, id := range ids {
-		t := stored[id]
-		if t == nil {
-			t = domain.NewTask(id)
+		t := domain.NewTask(id)
+		if v := stored[id]; v != nil {
+			t = v.Task()
 		}
 		b.tasks[id] = t
-		changed = append(changed, t)
 	}
 	var applied, skipped int64
 	for _, e := range b.events {
@@ -213,6 +219,12 @@ func (v *StoredTasks) flush(ctx context.Context, b *viewBatch) error {
 			applied++
 		} else {
 			skipped++
+		}
+	}
+	changed := make([]*protocol.TaskView, 0, len(ids))
+	for _, id := range ids {
+		if t := b.tasks[id]; t.Exists() {
+			changed = append(changed, protocol.ViewOf(t))
 		}
 	}
 	last := b.events[len(b.events)-1].Position
@@ -227,29 +239,40 @@ func (v *StoredTasks) flush(ctx context.Context, b *viewBatch) error {
 	return nil
 }
 
-// foldInto applies a recorded event to a task's view state and reports
-// whether it did: an event already applied, or one that cannot be read, is
-// passed over (the latter logged), so that a replay is idempotent.
+// foldInto applies a recorded event to a task's view state with the one
+// fold of stored events (domain.Task.ApplyRecorded) and reports whether it
+// did: an event already applied is passed over, so that a replay is
+// idempotent.
+//
+// Where the decisions' policy stops, the view goes on, as it always did: an
+// event this version cannot read is passed over (logged, and counted by
+// the caller as skipped), and the task's later events are folded. A view
+// decides nothing, and stopping would leave the API showing the task as it
+// was before that event for as long as this version runs (in a rolling
+// upgrade, until the instance is replaced). Likewise a gap, which one
+// subscription committed with its checkpoint never leaves, is folded over:
+// the view cannot read a stream again.
 func foldInto(t *domain.Task, e domain.RecordedEvent, logger *slog.Logger) bool {
-	if int64(e.Revision) <= t.Revision {
-		return false
+	if rev := int64(e.Revision); rev > t.Revision+1 {
+		t.Revision = rev - 1
 	}
-	ev, err := e.Decode()
-	if err != nil {
+	ev, err := t.ApplyRecorded(&e)
+	switch {
+	case err != nil:
 		if logger != nil {
 			logger.Warn("task view passed over an event it cannot read", "stream", e.Stream, "revision", e.Revision, "err", err.Error())
 		}
 		t.Revision = int64(e.Revision)
 		return false
+	case ev == nil:
+		return false
 	}
-	t.Revision = int64(e.Revision) - 1
-	t.Apply(ev)
 	t.Order = nil // the order's body stays in the store; the view does not serve it
 	return true
 }
 
 // Get returns a task's current state.
-func (v *StoredTasks) Get(ctx context.Context, id string) (*domain.Task, bool, error) {
+func (v *StoredTasks) Get(ctx context.Context, id string) (*protocol.TaskView, bool, error) {
 	return v.Store.Get(ctx, id)
 }
 

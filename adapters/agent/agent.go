@@ -44,6 +44,7 @@ import (
 
 	"github.com/sagaengine/saga/adapters/kafka"
 	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/domain/protocol"
 	"github.com/sagaengine/saga/processes"
 )
 
@@ -85,11 +86,11 @@ type Request struct {
 	// Result is, when undoing a step, that step's result.
 	Result json.RawMessage
 
-	command domain.ExecuteStep
+	command protocol.ExecuteStep
 }
 
 // Compensating reports whether the request undoes a step.
-func (r Request) Compensating() bool { return r.command.Action == domain.ActionCompensate }
+func (r Request) Compensating() bool { return r.command.Action == protocol.ActionCompensate }
 
 // DecodeOrder decodes the order into v.
 func (r Request) DecodeOrder(v any) error {
@@ -115,10 +116,10 @@ func (r Request) DecodeUndone(v any) error {
 
 // Command returns the command as it arrived, for handlers that need all of
 // it (saga's built-in HTTP agent does).
-func (r Request) Command() domain.ExecuteStep { return r.command }
+func (r Request) Command() protocol.ExecuteStep { return r.command }
 
 // RequestOf returns the request of a command.
-func RequestOf(cmd domain.ExecuteStep) Request {
+func RequestOf(cmd protocol.ExecuteStep) Request {
 	return Request{TaskID: cmd.TaskID, Workflow: cmd.Workflow, WorkflowVersion: cmd.WorkflowVersion, Step: cmd.Step,
 		Compensation: cmd.Compensation, Attempt: cmd.Attempt, IdempotencyKey: cmd.IdempotencyKey, CompleteBy: cmd.CompleteBy,
 		Order: cmd.Order, Results: cmd.Results, Result: cmd.Result, command: cmd}
@@ -217,7 +218,7 @@ func New(name string, handler Handler, cfg Config) (*Agent, error) {
 
 // adapt turns a Handler into the agent runtime's step handler.
 func adapt(h Handler) processes.StepHandler {
-	return func(ctx context.Context, cmd domain.ExecuteStep) (json.RawMessage, error) {
+	return func(ctx context.Context, cmd protocol.ExecuteStep) (json.RawMessage, error) {
 		result, err := h(ctx, RequestOf(cmd))
 		if err != nil {
 			return nil, err
@@ -245,7 +246,7 @@ func (a *Agent) Name() string { return a.name }
 func (a *Agent) Run(ctx context.Context) error {
 	defer a.client.Close()
 	return kafka.Consume(ctx, kafka.ConsumerConfig{Brokers: a.cfg.Brokers, Group: a.cfg.Group,
-		Topics: []string{domain.CommandTopic(a.name)}, MaxInFlight: a.cfg.MaxInFlight, Logger: a.cfg.Logger, Opts: a.cfg.KafkaOptions},
+		Topics: []string{protocol.CommandTopic(a.name)}, MaxInFlight: a.cfg.MaxInFlight, Logger: a.cfg.Logger, Opts: a.cfg.KafkaOptions},
 		a.runtime.HandleCommand)
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/sagaengine/saga/adapters/client"
 	"github.com/sagaengine/saga/adapters/engine"
 	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/domain/protocol"
 )
 
 // An agent is a program of its own: here it serves the "greeter" steps of a
@@ -57,7 +58,7 @@ func ExampleRun() {
 		return
 	}
 	for _, st := range outcome.Statuses {
-		if st.Status == domain.StatusStepSucceeded {
+		if st.Status == protocol.StatusStepSucceeded {
 			fmt.Println(st.Step, string(st.Result))
 		}
 	}

@@ -9,7 +9,7 @@
 //	defer c.Close()            // deletes the reply topic the client created
 //	outcome, err := c.Run(ctx, "o-1", map[string]any{"items": items})
 //	if errors.Is(err, client.ErrRejected) { ... } // unknown workflow, invalid order: no task
-//	if outcome.Final.Status == domain.StatusProcessed { ... }
+//	if outcome.Final.Status == protocol.StatusProcessed { ... }
 package client
 
 import (
@@ -25,7 +25,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/domain/protocol"
 )
 
@@ -41,7 +40,7 @@ type Config struct {
 	// from its start, so it should be private to this client; Close leaves
 	// it.
 	ReplyTopic string
-	// OrdersTopic is where orders go; default domain.OrdersTopic.
+	// OrdersTopic is where orders go; default protocol.OrdersTopic.
 	OrdersTopic string
 	// ConnectTimeout bounds how long New waits for Kafka to answer;
 	// default 5 s.
@@ -75,10 +74,10 @@ var ErrUnreachable = errors.New("kafka unreachable")
 type Outcome struct {
 	// Final is the status that ended the wait: processed, compensated or
 	// failed.
-	Final domain.TaskStatus
+	Final protocol.TaskStatus
 	// Statuses are all statuses received, in revision order, without
 	// duplicates.
-	Statuses []domain.TaskStatus
+	Statuses []protocol.TaskStatus
 }
 
 // Client submits orders and follows them.
@@ -90,7 +89,7 @@ type Client struct {
 	done     chan struct{}
 
 	mu       sync.Mutex
-	statuses map[string]map[uint64]domain.TaskStatus
+	statuses map[string]map[uint64]protocol.TaskStatus
 	waiters  map[string][]chan struct{}
 	received int
 }
@@ -102,7 +101,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		cfg.ReplyTopic = "saga.reply." + uuid.NewString()
 	}
 	if cfg.OrdersTopic == "" {
-		cfg.OrdersTopic = domain.OrdersTopic
+		cfg.OrdersTopic = protocol.OrdersTopic
 	}
 	if cfg.ConnectTimeout <= 0 {
 		cfg.ConnectTimeout = 5 * time.Second
@@ -127,7 +126,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	c := &Client{cfg: cfg, client: kc, ownTopic: ownTopic, cancel: cancel, done: make(chan struct{}),
-		statuses: map[string]map[uint64]domain.TaskStatus{}, waiters: map[string][]chan struct{}{}}
+		statuses: map[string]map[uint64]protocol.TaskStatus{}, waiters: map[string][]chan struct{}{}}
 	go c.follow(runCtx)
 	return c, nil
 }
@@ -160,7 +159,7 @@ func (c *Client) Submit(ctx context.Context, orderID string, fields map[string]a
 	if err != nil {
 		return errors.Wrap(err, "encode order")
 	}
-	hs := protocol.Headers(domain.OrderPlacedMessageType, "saga/client", orderID, "", time.Now())
+	hs := protocol.Headers(protocol.OrderPlacedMessageType, "saga/client", orderID, "", time.Now())
 	rec := &kgo.Record{Topic: c.cfg.OrdersTopic, Key: []byte(orderID), Value: body, Headers: make([]kgo.RecordHeader, len(hs))}
 	for i, h := range hs {
 		rec.Headers[i] = kgo.RecordHeader{Key: h.Key, Value: []byte(h.Value)}
@@ -192,7 +191,7 @@ func (c *Client) waitFor(ctx context.Context, orderID string, done func(Outcome)
 			c.waiters[orderID] = append(c.waiters[orderID], ch)
 		}
 		c.mu.Unlock()
-		if outcome.Final.Status == domain.StatusRejected {
+		if outcome.Final.Status == protocol.StatusRejected {
 			return outcome, errors.Wrapf(ErrRejected, "order %s: %s", orderID, outcome.Final.Reason)
 		}
 		if finished {
@@ -242,7 +241,7 @@ func (c *Client) follow(ctx context.Context) {
 			return
 		}
 		fetches.EachRecord(func(r *kgo.Record) {
-			st, err := domain.ParseTaskStatus(r.Value)
+			st, err := protocol.ParseTaskStatus(r.Value)
 			if err != nil {
 				return // not a status: ignore
 			}
@@ -250,7 +249,7 @@ func (c *Client) follow(ctx context.Context) {
 			defer c.mu.Unlock()
 			c.received++
 			if c.statuses[st.OrderID] == nil {
-				c.statuses[st.OrderID] = map[uint64]domain.TaskStatus{}
+				c.statuses[st.OrderID] = map[uint64]protocol.TaskStatus{}
 			}
 			c.statuses[st.OrderID][st.Revision] = st
 			for _, ch := range c.waiters[st.OrderID] {

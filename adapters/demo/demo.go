@@ -29,6 +29,7 @@ import (
 
 	"github.com/sagaengine/saga/adapters/httpagent"
 	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/domain/protocol"
 )
 
 //go:embed order.json
@@ -191,7 +192,7 @@ func (s *Service) serveAction(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, 1<<20))
-	if mode := s.drawFault(r.Header.Get(httpagent.ActionHeader) == domain.ActionCompensate); mode != FaultNone {
+	if mode := s.drawFault(r.Header.Get(httpagent.ActionHeader) == protocol.ActionCompensate); mode != FaultNone {
 		switch mode {
 		case FaultHang:
 			<-r.Context().Done()

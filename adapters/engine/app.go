@@ -32,6 +32,7 @@ import (
 	"github.com/sagaengine/saga/adapters/secure"
 	"github.com/sagaengine/saga/adapters/workflowfile"
 	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/domain/protocol"
 	"github.com/sagaengine/saga/processes"
 )
 
@@ -134,7 +135,16 @@ type Config struct {
 	// and trigger topics are refused whatever it allows.
 	ReplyTopicPattern string
 	Logger            *slog.Logger
-	Clock             func() time.Time
+	// Clock tells the time to every decision, agent and breaker; default
+	// time.Now. It is a function, as in adapters/agent and
+	// adapters/httpagent, and not processes.Clock: timers stay the
+	// runtime's, because the engine also waits on time no Clock reaches
+	// (Kafka sessions and the lease, the event store, the status
+	// publisher's restarts), and a test that stops time for some of them
+	// and not the others can only wedge. Tests that control time do it
+	// where all of it is theirs: a process with a processes.Clock, or
+	// testing/synctest.
+	Clock func() time.Time
 }
 
 // Role is a part of the system a process runs.
@@ -366,18 +376,18 @@ func (r registering) Apply(ctx context.Context, w *domain.Workflow, by string) (
 	}
 	topics := w.Trigger.TopicsOrDefault()
 	for _, agent := range w.Agents() {
-		topics = append(topics, domain.CommandTopic(agent))
+		topics = append(topics, protocol.CommandTopic(agent))
 	}
 	return registered, changed, errors.Wrap(kafka.EnsureTopics(ctx, r.app.client, r.app.cfg.Partitions, topics...), "create the workflow's topics")
 }
 
 // Topics lists the topics saga creates at start.
 func (a *App) Topics() []string {
-	topics := []string{domain.RepliesTopic, domain.StatusTopic, domain.DeadLetterTopic, domain.AlertsTopic}
+	topics := []string{protocol.RepliesTopic, protocol.StatusTopic, protocol.DeadLetterTopic, protocol.AlertsTopic}
 	topics = append(topics, a.triggerTopics...)
 	for _, agent := range append(append([]string{domain.HTTPAgent}, a.cfg.HTTPAgents...), a.agents...) {
-		if !slices.Contains(topics, domain.CommandTopic(agent)) {
-			topics = append(topics, domain.CommandTopic(agent))
+		if !slices.Contains(topics, protocol.CommandTopic(agent)) {
+			topics = append(topics, protocol.CommandTopic(agent))
 		}
 	}
 	return topics
@@ -489,7 +499,7 @@ func (a *App) startProcesses(ctx context.Context) error {
 func (a *App) startScheduler(ctx context.Context) error {
 	lookupCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	ownership, err := kafka.NewPartitionOwnership(lookupCtx, a.client, domain.RepliesTopic)
+	ownership, err := kafka.NewPartitionOwnership(lookupCtx, a.client, protocol.RepliesTopic)
 	if err != nil {
 		return errors.Wrap(err, "scheduler ownership")
 	}
@@ -498,7 +508,7 @@ func (a *App) startScheduler(ctx context.Context) error {
 		Actor: "scheduler/" + a.cfg.Instance, Clock: a.clock, Logger: a.logger, Ownership: ownership,
 		Checkpoints: a.Store, CheckpointEvery: a.cfg.CheckpointEvery}
 	a.run("scheduler", func() error { return a.Scheduler.Run(ctx) })
-	a.consumeWith(ctx, kafka.ConsumerConfig{Group: "saga-scheduler", Topics: []string{domain.RepliesTopic},
+	a.consumeWith(ctx, kafka.ConsumerConfig{Group: "saga-scheduler", Topics: []string{protocol.RepliesTopic},
 		OnAssigned: func(m map[string][]int32) { ownership.Assigned(m); go a.Scheduler.Rebalanced(ctx) },
 		OnRevoked:  func(m map[string][]int32) { ownership.Revoked(m); go a.Scheduler.Rebalanced(ctx) },
 	}, a.Scheduler.HandleReply)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sagaengine/saga/adapters/taskdb"
 	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/domain/protocol"
 	"github.com/sagaengine/saga/projections"
 )
 
@@ -62,7 +63,9 @@ type RebuildReport struct {
 const currentFile = "CURRENT"
 
 // openTaskView opens the view named in dir/CURRENT (a new one if none) and
-// starts keeping it.
+// starts keeping it. A file whose rows this build cannot read
+// (taskdb.ErrSchemaVersion: a later build wrote it) is replaced by a fresh
+// one, built from the start of the store before the view is ready.
 //
 // The view in use follows shared (the process's shared subscription, so
 // the events cross the network once for every follower); a rebuild follows
@@ -77,6 +80,15 @@ func openTaskView(ctx context.Context, a *App, dir string, shared, source projec
 		name = strings.TrimSpace(string(raw))
 	}
 	run, err := v.start(ctx, name, shared)
+	if errors.Is(err, taskdb.ErrSchemaVersion) {
+		stale := name
+		name = nextViewFile(stale)
+		a.logger.Warn("task view has rows of another format: building a fresh one from the store", "file", stale, "fresh", name, "err", err.Error())
+		removeViewFile(dir, name) // a rebuild cut short left it
+		if run, err = v.start(ctx, name, shared); err == nil {
+			removeViewFile(dir, stale)
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -130,7 +142,7 @@ func (v *TaskView) setCurrent(name string) error {
 func (v *TaskView) Ready() <-chan struct{} { return v.ready }
 
 // Get returns a task's current state.
-func (v *TaskView) Get(ctx context.Context, id string) (*domain.Task, bool, error) {
+func (v *TaskView) Get(ctx context.Context, id string) (*protocol.TaskView, bool, error) {
 	return v.current.Load().view.Get(ctx, id)
 }
 
@@ -197,12 +209,8 @@ func (v *TaskView) rebuild(ctx context.Context, report *RebuildReport) {
 
 func (v *TaskView) rebuildInto(ctx context.Context, report *RebuildReport) error {
 	old := v.current.Load()
-	n, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(old.file, "tasks-"), ".db"))
-	name := "tasks-" + strconv.Itoa(n+1) + ".db"
-	path := filepath.Join(v.dir, name)
-	for _, p := range []string{path, path + "-wal", path + "-shm"} {
-		_ = os.Remove(p) // a rebuild cut short left it
-	}
+	name := nextViewFile(old.file)
+	removeViewFile(v.dir, name) // a rebuild cut short left it
 	v.mu.Lock()
 	report.File = name
 	v.mu.Unlock()
@@ -232,10 +240,23 @@ func (v *TaskView) rebuildInto(ctx context.Context, report *RebuildReport) error
 	report.PerSec = float64(report.Events) / elapsed.Seconds()
 	v.mu.Unlock()
 	old.stop()
-	oldPath := filepath.Join(v.dir, old.file)
-	for _, p := range []string{oldPath, oldPath + "-wal", oldPath + "-shm"} {
-		_ = os.Remove(p)
-	}
+	removeViewFile(v.dir, old.file)
 	v.app.logger.Info("task view rebuilt", "file", name, "events", report.Events, "took", elapsed.Round(time.Millisecond))
 	return nil
+}
+
+// nextViewFile names the file after a view file: tasks-N.db is followed by
+// tasks-N+1.db.
+func nextViewFile(name string) string {
+	n, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(name, "tasks-"), ".db"))
+	return "tasks-" + strconv.Itoa(n+1) + ".db"
+}
+
+// removeViewFile deletes a view file and its write-ahead log, if they
+// exist.
+func removeViewFile(dir, name string) {
+	path := filepath.Join(dir, name)
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		_ = os.Remove(p)
+	}
 }

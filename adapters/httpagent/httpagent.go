@@ -17,6 +17,7 @@ import (
 	"github.com/cockroachdb/errors"
 
 	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/domain/protocol"
 	"github.com/sagaengine/saga/processes"
 )
 
@@ -26,7 +27,7 @@ const (
 	// (<taskId>/<step>), the same for every attempt.
 	IdempotencyKeyHeader = "Idempotency-Key"
 	// ActionHeader says whether a call executes a step or compensates one:
-	// domain.ActionExecute or domain.ActionCompensate.
+	// protocol.ActionExecute or protocol.ActionCompensate.
 	ActionHeader = "Saga-Action"
 	// TraceParentHeader carries the W3C trace context of the command.
 	TraceParentHeader = "traceparent"
@@ -181,7 +182,7 @@ func (e *RetryAfterError) RetryAfter() time.Duration { return e.Wait }
 // Handle carries out one command: it implements processes.StepHandler.
 // Template errors, invalid headers and permanent answers are returned as
 // processes.Permanent failures; any other error is transient.
-func (h *Handler) Handle(ctx context.Context, cmd domain.ExecuteStep) (json.RawMessage, error) {
+func (h *Handler) Handle(ctx context.Context, cmd protocol.ExecuteStep) (json.RawMessage, error) {
 	req, call, err := h.request(ctx, cmd)
 	if err != nil {
 		return nil, err
@@ -196,17 +197,17 @@ func (h *Handler) Handle(ctx context.Context, cmd domain.ExecuteStep) (json.RawM
 }
 
 // request builds the request of a command.
-func (h *Handler) request(ctx context.Context, cmd domain.ExecuteStep) (*http.Request, *domain.HTTPCall, error) {
+func (h *Handler) request(ctx context.Context, cmd protocol.ExecuteStep) (*http.Request, *domain.HTTPCall, error) {
 	call := cmd.HTTP
 	var method, target string
 	var headers http.Header
 	var body []byte
 	what := "step " + cmd.Step
-	if cmd.Action == domain.ActionCompensate {
+	if cmd.Action == protocol.ActionCompensate {
 		what = "compensation of step " + cmd.Step
 	}
 	if call != nil {
-		data := domain.TemplateDataOf(cmd)
+		data := cmd.TemplateData()
 		method = strings.ToUpper(call.Method)
 		if method == "" {
 			method = http.MethodPost
@@ -247,7 +248,7 @@ func (h *Handler) request(ctx context.Context, cmd domain.ExecuteStep) (*http.Re
 			return nil, nil, processes.Permanent(errors.Wrap(ErrNoBaseURL, what))
 		}
 		action := cmd.Step
-		if cmd.Action == domain.ActionCompensate {
+		if cmd.Action == protocol.ActionCompensate {
 			action = cmd.Compensation
 			if action == "" {
 				action = "undo-" + cmd.Step
@@ -284,7 +285,7 @@ func (h *Handler) request(ctx context.Context, cmd domain.ExecuteStep) (*http.Re
 	req.Header.Set(IdempotencyKeyHeader, cmd.IdempotencyKey)
 	action := cmd.Action
 	if action == "" {
-		action = domain.ActionExecute
+		action = protocol.ActionExecute
 	}
 	req.Header.Set(ActionHeader, action)
 	if cmd.TraceParent != "" {
@@ -310,7 +311,7 @@ type defaultBody struct {
 // DefaultBody is the JSON body sent when a call gives none: the command's
 // taskId, workflow, workflowVersion, step, action, attempt, idempotencyKey,
 // order, results and result, leaving out the empty ones.
-func DefaultBody(cmd domain.ExecuteStep) ([]byte, error) {
+func DefaultBody(cmd protocol.ExecuteStep) ([]byte, error) {
 	body, err := json.Marshal(defaultBody{TaskID: cmd.TaskID, Workflow: cmd.Workflow, WorkflowVersion: cmd.WorkflowVersion,
 		Step: cmd.Step, Action: cmd.Action, Attempt: cmd.Attempt, IdempotencyKey: cmd.IdempotencyKey,
 		Order: cmd.Order, Results: cmd.Results, Result: cmd.Result})

@@ -20,6 +20,7 @@ import (
 
 	"github.com/sagaengine/saga/adapters/httpagent"
 	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/domain/protocol"
 	"github.com/sagaengine/saga/processes"
 )
 
@@ -69,17 +70,17 @@ func answer(status int, body string) http.HandlerFunc {
 	}
 }
 
-func command(call *domain.HTTPCall) domain.ExecuteStep {
-	return domain.ExecuteStep{
+func command(call *domain.HTTPCall) protocol.ExecuteStep {
+	return protocol.ExecuteStep{
 		TaskID: "o-1", Workflow: "signup", WorkflowVersion: 2, Step: "create-account", Agent: domain.HTTPAgent,
-		Action: domain.ActionExecute, Attempt: 1, CompleteBy: time.Now().Add(time.Minute), IdempotencyKey: "o-1/create-account",
+		Action: protocol.ActionExecute, Attempt: 1, CompleteBy: time.Now().Add(time.Minute), IdempotencyKey: "o-1/create-account",
 		Order:   json.RawMessage(`{"orderId":"o-1","user":{"id":"a b/c?d","email":"ann@example.com","note":"hi\r\nX-Evil: 1"},"amount":12.5,"items":[{"sku":"s1"}]}`),
 		Results: map[string]json.RawMessage{"reserve": json.RawMessage(`{"reservationId":"r-9"}`)},
 		HTTP:    call,
 	}
 }
 
-func handle(t *testing.T, h *httpagent.Handler, cmd domain.ExecuteStep) (json.RawMessage, error) {
+func handle(t *testing.T, h *httpagent.Handler, cmd protocol.ExecuteStep) (json.RawMessage, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -111,7 +112,7 @@ func TestTemplatedCallReachesTheServer(t *testing.T) {
 	assert.Equal(t, "ann@example.com", got.Header.Get("X-Customer"))
 	assert.Equal(t, "Bearer fixed", got.Header.Get("Authorization"))
 	assert.Equal(t, "o-1/create-account", got.Header.Get(httpagent.IdempotencyKeyHeader))
-	assert.Equal(t, domain.ActionExecute, got.Header.Get(httpagent.ActionHeader))
+	assert.Equal(t, protocol.ActionExecute, got.Header.Get(httpagent.ActionHeader))
 	assert.Equal(t, cmd.TraceParent, got.Header.Get("traceparent"))
 	assert.Equal(t, "application/json", got.Header.Get("Content-Type"))
 	assert.JSONEq(t, `{"amount":12.5,"items":[{"sku":"s1"}],"note":"task o-1 v2","key":"o-1/create-account"}`, string(got.Body),
@@ -322,19 +323,19 @@ func TestBaseURLMode(t *testing.T) {
 	got := srv.last(t)
 	assert.Equal(t, http.MethodPost, got.Method)
 	assert.Equal(t, "/create-account", got.Path)
-	assert.Equal(t, domain.ActionExecute, got.Header.Get(httpagent.ActionHeader))
+	assert.Equal(t, protocol.ActionExecute, got.Header.Get(httpagent.ActionHeader))
 	assert.Equal(t, "o-1/create-account", got.Header.Get(httpagent.IdempotencyKeyHeader))
 	var body map[string]any
 	require.NoError(t, json.Unmarshal(got.Body, &body))
 	assert.Equal(t, "o-1", body["taskId"])
 	assert.NotNil(t, body["order"])
 
-	cmd.Action, cmd.Compensation, cmd.Result = domain.ActionCompensate, "delete-account", json.RawMessage(`{"accountId":"acc-1"}`)
+	cmd.Action, cmd.Compensation, cmd.Result = protocol.ActionCompensate, "delete-account", json.RawMessage(`{"accountId":"acc-1"}`)
 	_, err = handle(t, h, cmd)
 	require.NoError(t, err)
 	got = srv.last(t)
 	assert.Equal(t, "/delete-account", got.Path)
-	assert.Equal(t, domain.ActionCompensate, got.Header.Get(httpagent.ActionHeader))
+	assert.Equal(t, protocol.ActionCompensate, got.Header.Get(httpagent.ActionHeader))
 	require.NoError(t, json.Unmarshal(got.Body, &body))
 	assert.Equal(t, map[string]any{"accountId": "acc-1"}, body["result"])
 

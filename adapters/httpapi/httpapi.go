@@ -1,8 +1,8 @@
 // Package httpapi serves saga's HTTP API: the current state of tasks from the
 // task projection.
 //
-//	GET  /api/tasks/{id}          one task, 404 if unknown
-//	GET  /api/tasks               a page of tasks, newest first: ?state=S, &workflow=W,
+//	GET  /api/tasks/{id}          one task (a protocol.TaskView), 404 if unknown
+//	GET  /api/tasks               a page of tasks (a protocol.TaskList), newest first: ?state=S, &workflow=W,
 //	                              &since=T, &until=T (RFC 3339), &limit=N (100; at most
 //	                              1000), &cursor= the nextCursor of the page before
 //	POST /api/admin/task-view/rebuild  rebuild the task view from the store while it serves
@@ -21,7 +21,8 @@
 //	GET  /metrics                 counters in the Prometheus text format
 //
 // The actions answer 202 once the request is recorded; the task's state
-// follows as the scheduler carries it out.
+// follows as the scheduler carries it out. The tasks' JSON is
+// protocol.TaskView, described in docs/api.md and docs/task.schema.json.
 //
 // This package is internal to saga: its API may change in any release (see
 // docs/api.md for the public packages).
@@ -38,6 +39,7 @@ import (
 	"time"
 
 	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/domain/protocol"
 	"github.com/sagaengine/saga/projections"
 )
 
@@ -97,7 +99,7 @@ const MaxListLimit = projections.MaxPageSize
 
 // Tasks is the task view the API serves.
 type Tasks interface {
-	Get(ctx context.Context, id string) (*domain.Task, bool, error)
+	Get(ctx context.Context, id string) (*protocol.TaskView, bool, error)
 	List(ctx context.Context, q projections.TaskQuery) (projections.TaskPage, error)
 	Counts(ctx context.Context) (map[domain.TaskState]int, error)
 	// Ready is closed once the view has caught up with the store.
@@ -113,18 +115,7 @@ type Rebuilder interface {
 	RebuildStatus() (running bool, last any)
 }
 
-// TaskList is the answer of GET /api/tasks.
-type TaskList struct {
-	Tasks []*domain.Task `json:"tasks"`
-	// Count is the number of tasks on this page.
-	Count int `json:"count"`
-	// NextCursor, when set, continues with the next page (?cursor=).
-	NextCursor string `json:"nextCursor,omitempty"`
-	// Counts are the numbers of tasks in each state, over all tasks.
-	Counts map[domain.TaskState]int `json:"counts"`
-}
-
-// rawTaskList is TaskList with the tasks as the view stores them.
+// rawTaskList is protocol.TaskList with the tasks as the view stores them.
 type rawTaskList struct {
 	Tasks      []json.RawMessage        `json:"tasks"`
 	Count      int                      `json:"count"`

@@ -20,6 +20,7 @@ import (
 	"github.com/sagaengine/saga/adapters/httpapi"
 	"github.com/sagaengine/saga/adapters/taskdb"
 	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/domain/protocol"
 )
 
 type checks []httpapi.Check
@@ -80,14 +81,14 @@ func newView(t *testing.T) view {
 func TestTasksArePagedWithACursor(t *testing.T) {
 	v := newView(t)
 	t0 := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
-	var tasks []*domain.Task
+	var tasks []*protocol.TaskView
 	for i := range 230 {
 		task := domain.NewTask(fmt.Sprintf("p-%03d", i))
 		task.Revision, task.Workflow, task.State, task.SubmittedAt = 1, "order", domain.StateProcessed, t0.Add(time.Duration(i)*time.Millisecond)
 		if i%10 == 0 {
 			task.State = domain.StateError
 		}
-		tasks = append(tasks, task)
+		tasks = append(tasks, protocol.ViewOf(task))
 	}
 	require.NoError(t, v.Commit(context.Background(), tasks, 7))
 	srv := httptest.NewServer(httpapi.Handler(v, nil, nil, checks{}, checks{}, nil))
@@ -98,7 +99,7 @@ func TestTasksArePagedWithACursor(t *testing.T) {
 		require.Less(t, pages, 10)
 		resp, err := http.Get(next)
 		require.NoError(t, err)
-		var list httpapi.TaskList
+		var list protocol.TaskList
 		require.NoError(t, json.NewDecoder(resp.Body).Decode(&list))
 		resp.Body.Close()
 		require.Equal(t, http.StatusOK, resp.StatusCode)

@@ -17,7 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/domain/protocol"
 )
 
 // DefaultListen is Kafka's default address, on loopback.
@@ -48,7 +48,7 @@ var ErrDataDirLocked = errors.New("data directory is locked by another broker")
 // they sent them, so a power loss must not take back what they sent.
 // Commands and replies are left unsynced: recovery re-sends lost commands
 // and times out attempts whose replies were lost.
-var DefaultSyncTopics = []string{domain.OrdersTopic, domain.DeadLetterTopic, domain.StatusTopic, domain.AlertsTopic,
+var DefaultSyncTopics = []string{protocol.OrdersTopic, protocol.DeadLetterTopic, protocol.StatusTopic, protocol.AlertsTopic,
 	"reply.*", "saga.reply.*"}
 
 // SyncTopicMatch reports whether topic is one of patterns, names or

@@ -19,11 +19,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sagaengine/saga/adapters/kafka"
-	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/domain/protocol"
 )
 
 // unsyncedTopic is a topic the default broker does not fsync: commands.
-var unsyncedTopic = domain.CommandTopic("test")
+var unsyncedTopic = protocol.CommandTopic("test")
 
 // lockedBuffer collects log output from several goroutines.
 type lockedBuffer struct {
@@ -51,7 +51,7 @@ func startBroker(t testing.TB, dir string, logs *lockedBuffer) *kafka.Broker {
 	}
 	b, err := kafka.StartBroker(kafka.BrokerConfig{
 		Listen: "127.0.0.1:0", DataDir: dir, Partitions: 1,
-		Topics: []string{domain.OrdersTopic, unsyncedTopic}, Logger: logger,
+		Topics: []string{protocol.OrdersTopic, unsyncedTopic}, Logger: logger,
 	})
 	require.NoError(t, err)
 	t.Cleanup(b.Close) // after the clients' cleanups: they close first
@@ -117,9 +117,9 @@ func TestBrokerFsyncsSyncedTopicBeforeAcknowledging(t *testing.T) {
 
 	acked := make(chan error, 1)
 	go func() {
-		acked <- client.ProduceSync(ctx, &kgo.Record{Topic: domain.OrdersTopic, Value: []byte("order")}).FirstErr()
+		acked <- client.ProduceSync(ctx, &kgo.Record{Topic: protocol.OrdersTopic, Value: []byte("order")}).FirstErr()
 	}()
-	require.Equal(t, []string{domain.OrdersTopic + "/0"}, <-entered)
+	require.Equal(t, []string{protocol.OrdersTopic + "/0"}, <-entered)
 	select {
 	case err := <-acked:
 		t.Fatalf("the produce was acknowledged (err %v) while its fsync round was held", err)
@@ -128,7 +128,7 @@ func TestBrokerFsyncsSyncedTopicBeforeAcknowledging(t *testing.T) {
 	close(release)
 	require.NoError(t, <-acked)
 
-	segment := filepath.Join(kafka.PartitionDir(dir, domain.OrdersTopic, 0), "0.dat")
+	segment := filepath.Join(kafka.PartitionDir(dir, protocol.OrdersTopic, 0), "0.dat")
 	info, err := os.Stat(segment)
 	require.NoError(t, err)
 	synced, ok := sizes.get(segment)
@@ -165,7 +165,7 @@ func TestBrokerConcurrentProducesShareFsyncs(t *testing.T) {
 	for i := range producers {
 		client := newClient(t, b) // a connection of its own
 		wg.Go(func() {
-			errs <- client.ProduceSync(ctx, &kgo.Record{Topic: domain.OrdersTopic, Value: fmt.Appendf(nil, "order-%d", i)}).FirstErr()
+			errs <- client.ProduceSync(ctx, &kgo.Record{Topic: protocol.OrdersTopic, Value: fmt.Appendf(nil, "order-%d", i)}).FirstErr()
 		})
 	}
 	wg.Wait()
@@ -209,7 +209,7 @@ func TestBrokerPowerLossLosesNoAckedOrderAndSkipsNoNewRecord(t *testing.T) {
 	producer := newClient(t, b)
 	produce(ctx, t, producer, "old", before)
 	got := consumeGroup(ctx, t, b, group, before, before)
-	require.Len(t, got[domain.OrdersTopic], before)
+	require.Len(t, got[protocol.OrdersTopic], before)
 	producer.Close()
 	b.Close()
 
@@ -225,7 +225,7 @@ func TestBrokerPowerLossLosesNoAckedOrderAndSkipsNoNewRecord(t *testing.T) {
 			return nil
 		}
 		keep := int64(0)
-		if strings.HasPrefix(filepath.Base(filepath.Dir(path)), domain.OrdersTopic+"-") {
+		if strings.HasPrefix(filepath.Base(filepath.Dir(path)), protocol.OrdersTopic+"-") {
 			keep, _ = sizes.get(path)
 			info, err := os.Stat(path)
 			require.NoError(t, err)
@@ -246,14 +246,14 @@ func TestBrokerPowerLossLosesNoAckedOrderAndSkipsNoNewRecord(t *testing.T) {
 	producer = newClient(t, b)
 	produce(ctx, t, producer, "new", after)
 	got = consumeGroup(ctx, t, b, group, after, after)
-	for _, topic := range []string{domain.OrdersTopic, unsyncedTopic} {
+	for _, topic := range []string{protocol.OrdersTopic, unsyncedTopic} {
 		for i := range after {
 			require.Contains(t, got[topic], fmt.Sprintf("new-%d", i), "the group skipped a record of %s", topic)
 		}
 	}
 
 	// And the old orders are all still there.
-	reader := newClient(t, b, kgo.ConsumeTopics(domain.OrdersTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	reader := newClient(t, b, kgo.ConsumeTopics(protocol.OrdersTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	var orders []string
 	for len(orders) < before+after {
 		fetches := reader.PollFetches(ctx)
@@ -272,7 +272,7 @@ func produce(ctx context.Context, t *testing.T, client *kgo.Client, prefix strin
 	for start := 0; start < n; start += 10 {
 		var records []*kgo.Record
 		for i := start; i < min(start+10, n); i++ {
-			for _, topic := range []string{domain.OrdersTopic, unsyncedTopic} {
+			for _, topic := range []string{protocol.OrdersTopic, unsyncedTopic} {
 				records = append(records, &kgo.Record{Topic: topic, Value: fmt.Appendf(nil, "%s-%d", prefix, i)})
 			}
 		}
@@ -287,7 +287,7 @@ func consumeGroup(ctx context.Context, t *testing.T, b *kafka.Broker, group stri
 	client, err := kgo.NewClient(
 		kgo.SeedBrokers(b.Addrs()...),
 		kgo.ConsumerGroup(group),
-		kgo.ConsumeTopics(domain.OrdersTopic, unsyncedTopic),
+		kgo.ConsumeTopics(protocol.OrdersTopic, unsyncedTopic),
 		kgo.DisableAutoCommit(),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchMaxWait(100*time.Millisecond),
@@ -295,10 +295,10 @@ func consumeGroup(ctx context.Context, t *testing.T, b *kafka.Broker, group stri
 	require.NoError(t, err)
 	defer client.Close()
 	got := map[string][]string{}
-	for len(got[domain.OrdersTopic]) < orders || len(got[unsyncedTopic]) < statuses {
+	for len(got[protocol.OrdersTopic]) < orders || len(got[unsyncedTopic]) < statuses {
 		fetches := client.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
-			t.Fatalf("consumed %d orders and %d statuses of %d and %d: %v", len(got[domain.OrdersTopic]), len(got[unsyncedTopic]), orders, statuses, err)
+			t.Fatalf("consumed %d orders and %d statuses of %d and %d: %v", len(got[protocol.OrdersTopic]), len(got[unsyncedTopic]), orders, statuses, err)
 		}
 		require.NoError(t, fetches.Err())
 		fetches.EachRecord(func(r *kgo.Record) { got[r.Topic] = append(got[r.Topic], string(r.Value)) })
@@ -321,7 +321,7 @@ func BenchmarkProduceSynced(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/producers=%d", mode.name, producers), func(b *testing.B) {
 				broker, err := kafka.StartBroker(kafka.BrokerConfig{
 					Listen: "127.0.0.1:0", DataDir: b.TempDir(), Partitions: 4,
-					Topics: []string{domain.OrdersTopic}, SyncTopics: mode.sync, Fsync: mode.fsync, Logger: slog.New(slog.DiscardHandler),
+					Topics: []string{protocol.OrdersTopic}, SyncTopics: mode.sync, Fsync: mode.fsync, Logger: slog.New(slog.DiscardHandler),
 				})
 				require.NoError(b, err)
 				b.Cleanup(broker.Close)
@@ -329,7 +329,7 @@ func BenchmarkProduceSynced(b *testing.B) {
 				clients := make([]*kgo.Client, producers)
 				for i := range clients {
 					clients[i] = newClient(b, broker)
-					require.NoError(b, clients[i].ProduceSync(ctx, &kgo.Record{Topic: domain.OrdersTopic, Value: []byte("warm-up")}).FirstErr())
+					require.NoError(b, clients[i].ProduceSync(ctx, &kgo.Record{Topic: protocol.OrdersTopic, Value: []byte("warm-up")}).FirstErr())
 				}
 				value := bytes.Repeat([]byte("x"), 200)
 				var next atomic.Int64
@@ -339,7 +339,7 @@ func BenchmarkProduceSynced(b *testing.B) {
 				for _, client := range clients {
 					wg.Go(func() {
 						for next.Add(1) <= int64(b.N) {
-							if err := client.ProduceSync(ctx, &kgo.Record{Topic: domain.OrdersTopic, Value: value}).FirstErr(); err != nil {
+							if err := client.ProduceSync(ctx, &kgo.Record{Topic: protocol.OrdersTopic, Value: value}).FirstErr(); err != nil {
 								failed <- err
 								return
 							}

@@ -11,7 +11,6 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/domain/protocol"
 	"github.com/sagaengine/saga/processes"
 )
@@ -88,12 +87,12 @@ func NewRecord(topic, key, ceType, source string, body []byte, parent string) *k
 // SendCommand produces cmd to its agent's topic without waiting: the
 // dispatch is already recorded, and a lost command is re-sent on restart or
 // retried once its CompleteBy passes.
-func (p *Producer) SendCommand(_ context.Context, cmd domain.ExecuteStep) error {
+func (p *Producer) SendCommand(_ context.Context, cmd protocol.ExecuteStep) error {
 	body, err := json.Marshal(cmd)
 	if err != nil {
 		return errors.Wrap(err, "encode command")
 	}
-	rec := p.TracedRecord(domain.CommandTopic(cmd.Agent), cmd.TaskID, domain.ExecuteStepMessageType, body, cmd.TraceParent)
+	rec := p.TracedRecord(protocol.CommandTopic(cmd.Agent), cmd.TaskID, protocol.ExecuteStepMessageType, body, cmd.TraceParent)
 	p.client.Produce(context.Background(), rec, func(r *kgo.Record, err error) {
 		if err != nil {
 			p.logger.Error("produce command", "topic", r.Topic, "task", cmd.TaskID, "step", cmd.Step, "err", err.Error())
@@ -103,18 +102,18 @@ func (p *Producer) SendCommand(_ context.Context, cmd domain.ExecuteStep) error 
 }
 
 // SendReply produces a reply and waits until the broker has it.
-func (p *Producer) SendReply(ctx context.Context, reply domain.StepReply) error {
+func (p *Producer) SendReply(ctx context.Context, reply protocol.StepReply) error {
 	body, err := json.Marshal(reply)
 	if err != nil {
 		return errors.Wrap(err, "encode reply")
 	}
-	return p.produceSync(ctx, p.TracedRecord(domain.RepliesTopic, reply.TaskID, domain.StepReplyMessageType, body, reply.TraceParent))
+	return p.produceSync(ctx, p.TracedRecord(protocol.RepliesTopic, reply.TaskID, protocol.StepReplyMessageType, body, reply.TraceParent))
 }
 
 // DeadLetter copies msg, byte for byte with its headers, to the dead-letter
 // topic with the reason and its origin, and waits until the broker has it.
 func (p *Producer) DeadLetter(ctx context.Context, msg processes.Inbound, reason string) error {
-	rec := &kgo.Record{Topic: domain.DeadLetterTopic, Key: []byte(msg.Key), Value: msg.Value}
+	rec := &kgo.Record{Topic: protocol.DeadLetterTopic, Key: []byte(msg.Key), Value: msg.Value}
 	for k, v := range msg.Headers {
 		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: k, Value: []byte(v)})
 	}
@@ -136,12 +135,12 @@ func (p *Producer) produceSync(ctx context.Context, rec *kgo.Record) error {
 
 // RaiseAlert produces an alert to the alerts topic and waits until the
 // broker has it.
-func (p *Producer) RaiseAlert(ctx context.Context, a domain.Alert) error {
+func (p *Producer) RaiseAlert(ctx context.Context, a protocol.Alert) error {
 	body, err := json.Marshal(a)
 	if err != nil {
 		return errors.Wrap(err, "encode alert")
 	}
-	return p.produceSync(ctx, p.Record(domain.AlertsTopic, a.TaskID, domain.AlertMessageType, body))
+	return p.produceSync(ctx, p.Record(protocol.AlertsTopic, a.TaskID, protocol.AlertMessageType, body))
 }
 
 var _ processes.Alerts = (*Producer)(nil)
@@ -154,22 +153,22 @@ var _ processes.Alerts = (*Producer)(nil)
 // make Flush fail: one caller's broken reply topic must not hold up
 // saga.status and every other task's statuses. A status saga.status refuses
 // does make Flush fail, so the publisher sends it again.
-func (p *Producer) PublishStatus(_ context.Context, st domain.TaskStatus) {
+func (p *Producer) PublishStatus(_ context.Context, st protocol.TaskStatus) {
 	body, err := json.Marshal(st)
 	if err != nil {
 		p.failStatus(err)
 		return
 	}
-	topics := []string{domain.StatusTopic}
+	topics := []string{protocol.StatusTopic}
 	if st.ReplyTo != "" {
 		topics = append(topics, st.ReplyTo)
 	}
 	for _, topic := range topics {
-		rec := p.TracedRecord(topic, st.OrderID, domain.StatusMessageType, body, st.TraceParent)
+		rec := p.TracedRecord(topic, st.OrderID, protocol.StatusMessageType, body, st.TraceParent)
 		p.client.Produce(context.Background(), rec, func(r *kgo.Record, err error) {
 			switch {
 			case err == nil:
-			case r.Topic != domain.StatusTopic:
+			case r.Topic != protocol.StatusTopic:
 				p.undeliverableStatus(r, st, err)
 			default:
 				p.logger.Error("produce status", "topic", r.Topic, "order", st.OrderID, "err", err.Error())
@@ -182,11 +181,11 @@ func (p *Producer) PublishStatus(_ context.Context, st domain.TaskStatus) {
 // undeliverableStatus dead-letters a status its reply topic refused. It
 // runs in a produce callback, so it must not wait: a dead letter that finds
 // the client's buffer full is only logged.
-func (p *Producer) undeliverableStatus(r *kgo.Record, st domain.TaskStatus, cause error) {
+func (p *Producer) undeliverableStatus(r *kgo.Record, st protocol.TaskStatus, cause error) {
 	p.undeliverable.Add(1)
 	reason := "status undeliverable to reply topic " + r.Topic + ": " + cause.Error()
 	p.logger.Warn("status dead-lettered", "order", st.OrderID, "revision", st.Revision, "reason", reason)
-	dead := &kgo.Record{Topic: domain.DeadLetterTopic, Key: r.Key, Value: r.Value, Headers: append(r.Headers[:len(r.Headers):len(r.Headers)],
+	dead := &kgo.Record{Topic: protocol.DeadLetterTopic, Key: r.Key, Value: r.Value, Headers: append(r.Headers[:len(r.Headers):len(r.Headers)],
 		kgo.RecordHeader{Key: HeaderDeadLetterReason, Value: []byte(reason)},
 		kgo.RecordHeader{Key: HeaderDeadLetterSource, Value: []byte("status/" + r.Topic)})}
 	p.client.TryProduce(context.Background(), dead, func(_ *kgo.Record, err error) {

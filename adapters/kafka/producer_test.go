@@ -12,6 +12,7 @@ import (
 
 	"github.com/sagaengine/saga/adapters/kafka"
 	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/domain/protocol"
 )
 
 // TestStatusForAMissingReplyTopicIsDeadLettered publishes statuses on a
@@ -19,7 +20,7 @@ import (
 // topic does not exist is counted and dead-lettered with the reason, Flush
 // succeeds, and saga.status has every status.
 func TestStatusForAMissingReplyTopicIsDeadLettered(t *testing.T) {
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, domain.StatusTopic, domain.DeadLetterTopic))
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, protocol.StatusTopic, protocol.DeadLetterTopic))
 	require.NoError(t, err)
 	t.Cleanup(cluster.Close)
 	client, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.UnknownTopicRetries(1))
@@ -29,8 +30,8 @@ func TestStatusForAMissingReplyTopicIsDeadLettered(t *testing.T) {
 	c, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
-	p.PublishStatus(c, domain.TaskStatus{OrderID: "o-1", State: domain.StateProcessing, Revision: 1, ReplyTo: "reply.missing"})
-	p.PublishStatus(c, domain.TaskStatus{OrderID: "o-2", State: domain.StateProcessing, Revision: 1})
+	p.PublishStatus(c, protocol.TaskStatus{OrderID: "o-1", State: domain.StateProcessing, Revision: 1, ReplyTo: "reply.missing"})
+	p.PublishStatus(c, protocol.TaskStatus{OrderID: "o-2", State: domain.StateProcessing, Revision: 1})
 	require.NoError(t, p.Flush(c), "a refused reply topic does not fail the flush")
 	assert.Equal(t, int64(1), p.UndeliverableStatuses())
 
@@ -46,8 +47,8 @@ func TestStatusForAMissingReplyTopicIsDeadLettered(t *testing.T) {
 		}
 		return out
 	}
-	assert.Len(t, read(domain.StatusTopic, 2), 2)
-	dead := read(domain.DeadLetterTopic, 1)
+	assert.Len(t, read(protocol.StatusTopic, 2), 2)
+	dead := read(protocol.DeadLetterTopic, 1)
 	assert.Equal(t, "o-1", string(dead[0].Key))
 	var reason string
 	for _, h := range dead[0].Headers {

@@ -13,7 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sagaengine/saga/adapters/kafka"
-	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/domain/protocol"
 )
 
 // startRetainingBroker starts a one-partition broker on dir whose retention
@@ -22,7 +22,7 @@ func startRetainingBroker(t *testing.T, dir string) *kafka.Broker {
 	t.Helper()
 	b, err := kafka.StartBroker(kafka.BrokerConfig{
 		Listen: "127.0.0.1:0", DataDir: dir, Partitions: 1, Retention: &kafka.Retention{},
-		Topics: []string{domain.OrdersTopic, domain.StatusTopic}, Logger: slog.New(slog.DiscardHandler),
+		Topics: []string{protocol.OrdersTopic, protocol.StatusTopic}, Logger: slog.New(slog.DiscardHandler),
 	})
 	require.NoError(t, err)
 	return b
@@ -67,22 +67,22 @@ func TestRetentionNeverRemovesWhatAGroupHasNotConsumed(t *testing.T) {
 	require.NoError(t, err)
 	adm := kadm.NewClient(client)
 	now := time.Now()
-	produceN(t, ctx, client, domain.OrdersTopic, 100, now)
-	produceN(t, ctx, client, domain.StatusTopic, 100, now)
-	commit(t, ctx, adm, "submitter", domain.OrdersTopic, 40)
+	produceN(t, ctx, client, protocol.OrdersTopic, 100, now)
+	produceN(t, ctx, client, protocol.StatusTopic, 100, now)
+	commit(t, ctx, adm, "submitter", protocol.OrdersTopic, 40)
 
 	keep := kafka.Retention{MaxRecords: 10}
 	removed, err := b.RetainOnce(ctx, keep)
 	require.NoError(t, err)
 	assert.Equal(t, int64(90+40), removed)
-	assert.Equal(t, int64(90), startOffset(t, ctx, adm, domain.StatusTopic), "no group reads the statuses: the newest 10 are kept")
-	assert.Equal(t, int64(40), startOffset(t, ctx, adm, domain.OrdersTopic), "the orders the submitter has not committed past are kept")
+	assert.Equal(t, int64(90), startOffset(t, ctx, adm, protocol.StatusTopic), "no group reads the statuses: the newest 10 are kept")
+	assert.Equal(t, int64(40), startOffset(t, ctx, adm, protocol.OrdersTopic), "the orders the submitter has not committed past are kept")
 
-	commit(t, ctx, adm, "submitter", domain.OrdersTopic, 100)
-	commit(t, ctx, adm, "auditor", domain.OrdersTopic, 70) // a second group holds back more
+	commit(t, ctx, adm, "submitter", protocol.OrdersTopic, 100)
+	commit(t, ctx, adm, "auditor", protocol.OrdersTopic, 70) // a second group holds back more
 	_, err = b.RetainOnce(ctx, keep)
 	require.NoError(t, err)
-	assert.Equal(t, int64(70), startOffset(t, ctx, adm, domain.OrdersTopic), "the slowest group decides")
+	assert.Equal(t, int64(70), startOffset(t, ctx, adm, protocol.OrdersTopic), "the slowest group decides")
 
 	client.Close()
 	b.Close()
@@ -90,10 +90,10 @@ func TestRetentionNeverRemovesWhatAGroupHasNotConsumed(t *testing.T) {
 	t.Cleanup(b.Close)
 	client = newClient(t, b)
 	adm = kadm.NewClient(client)
-	assert.Equal(t, int64(90), startOffset(t, ctx, adm, domain.StatusTopic), "the cut survives a restart")
-	assert.Equal(t, int64(70), startOffset(t, ctx, adm, domain.OrdersTopic))
+	assert.Equal(t, int64(90), startOffset(t, ctx, adm, protocol.StatusTopic), "the cut survives a restart")
+	assert.Equal(t, int64(70), startOffset(t, ctx, adm, protocol.OrdersTopic))
 
-	reader := newClient(t, b, kgo.ConsumeTopics(domain.StatusTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	reader := newClient(t, b, kgo.ConsumeTopics(protocol.StatusTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	fetches := reader.PollRecords(ctx, 1)
 	require.NoError(t, fetches.Err())
 	require.NotEmpty(t, fetches.Records())
@@ -109,23 +109,23 @@ func TestRetentionByAge(t *testing.T) {
 	client := newClient(t, b)
 	adm := kadm.NewClient(client)
 	now := time.Now()
-	produceN(t, ctx, client, domain.StatusTopic, 3, now.Add(-2*time.Hour))
-	produceN(t, ctx, client, domain.StatusTopic, 2, now)
+	produceN(t, ctx, client, protocol.StatusTopic, 3, now.Add(-2*time.Hour))
+	produceN(t, ctx, client, protocol.StatusTopic, 2, now)
 
 	_, err := b.RetainOnce(ctx, kafka.Retention{MaxAge: time.Hour})
 	require.NoError(t, err)
-	assert.Equal(t, int64(3), startOffset(t, ctx, adm, domain.StatusTopic))
+	assert.Equal(t, int64(3), startOffset(t, ctx, adm, protocol.StatusTopic))
 
 	_, err = b.RetainOnce(ctx, kafka.Retention{MaxAge: time.Hour})
 	require.NoError(t, err)
-	assert.Equal(t, int64(3), startOffset(t, ctx, adm, domain.StatusTopic), "a second pass removes nothing new")
+	assert.Equal(t, int64(3), startOffset(t, ctx, adm, protocol.StatusTopic), "a second pass removes nothing new")
 }
 
 // TestRetentionRunsByItself shows the broker's own passes: nothing calls
 // RetainOnce here.
 func TestRetentionRunsByItself(t *testing.T) {
 	b, err := kafka.StartBroker(kafka.BrokerConfig{
-		Listen: "127.0.0.1:0", DataDir: t.TempDir(), Partitions: 1, Topics: []string{domain.StatusTopic},
+		Listen: "127.0.0.1:0", DataDir: t.TempDir(), Partitions: 1, Topics: []string{protocol.StatusTopic},
 		Retention: &kafka.Retention{MaxRecords: 5, Interval: 20 * time.Millisecond}, Logger: slog.New(slog.DiscardHandler),
 	})
 	require.NoError(t, err)
@@ -133,6 +133,6 @@ func TestRetentionRunsByItself(t *testing.T) {
 	ctx := testContext(t)
 	client := newClient(t, b)
 	adm := kadm.NewClient(client)
-	produceN(t, ctx, client, domain.StatusTopic, 20, time.Now())
-	require.Eventually(t, func() bool { return startOffset(t, ctx, adm, domain.StatusTopic) == 15 }, 10*time.Second, 10*time.Millisecond)
+	produceN(t, ctx, client, protocol.StatusTopic, 20, time.Now())
+	require.Eventually(t, func() bool { return startOffset(t, ctx, adm, protocol.StatusTopic) == 15 }, 10*time.Second, 10*time.Millisecond)
 }

@@ -17,7 +17,7 @@ import (
 
 	"github.com/sagaengine/saga/adapters/kafka"
 	"github.com/sagaengine/saga/adapters/secure"
-	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/domain/protocol"
 )
 
 // startSecureBroker starts a broker that requires TLS and SCRAM, with
@@ -31,7 +31,7 @@ func startSecureBroker(t *testing.T) (*kafka.Broker, *secure.Files) {
 	users, err := files.KafkaUsers()
 	require.NoError(t, err)
 	b, err := kafka.StartBroker(kafka.BrokerConfig{
-		Listen: "127.0.0.1:0", DataDir: t.TempDir(), Partitions: 1, Topics: []string{domain.OrdersTopic},
+		Listen: "127.0.0.1:0", DataDir: t.TempDir(), Partitions: 1, Topics: []string{protocol.OrdersTopic},
 		TLS: tlsCfg, Users: users, Logger: slog.New(slog.DiscardHandler),
 	})
 	require.NoError(t, err)
@@ -51,7 +51,7 @@ func produceWith(t *testing.T, b *kafka.Broker, sec kafka.Security) error {
 	if err := client.Ping(ctx); err != nil {
 		return err
 	}
-	return client.ProduceSync(ctx, &kgo.Record{Topic: domain.OrdersTopic, Key: []byte("k"), Value: []byte("v")}).FirstErr()
+	return client.ProduceSync(ctx, &kgo.Record{Topic: protocol.OrdersTopic, Key: []byte("k"), Value: []byte("v")}).FirstErr()
 }
 
 // TestBrokerTLSAndSCRAM produces a synced record over TLS with SCRAM (the

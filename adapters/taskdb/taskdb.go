@@ -2,12 +2,16 @@
 // SQLite database file, through the pure-Go driver modernc.org/sqlite, so
 // that the embedded mode stays one binary with no C toolchain.
 //
-// A row per task holds the task's state as the API shows it, with columns
-// for what queries filter and order on; a table of counts by state is kept
-// in step with the rows, and the checkpoint (the event-store position the
-// rows are folded up to) is written in the same transaction as the rows it
-// covers. The file is a disposable read model: deleted, it is rebuilt from
-// the event store.
+// A row per task holds the task's state as the API shows it (the JSON of a
+// protocol.TaskView, passed on as stored), with columns for what queries
+// filter and order on; a table of counts by state is kept in step with the
+// rows, and the checkpoint (the event-store position the rows are folded up
+// to) is written in the same transaction as the rows it covers. The file is
+// a disposable read model: deleted, it is rebuilt from the event store.
+//
+// The file says which format its rows have (SchemaVersion, in SQLite's
+// user_version). Open refuses a file of a format this build cannot read
+// with ErrSchemaVersion, and the caller builds a fresh one from the store.
 //
 // This package is internal to saga: its API may change in any release (see
 // docs/api.md for the public packages).
@@ -25,6 +29,7 @@ import (
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
 	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/domain/protocol"
 	"github.com/sagaengine/saga/projections"
 )
 
@@ -43,6 +48,23 @@ CREATE INDEX IF NOT EXISTS tasks_by_workflow ON tasks (workflow, submitted_at, i
 CREATE TABLE IF NOT EXISTS counts (state TEXT PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS checkpoint (id INTEGER PRIMARY KEY CHECK (id = 0), position INTEGER NOT NULL);
 `
+
+// SchemaVersion is the format of the rows this build writes: 1, the JSON
+// of protocol.TaskView. A change to the view that an older row cannot be
+// read as (a field renamed, a meaning changed) must raise it, so that files
+// of the old format are rebuilt rather than misread.
+const SchemaVersion = 1
+
+// readable are the formats this build reads: 0 is a file written before
+// the format was recorded, whose rows were domain.Task's JSON, which
+// protocol.TaskView kept field for field (protocol's
+// TestTaskViewKeepsTheJSONOfBefore); Open stamps it with SchemaVersion.
+var readable = map[int]bool{0: true, SchemaVersion: true}
+
+// ErrSchemaVersion is returned by Open for a file whose rows have a format
+// this build cannot read (one written by a later or a much older build).
+// The file is left as it is; the caller rebuilds the view in a fresh one.
+var ErrSchemaVersion = errors.New("task view file has rows of another format")
 
 // DB is a task view in an SQLite file. It is safe for concurrent use: one
 // writer (the projection) and any number of readers.
@@ -63,11 +85,33 @@ func Open(path string) (*DB, error) {
 	if err != nil {
 		return nil, errors.Wrapf(err, "open task view %s", path)
 	}
-	if _, err := db.Exec(schema); err != nil {
+	if err := checkSchema(db, path); err != nil {
 		db.Close()
-		return nil, errors.Wrapf(err, "create the task view's tables in %s", path)
+		return nil, err
 	}
 	return &DB{path: path, db: db}, nil
+}
+
+// checkSchema creates the tables of a new file, and checks that an
+// existing one has rows this build reads.
+func checkSchema(db *sql.DB, path string) error {
+	var version int
+	if err := db.QueryRow(`PRAGMA user_version`).Scan(&version); err != nil {
+		return errors.Wrapf(err, "read the format of task view %s", path)
+	}
+	var tables int
+	if err := db.QueryRow(`SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'tasks'`).Scan(&tables); err != nil {
+		return errors.Wrapf(err, "read the tables of task view %s", path)
+	}
+	if tables > 0 && !readable[version] {
+		return errors.Wrapf(ErrSchemaVersion, "%s has format %d; this build reads %d", path, version, SchemaVersion)
+	}
+	if _, err := db.Exec(schema); err != nil {
+		return errors.Wrapf(err, "create the task view's tables in %s", path)
+	}
+	// PRAGMA takes no parameters; SchemaVersion is a constant.
+	_, err := db.Exec(`PRAGMA user_version = ` + strconv.Itoa(SchemaVersion))
+	return errors.Wrapf(err, "record the format of task view %s", path)
 }
 
 // Path is the database file.
@@ -90,8 +134,8 @@ func (d *DB) Checkpoint(ctx context.Context) (uint64, bool, error) {
 }
 
 // Load implements projections.TaskStore.
-func (d *DB) Load(ctx context.Context, ids []string) (map[string]*domain.Task, error) {
-	out := make(map[string]*domain.Task, len(ids))
+func (d *DB) Load(ctx context.Context, ids []string) (map[string]*protocol.TaskView, error) {
+	out := make(map[string]*protocol.TaskView, len(ids))
 	for start := 0; start < len(ids); start += 500 {
 		chunk := ids[start:min(start+500, len(ids))]
 		args := make([]any, len(chunk))
@@ -119,12 +163,12 @@ func (d *DB) Load(ctx context.Context, ids []string) (map[string]*domain.Task, e
 
 type scanner interface{ Scan(dest ...any) error }
 
-func scanTask(s scanner) (*domain.Task, error) {
+func scanTask(s scanner) (*protocol.TaskView, error) {
 	var body []byte
 	if err := s.Scan(&body); err != nil {
 		return nil, errors.Wrap(err, "read a task row")
 	}
-	var t domain.Task
+	var t protocol.TaskView
 	if err := json.Unmarshal(body, &t); err != nil {
 		return nil, errors.Wrap(err, "decode a task row")
 	}
@@ -132,7 +176,7 @@ func scanTask(s scanner) (*domain.Task, error) {
 }
 
 // Commit implements projections.TaskStore.
-func (d *DB) Commit(ctx context.Context, tasks []*domain.Task, position uint64) error {
+func (d *DB) Commit(ctx context.Context, tasks []*protocol.TaskView, position uint64) error {
 	tx, err := d.db.BeginTx(ctx, nil)
 	if err != nil {
 		return errors.Wrap(err, "begin a task view commit")
@@ -140,9 +184,6 @@ func (d *DB) Commit(ctx context.Context, tasks []*domain.Task, position uint64) 
 	defer func() { _ = tx.Rollback() }()
 	delta := map[domain.TaskState]int{}
 	for _, t := range tasks {
-		if !t.Exists() {
-			continue
-		}
 		var old string
 		switch err := tx.QueryRowContext(ctx, `SELECT state FROM tasks WHERE id = ?`, t.ID).Scan(&old); {
 		case errors.Is(err, sql.ErrNoRows):
@@ -180,7 +221,7 @@ func (d *DB) Commit(ctx context.Context, tasks []*domain.Task, position uint64) 
 }
 
 // Get implements projections.TaskStore.
-func (d *DB) Get(ctx context.Context, id string) (*domain.Task, bool, error) {
+func (d *DB) Get(ctx context.Context, id string) (*protocol.TaskView, bool, error) {
 	t, err := scanTask(d.db.QueryRowContext(ctx, `SELECT body FROM tasks WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, false, nil
@@ -276,7 +317,7 @@ func (d *DB) List(ctx context.Context, q projections.TaskQuery) (projections.Tas
 			page.Raw = append(page.Raw, json.RawMessage(body))
 			continue
 		}
-		var t domain.Task
+		var t protocol.TaskView
 		if err := json.Unmarshal(body, &t); err != nil {
 			return projections.TaskPage{}, errors.Wrap(err, "decode a task row")
 		}

@@ -2,6 +2,8 @@ package taskdb_test
 
 import (
 	"context"
+	"database/sql"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -15,15 +17,16 @@ import (
 	"github.com/sagaengine/saga/adapters/eventstore"
 	"github.com/sagaengine/saga/adapters/taskdb"
 	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/domain/protocol"
 	"github.com/sagaengine/saga/projections"
 )
 
 var t0 = time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
 
-func task(id, workflow string, state domain.TaskState, submitted time.Time) *domain.Task {
+func task(id, workflow string, state domain.TaskState, submitted time.Time) *protocol.TaskView {
 	t := domain.NewTask(id)
 	t.Revision, t.Workflow, t.State, t.SubmittedAt, t.UpdatedAt = 3, workflow, state, submitted, submitted
-	return t
+	return protocol.ViewOf(t)
 }
 
 func open(t *testing.T) *taskdb.DB {
@@ -40,8 +43,8 @@ func TestCommitKeepsRowsCountsAndCheckpointTogether(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, ok, "a new view has no checkpoint")
 
-	require.NoError(t, db.Commit(ctx, []*domain.Task{task("a", "order", domain.StateProcessing, t0), task("b", "order", domain.StateProcessing, t0)}, 100))
-	require.NoError(t, db.Commit(ctx, []*domain.Task{task("a", "order", domain.StateProcessed, t0)}, 200))
+	require.NoError(t, db.Commit(ctx, []*protocol.TaskView{task("a", "order", domain.StateProcessing, t0), task("b", "order", domain.StateProcessing, t0)}, 100))
+	require.NoError(t, db.Commit(ctx, []*protocol.TaskView{task("a", "order", domain.StateProcessed, t0)}, 200))
 	pos, ok, err := db.Checkpoint(ctx)
 	require.NoError(t, err)
 	assert.True(t, ok)
@@ -60,7 +63,7 @@ func TestCommitKeepsRowsCountsAndCheckpointTogether(t *testing.T) {
 	// A commit that fails leaves rows, counts and checkpoint as they were.
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
-	require.Error(t, db.Commit(cancelled, []*domain.Task{task("a", "order", domain.StateError, t0)}, 300))
+	require.Error(t, db.Commit(cancelled, []*protocol.TaskView{task("a", "order", domain.StateError, t0)}, 300))
 	pos, _, _ = db.Checkpoint(ctx)
 	assert.Equal(t, uint64(200), pos)
 	got, _, _ = db.Get(ctx, "a")
@@ -70,7 +73,7 @@ func TestCommitKeepsRowsCountsAndCheckpointTogether(t *testing.T) {
 func TestListPagesNewestFirstWithFilters(t *testing.T) {
 	ctx := context.Background()
 	db := open(t)
-	var tasks []*domain.Task
+	var tasks []*protocol.TaskView
 	for i := range 250 {
 		state := domain.StateProcessed
 		if i%5 == 0 {
@@ -199,4 +202,75 @@ func removeAll(path string) error {
 		}
 	}
 	return nil
+}
+
+// oldFile makes a task view file as a build before the format was recorded
+// left it (user_version 0), holding one row of what that build served.
+func oldFile(t *testing.T, path string, version int) []byte {
+	row, err := os.ReadFile("../../domain/protocol/testdata/task-before-view-types.json")
+	require.NoError(t, err)
+	db, err := sql.Open("sqlite", "file:"+path)
+	require.NoError(t, err)
+	defer db.Close()
+	for _, stmt := range []string{
+		`CREATE TABLE tasks (id TEXT PRIMARY KEY, workflow TEXT NOT NULL, state TEXT NOT NULL, submitted_at INTEGER NOT NULL,
+			updated_at INTEGER NOT NULL, body BLOB NOT NULL) WITHOUT ROWID`,
+		`CREATE TABLE counts (state TEXT PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID`,
+		`CREATE TABLE checkpoint (id INTEGER PRIMARY KEY CHECK (id = 0), position INTEGER NOT NULL)`,
+		`INSERT INTO counts VALUES ('Compensating', 1)`,
+		`INSERT INTO checkpoint VALUES (0, 42)`,
+		fmt.Sprintf(`PRAGMA user_version = %d`, version),
+	} {
+		_, err := db.Exec(stmt)
+		require.NoError(t, err, stmt)
+	}
+	_, err = db.Exec(`INSERT INTO tasks VALUES ('o-1', 'order', 'Compensating', 1, 2, ?)`, row)
+	require.NoError(t, err)
+	return row
+}
+
+// TestOpenReadsTheFileOfTheBuildBefore: a task view written before rows had
+// a recorded format (domain.Task's JSON) is read as it is, and stamped.
+func TestOpenReadsTheFileOfTheBuildBefore(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "tasks-1.db")
+	row := oldFile(t, path, 0)
+	db, err := taskdb.Open(path)
+	require.NoError(t, err)
+	defer db.Close()
+	got, ok, err := db.Get(ctx, "o-1")
+	require.NoError(t, err)
+	require.True(t, ok)
+	var want protocol.TaskView
+	require.NoError(t, json.Unmarshal(row, &want))
+	assert.Equal(t, &want, got)
+	assert.Equal(t, domain.StepStateRetrying, got.Steps[0].Compensation.State)
+	page, err := db.List(ctx, projections.TaskQuery{Raw: true})
+	require.NoError(t, err)
+	assert.JSONEq(t, string(row), string(page.Raw[0]), "the API passes the old row on as it is")
+	pos, ok, err := db.Checkpoint(ctx)
+	require.NoError(t, err)
+	assert.True(t, ok)
+	assert.Equal(t, uint64(42), pos, "and the view resumes where it was")
+
+	var version int
+	raw, err := sql.Open("sqlite", "file:"+path)
+	require.NoError(t, err)
+	defer raw.Close()
+	require.NoError(t, raw.QueryRow(`PRAGMA user_version`).Scan(&version))
+	assert.Equal(t, taskdb.SchemaVersion, version)
+}
+
+// TestOpenRefusesRowsOfAnotherFormat: a file written by a build whose rows
+// this one cannot read is refused, untouched, so that the caller rebuilds
+// the view in a fresh file.
+func TestOpenRefusesRowsOfAnotherFormat(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tasks-1.db")
+	oldFile(t, path, taskdb.SchemaVersion+1)
+	_, err := taskdb.Open(path)
+	assert.ErrorIs(t, err, taskdb.ErrSchemaVersion)
+
+	fresh, err := taskdb.Open(filepath.Join(t.TempDir(), "tasks-2.db"))
+	require.NoError(t, err)
+	require.NoError(t, fresh.Close())
 }

@@ -14,7 +14,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 
-	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/domain/protocol"
 )
 
 // Output formats of --output.
@@ -74,7 +74,7 @@ func printJSON(v any) error {
 }
 
 // printTask prints a task's state as a table.
-func printTask(t *domain.Task) error {
+func printTask(t *protocol.TaskView) error {
 	fmt.Printf("Task %s  workflow %s v%d  state %s\n", t.ID, t.Workflow, t.WorkflowVersion, t.State)
 	fmt.Printf("submitted %s  updated %s\n", stamp(t.SubmittedAt), stamp(t.UpdatedAt))
 	if t.Reason != "" {
@@ -102,7 +102,7 @@ func printTask(t *domain.Task) error {
 }
 
 // printTaskList prints a page of tasks as a table.
-func printTaskList(list taskList) error {
+func printTaskList(list protocol.TaskList) error {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TASK\tWORKFLOW\tSTATE\tSUBMITTED\tUPDATED\tREASON")
 	for _, t := range list.Tasks {
@@ -122,14 +122,6 @@ func printTaskList(list taskList) error {
 		fmt.Printf("more: --cursor %s\n", list.NextCursor)
 	}
 	return nil
-}
-
-// taskList is the API's answer to GET /api/tasks.
-type taskList struct {
-	Tasks      []*domain.Task           `json:"tasks"`
-	Count      int                      `json:"count"`
-	NextCursor string                   `json:"nextCursor,omitempty"`
-	Counts     map[domain.TaskState]int `json:"counts"`
 }
 
 // compact writes a JSON value on one line.

@@ -19,6 +19,7 @@ import (
 	"github.com/sagaengine/saga/adapters/eventstore"
 	"github.com/sagaengine/saga/adapters/kafka"
 	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/domain/protocol"
 	"github.com/sagaengine/saga/projections"
 )
 
@@ -85,7 +86,7 @@ func watch(ctx context.Context, args []string) error {
 }
 
 // printStatus prints a status as a line, or as a JSON line with -o json.
-func printStatus(c *common, st domain.TaskStatus) {
+func printStatus(c *common, st protocol.TaskStatus) {
 	if *c.output == outputJSON {
 		raw, _ := json.Marshal(st)
 		fmt.Println(string(raw))
@@ -112,7 +113,7 @@ func watchOrder(ctx context.Context, c *common, orderID string) error {
 	defer store.Close()
 	stream := domain.TaskStream(orderID)
 	task := domain.NewTask(orderID)
-	var final *domain.TaskStatus
+	var final *protocol.TaskStatus
 	stop := errors.New("final")
 	err = store.SubscribeAll(ctx, domain.FromStart(), stream, func(it domain.SubscriptionItem) error {
 		if it.Event == nil || it.Event.Stream != stream {
@@ -123,7 +124,7 @@ func watchOrder(ctx context.Context, c *common, orderID string) error {
 			return err
 		}
 		task.Apply(ev)
-		st := domain.StatusOf(task, ev, it.Event.Revision, it.Event.Recorded)
+		st := protocol.StatusOf(task, ev, it.Event.Revision, it.Event.Recorded)
 		printStatus(c, st)
 		if st.Final() {
 			final = &st
@@ -165,7 +166,7 @@ func watchTopic(ctx context.Context, c *common, topic string) error {
 			return nil
 		}
 		fetches.EachRecord(func(r *kgo.Record) {
-			st, err := domain.ParseTaskStatus(r.Value)
+			st, err := protocol.ParseTaskStatus(r.Value)
 			if err != nil {
 				fmt.Printf("%s/%d/%d: not a status message: %s\n", r.Topic, r.Partition, r.Offset, truncate(string(r.Value)))
 				return
@@ -232,7 +233,7 @@ func audit(ctx context.Context, args []string) error {
 	return err
 }
 
-func fetchTask(ctx context.Context, api, id string) (*domain.Task, error) {
+func fetchTask(ctx context.Context, api, id string) (*protocol.TaskView, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, api+"/api/tasks/"+url.PathEscape(id), nil)
 	if err != nil {
 		return nil, err
@@ -245,7 +246,7 @@ func fetchTask(ctx context.Context, api, id string) (*domain.Task, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, errors.Newf("GET task: %s", resp.Status)
 	}
-	var t domain.Task
+	var t protocol.TaskView
 	return &t, json.NewDecoder(resp.Body).Decode(&t)
 }
 
@@ -314,13 +315,13 @@ func replay(ctx context.Context, args []string) error {
 }
 
 // outcomeCode is the exit code of an order's final status.
-func outcomeCode(orderID string, final domain.TaskStatus) error {
+func outcomeCode(orderID string, final protocol.TaskStatus) error {
 	switch final.Status {
-	case domain.StatusProcessed:
+	case protocol.StatusProcessed:
 		return nil
-	case domain.StatusCompensated:
+	case protocol.StatusCompensated:
 		return exitCode{exitCompensated, "order " + orderID + " was compensated"}
-	case domain.StatusRejected:
+	case protocol.StatusRejected:
 		return exitCode{exitRejected, "order " + orderID + " was rejected: " + final.Reason}
 	}
 	return exitCode{exitFailed, "order " + orderID + " failed: " + final.Reason}

@@ -22,7 +22,7 @@ import (
 	"github.com/sagaengine/saga/adapters/eventstore"
 	"github.com/sagaengine/saga/adapters/kafka"
 	"github.com/sagaengine/saga/cmd/internal/buildinfo"
-	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/domain/protocol"
 )
 
 // Stamped by release builds: go build -ldflags "-X main.version=v0.2.0
@@ -202,7 +202,7 @@ func submit(ctx context.Context, args []string) error {
 	workflow := fs.String("workflow", "", "workflow to run (default: chosen by the topic's triggers, else order)")
 	version := fs.Int("version", 0, "workflow version to run (default the newest)")
 	replyTo := fs.String("reply-to", "", "topic to receive the task's status messages, reply.<name> or saga.reply.<name> by default (default a private one, deleted after)")
-	topic := fs.String("topic", domain.OrdersTopic, "orders topic")
+	topic := fs.String("topic", protocol.OrdersTopic, "orders topic")
 	wait := fs.Bool("wait", false, "wait until the task ends and print its statuses; exit codes as for watch")
 	timeout := fs.Duration("timeout", 15*time.Second, "how long to wait for saga to accept the order (with --wait: to finish it)")
 	if err := parseInterspersed(fs, args); err != nil {
@@ -270,7 +270,7 @@ func get(ctx context.Context, args []string) error {
 	if err := checkOutput(*c.output); err != nil {
 		return err
 	}
-	var t domain.Task
+	var t protocol.TaskView
 	if err := call(ctx, http.MethodGet, c.api+"/api/tasks/"+url.PathEscape(fs.Arg(0)), nil, &t); err != nil {
 		return err
 	}
@@ -301,7 +301,7 @@ func tasks(ctx context.Context, args []string) error {
 	if err := checkOutput(*c.output); err != nil {
 		return err
 	}
-	var list taskList
+	var list protocol.TaskList
 	if err := call(ctx, http.MethodGet, c.api+"/api/tasks?"+q.Encode(), nil, &list); err != nil {
 		return err
 	}

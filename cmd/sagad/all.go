@@ -4,12 +4,12 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/url"
 	"os"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/cockroachdb/errors"
 
@@ -17,8 +17,10 @@ import (
 	"github.com/sagaengine/saga/adapters/engine"
 	"github.com/sagaengine/saga/adapters/eventstore"
 	"github.com/sagaengine/saga/adapters/kafka"
+	"github.com/sagaengine/saga/adapters/workflowfile"
 	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/processes"
+	"github.com/sagaengine/saga/projections"
 )
 
 // faultFlags collects repeated --fault AGENT=MODE[:RATE] flags.
@@ -71,8 +73,29 @@ func envBool(name string) bool {
 	return v
 }
 
+// helpOutput receives the flags that -h prints; tests read it.
+var helpOutput io.Writer = os.Stderr
+
+// fixedLimits are the limits no flag changes, printed after the flags.
+var fixedLimits = fmt.Sprintf(`
+limits no flag changes:
+  order id                    %d characters of A-Z a-z 0-9 . _ : @ -
+  steps of a workflow         %d
+  a step's result             %d bytes (a larger one fails the attempt, transient)
+  a workflow definition file  %d bytes
+  conflicts per decision      %d (then it is decided again at the task's next event, retry or timeout)
+The embedded event store runs with the limits 'sagad eventstore -h' lists, at
+their defaults; start it apart with 'sagad eventstore' to change them.
+`, domain.MaxOrderIDLength, domain.MaxSteps, domain.MaxResultBytes, workflowfile.MaxFileBytes, processes.DefaultMaxConflicts)
+
 func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	fs := flag.NewFlagSet("sagad", flag.ContinueOnError)
+	fs.SetOutput(helpOutput)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: sagad [flags]   (sagad help: the other commands)\n\nflags:\n")
+		fs.PrintDefaults()
+		fmt.Fprint(fs.Output(), fixedLimits)
+	}
 	data := fs.String("data", defaultDataDir(""), "directory of the embedded servers' data")
 	kafkaListen := fs.String("kafka-listen", kafka.DefaultListen, "address of the embedded Kafka broker")
 	esListen := fs.String("eventstore-listen", "127.0.0.1:2113", "address of the embedded event store")
@@ -91,9 +114,12 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	retentionRecords := fs.Int64("kafka-retention-records", kafka.DefaultRetention.MaxRecords, "the embedded Kafka keeps at most this many records per partition (0: no limit); records a consumer group has not consumed are always kept")
 	demoAgents := fs.Bool("demo-agents", true, "run the demo remote services and their agents")
 	rolesFlag := fs.String("roles", envOr("SAGA_ROLES", "all"), "parts to run, comma-separated: submitter, scheduler, supervisor, agents, api, status, or all [$SAGA_ROLES]")
-	supervisorInterval := fs.Duration("supervisor-interval", time.Second, "how often the supervisor looks for attempts past their complete-by")
+	supervisorInterval := fs.Duration("supervisor-interval", processes.DefaultSupervisorInterval, "how often the supervisor looks for attempts past their complete-by")
 	checkpointEvery := fs.Duration("checkpoint-every", processes.DefaultTaskCheckpointEvery,
 		"how often the scheduler and supervisor save the checkpoint they resume from (position and unfinished tasks)")
+	maxOrderSize := fs.Int("max-order-size", processes.DefaultMaxOrderSize,
+		"largest order body accepted, in bytes; a larger order is dead-lettered (its TaskSubmitted event must also fit the event store's largest event)")
+	taskViewBatch := fs.Int("task-view-batch", projections.DefaultBatchSize, "most events the task view folds into one SQLite commit")
 	workflowsDir := fs.String("workflows", envOr("SAGA_WORKFLOWS", ""), "register the workflow definitions in this directory (*.yaml, *.yml, *.json) at start; default the demo order workflow when demo agents run [$SAGA_WORKFLOWS]")
 	replyTopics := fs.String("reply-topic-pattern", domain.DefaultReplyTopicPattern, "regular expression an order's replyTo must match; saga's own topics (saga.*, but saga.reply.*), orders and trigger topics are refused whatever it allows")
 	apiTokens := fs.String("api-tokens-file", envOr("SAGA_API_TOKENS_FILE", ""), "require API tokens from this file (make them with 'sagad token'); off: anyone who reaches the API may act [$SAGA_API_TOKENS_FILE]")
@@ -137,7 +163,7 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 		Roles: roles, SupervisorInterval: *supervisorInterval, CheckpointEvery: *checkpointEvery, KafkaFsync: *kafkaFsync, DemoServiceURLs: services,
 		WorkflowDirs: workflowDirs, HTTPAgents: httpAgents, KafkaSyncTopics: append([]string{}, kafka.SplitBrokers(*kafkaSyncTopics)...),
 		ReplyTopicPattern: *replyTopics, APITokensFile: *apiTokens, APITLSCert: *apiCert, APITLSKey: *apiKey,
-		Secure: *secureMode, KafkaSecurity: *kafkaSecurity,
+		Secure: *secureMode, KafkaSecurity: *kafkaSecurity, MaxOrderSize: *maxOrderSize, TaskViewBatch: *taskViewBatch,
 		KafkaRetention: &kafka.Retention{MaxAge: *retentionAge, MaxRecords: *retentionRecords, Interval: kafka.DefaultRetentionInterval},
 	})
 	if err != nil {

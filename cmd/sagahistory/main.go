@@ -134,7 +134,7 @@ func rss() string {
 func taskAppends(wf *domain.Workflow, id string, at time.Time) ([]eslog.AppendRequest, error) {
 	raw, _ := json.Marshal(map[string]any{"orderId": id, "workflow": wf.Name, "items": []map[string]any{{"sku": "sku-1", "qty": 1}}, "amount": 42})
 	trace := fmt.Sprintf("00-%032x-%016x-01", sha256.Sum256([]byte(id)), uint64(len(id)))[:55]
-	submitted := domain.Submit(domain.OrderPlaced{OrderID: id, Workflow: wf.Name, Raw: raw}, wf, trace, at)
+	submitted := domain.Submit(domain.Order{ID: id, Workflow: wf.Name, Body: raw}, wf, trace, at)
 	task := domain.NewTask(id)
 	d := domain.Decision{Now: at, Actor: "sagahistory"}
 	decisions := [][]domain.Event{{submitted}}
@@ -149,8 +149,7 @@ func taskAppends(wf *domain.Workflow, id string, at time.Time) ([]eslog.AppendRe
 	decisions = append(decisions, next)
 	for _, step := range wf.StepNames() {
 		d.Now = d.Now.Add(time.Millisecond)
-		reply := domain.StepReply{TaskID: id, Step: step, Action: domain.ActionExecute, Attempt: 1,
-			Outcome: domain.OutcomeSucceeded, Result: json.RawMessage(`{"ok":true}`)}
+		reply := domain.Reply{Step: step, Attempt: 1, Succeeded: true, Result: json.RawMessage(`{"ok":true}`)}
 		evs, err := task.RecordReply(wf, reply, d)
 		if err != nil {
 			return nil, errors.Wrapf(err, "reply to %s of %s", step, id)

@@ -1,9 +1,17 @@
-// Package protocol is saga's Kafka wire format below the message bodies:
-// the CloudEvents binary-mode headers every saga message carries, and W3C
-// trace context. The engine and the public Go client both use it, and it
-// depends on the standard library only, so the client links nothing else
-// of the engine. The message bodies and topic names are in package domain
-// (docs/protocol.md describes all of it for other languages).
+// Package protocol is saga's wire format, for the engine and for its
+// callers and agents: the Kafka topic names, the CloudEvents types and
+// binary-mode headers every saga message carries, W3C trace context, and
+// the JSON messages themselves: orders in saga's own shape (ParseOrder),
+// agent commands (ExecuteStep) and replies (StepReply), task statuses
+// (TaskStatus, StatusOf) and alerts. docs/protocol.md describes all of it
+// for other languages; every JSON shape and name here is part of that
+// contract and only grows.
+//
+// protocol builds on package domain (task states, failure kinds, HTTP
+// calls, task events) and on nothing else of the engine, so the public Go
+// client links only these two; domain never imports protocol: decisions
+// take domain values, and this package converts (StepReply.Reply,
+// ExecuteStep.TemplateData).
 package protocol
 
 import (

@@ -21,6 +21,7 @@ import (
 	"github.com/sagaengine/saga/adapters/client"
 	"github.com/sagaengine/saga/adapters/engine"
 	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/domain/protocol"
 )
 
 // payments is the embedding service's own remote service, with a record of
@@ -108,13 +109,13 @@ func TestEmbeddedSagaWithGoAgents(t *testing.T) {
 
 	done, err := callers.Run(ctx, "c-1", map[string]any{"workflow": "checkout", "country": "France"})
 	require.NoError(t, err)
-	assert.Equal(t, domain.StatusProcessed, done.Final.Status)
+	assert.Equal(t, protocol.StatusProcessed, done.Final.Status)
 	paid, _ := shippedWith.Load("c-1")
 	assert.Equal(t, "pay-c-1/charge", paid, "shipping received the charge's result")
 
 	undone, err := callers.Run(ctx, "c-2", map[string]any{"workflow": "checkout", "country": "Atlantis"})
 	require.NoError(t, err)
-	assert.Equal(t, domain.StatusCompensated, undone.Final.Status)
+	assert.Equal(t, protocol.StatusCompensated, undone.Final.Status)
 	assert.Equal(t, []string{"pay-c-2/charge"}, pay.refunded, "the refund received the charge's result")
 
 	resp, err := http.Get("http://" + saga.HTTPAddr + "/metrics")

@@ -1,0 +1,170 @@
+package protocol
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"time"
+
+	"github.com/cockroachdb/errors"
+
+	"github.com/sagaengine/saga/domain"
+)
+
+// invalidf is a domain.ErrInvalidMessage saying why.
+func invalidf(format string, args ...any) error {
+	return errors.Wrapf(domain.ErrInvalidMessage, format, args...)
+}
+
+// strictDecode decodes a JSON object into a message.
+func strictDecode(body []byte, into any) error {
+	trimmed := bytes.TrimSpace(body)
+	if len(trimmed) == 0 || trimmed[0] != '{' {
+		return errors.New("not a JSON object")
+	}
+	if err := json.Unmarshal(trimmed, into); err != nil {
+		return errors.Newf("not valid JSON: %s", strings.TrimPrefix(err.Error(), "json: "))
+	}
+	return nil
+}
+
+// ParseOrder decodes and validates an order in saga's own shape (a JSON
+// object with orderId, and optionally workflow, workflowVersion and
+// replyTo), on the default trigger, for the workflow it names
+// (domain.DefaultWorkflow if none). Errors are domain.ErrInvalidMessage.
+func ParseOrder(body []byte, maxSize int) (domain.Order, error) {
+	doc, err := domain.ParseOrderDocument(body, maxSize)
+	if err != nil {
+		return domain.Order{}, err
+	}
+	name, version, err := doc.Requested()
+	if err != nil {
+		return domain.Order{}, err
+	}
+	if name == "" {
+		name = domain.DefaultWorkflow
+	}
+	return doc.Order(&domain.Workflow{Name: name, Version: version}, "")
+}
+
+// Actions an agent is asked to carry out.
+const (
+	ActionExecute    = "execute"
+	ActionCompensate = "compensate"
+)
+
+// ExecuteStep is the command an agent receives on its command topic. The
+// agent must finish before CompleteBy and send IdempotencyKey to the remote
+// service; after CompleteBy it must not reply.
+type ExecuteStep struct {
+	TaskID   string `json:"taskId"`
+	Workflow string `json:"workflow"`
+	Step     string `json:"step"`
+	Agent    string `json:"agent"`
+	Action   string `json:"action"`
+	// Compensation names the compensating action when Action is compensate.
+	Compensation   string    `json:"compensation,omitempty"`
+	Attempt        int       `json:"attempt"`
+	CompleteBy     time.Time `json:"completeBy"`
+	IdempotencyKey string    `json:"idempotencyKey"`
+	// WorkflowVersion is the version of the workflow the task runs.
+	WorkflowVersion int             `json:"workflowVersion,omitempty"`
+	Order           json.RawMessage `json:"order,omitempty"`
+	// Results are the results of the task's steps that succeeded before
+	// this one (for a compensation: of every step that succeeded), by step.
+	Results map[string]json.RawMessage `json:"results,omitempty"`
+	// Result is, in a compensation, the result of the step being undone.
+	Result json.RawMessage `json:"result,omitempty"`
+	// HTTP is the call to make, for steps run by the built-in HTTP agent.
+	HTTP *domain.HTTPCall `json:"http,omitempty"`
+	// TraceParent travels as the traceparent header, not in the body.
+	TraceParent string `json:"-"`
+}
+
+// ParseExecuteStep decodes and validates a command.
+func ParseExecuteStep(body []byte) (ExecuteStep, error) {
+	var c ExecuteStep
+	if err := strictDecode(body, &c); err != nil {
+		return c, invalidf("command: %v", err)
+	}
+	switch {
+	case c.TaskID == "" || c.Step == "" || c.IdempotencyKey == "":
+		return c, invalidf("command lacks taskId, step or idempotencyKey")
+	case c.Attempt < 1:
+		return c, invalidf("command attempt %d is not positive", c.Attempt)
+	case c.CompleteBy.IsZero():
+		return c, invalidf("command has no completeBy")
+	case c.Action != ActionExecute && c.Action != ActionCompensate:
+		return c, invalidf("command action %q is neither %s nor %s", c.Action, ActionExecute, ActionCompensate)
+	}
+	return c, nil
+}
+
+// TemplateData is what the command's templates (an HTTP step's URL and
+// body) are rendered over.
+func (c ExecuteStep) TemplateData() domain.TemplateData {
+	return domain.TemplateData{TaskID: c.TaskID, Workflow: c.Workflow, Version: c.WorkflowVersion, Step: c.Step,
+		Attempt: c.Attempt, IdempotencyKey: c.IdempotencyKey, Order: c.Order, Results: c.Results, Result: c.Result}
+}
+
+// Reply outcomes.
+const (
+	OutcomeSucceeded = "succeeded"
+	OutcomeFailed    = "failed"
+)
+
+// StepReply is an agent's answer to a command, sent to RepliesTopic.
+type StepReply struct {
+	TaskID  string             `json:"taskId"`
+	Step    string             `json:"step"`
+	Action  string             `json:"action"`
+	Attempt int                `json:"attempt"`
+	Outcome string             `json:"outcome"`
+	Failure domain.FailureKind `json:"failure,omitempty"`
+	Reason  string             `json:"reason,omitempty"`
+	Agent   string             `json:"agent,omitempty"`
+	Result  json.RawMessage    `json:"result,omitempty"`
+	// TraceParent travels as the traceparent header, not in the body.
+	TraceParent string `json:"-"`
+}
+
+// ParseStepReply decodes and validates a reply.
+func ParseStepReply(body []byte) (StepReply, error) {
+	var r StepReply
+	if err := strictDecode(body, &r); err != nil {
+		return r, invalidf("reply: %v", err)
+	}
+	switch {
+	case r.TaskID == "" || r.Step == "":
+		return r, invalidf("reply lacks taskId or step")
+	case r.Attempt < 1:
+		return r, invalidf("reply attempt %d is not positive", r.Attempt)
+	case r.Outcome != OutcomeSucceeded && r.Outcome != OutcomeFailed:
+		return r, invalidf("reply outcome %q is neither %s nor %s", r.Outcome, OutcomeSucceeded, OutcomeFailed)
+	case r.Outcome == OutcomeFailed && r.Failure != domain.FailureTransient && r.Failure != domain.FailurePermanent:
+		return r, invalidf("failed reply must say failure %s or %s", domain.FailureTransient, domain.FailurePermanent)
+	}
+	if r.Action == "" {
+		r.Action = ActionExecute
+	}
+	return r, nil
+}
+
+// Reply is the reply as a decision reads it (domain.Task.RecordReply).
+func (r StepReply) Reply() domain.Reply {
+	return domain.Reply{Step: r.Step, Compensation: r.Action == ActionCompensate, Attempt: r.Attempt,
+		Succeeded: r.Outcome == OutcomeSucceeded, Failure: r.Failure, Reason: r.Reason, Result: r.Result}
+}
+
+// Alert tells operators that a task stopped in Error and needs them. Alerts
+// are delivered at least once: Revision (of the TaskFailed event) lets a
+// consumer drop repeats.
+type Alert struct {
+	TaskID   string           `json:"taskId"`
+	Workflow string           `json:"workflow"`
+	State    domain.TaskState `json:"state"`
+	Step     string           `json:"step,omitempty"`
+	Reason   string           `json:"reason"`
+	Revision int64            `json:"revision"`
+	At       time.Time        `json:"at"`
+}

@@ -1,0 +1,136 @@
+package protocol
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/sagaengine/saga/domain"
+)
+
+// TaskView is a task as saga's HTTP API shows it (GET /api/tasks/{id}, and
+// every task of GET /api/tasks): the state folded from its events, per step
+// its execution and compensation, without the order's body.
+// docs/task.schema.json is its schema; like the messages, it only grows.
+// The task view (a read model) stores each task as this JSON and the API
+// passes it on as stored.
+type TaskView struct {
+	ID       string `json:"id"`
+	Workflow string `json:"workflow"`
+	// WorkflowVersion is the version of the workflow the task runs.
+	WorkflowVersion int              `json:"workflowVersion"`
+	State           domain.TaskState `json:"state"`
+	Steps           []*StepView      `json:"steps"`
+	// ReplyTo is the topic that receives the task's statuses.
+	ReplyTo string `json:"replyTo,omitempty"`
+	// Reason says why the task compensates or stopped in Error.
+	Reason string `json:"reason,omitempty"`
+	// FailedStep names the step whose failure or failed compensation put
+	// the task in Error.
+	FailedStep string `json:"failedStep,omitempty"`
+	// Compensating is set once the task is being undone.
+	Compensating bool   `json:"compensating,omitempty"`
+	CancelledBy  string `json:"cancelledBy,omitempty"`
+	TraceParent  string `json:"traceparent,omitempty"`
+	// Revision is the revision of the last event folded in.
+	Revision    int64     `json:"revision"`
+	SubmittedAt time.Time `json:"submittedAt"`
+	UpdatedAt   time.Time `json:"updatedAt"`
+}
+
+// StepView is a step of a TaskView: its execution (the embedded LegView,
+// whose State is the step's state) and, once it is being undone, its
+// compensation.
+type StepView struct {
+	Name  string `json:"name"`
+	Agent string `json:"agent,omitempty"`
+	LegView
+	// Result is what the step's agent returned when it succeeded.
+	Result       json.RawMessage `json:"result,omitempty"`
+	Compensation *LegView        `json:"compensation,omitempty"`
+}
+
+// LegView is the progress of a step's execution or of its compensation.
+type LegView struct {
+	State        domain.StepState `json:"state"`
+	Attempt      int              `json:"attempt"`
+	LockedBy     string           `json:"lockedBy,omitempty"`
+	CompleteBy   *time.Time       `json:"completeBy,omitempty"`
+	NotBefore    *time.Time       `json:"notBefore,omitempty"`
+	FailureCount int              `json:"failureCount"`
+	// LastFailure and LastError say how and why the last attempt failed.
+	LastFailure    domain.FailureKind `json:"lastFailure,omitempty"`
+	LastError      string             `json:"lastError,omitempty"`
+	IdempotencyKey string             `json:"idempotencyKey,omitempty"`
+	// AttemptBase is the attempt number when an operator last resubmitted;
+	// only attempts after it count against the limit.
+	AttemptBase int `json:"attemptBase,omitempty"`
+}
+
+// TaskList is the answer of GET /api/tasks: a page of tasks, newest
+// submission first.
+type TaskList struct {
+	Tasks []*TaskView `json:"tasks"`
+	// Count is the number of tasks on this page.
+	Count int `json:"count"`
+	// NextCursor, when set, continues with the next page (?cursor=).
+	NextCursor string `json:"nextCursor,omitempty"`
+	// Counts are the numbers of tasks in each state, over all tasks.
+	Counts map[domain.TaskState]int `json:"counts"`
+}
+
+// ViewOf is the view of a task's state. It shares only the steps' results
+// with t, which neither changes.
+func ViewOf(t *domain.Task) *TaskView {
+	v := &TaskView{ID: t.ID, Workflow: t.Workflow, WorkflowVersion: t.WorkflowVersion, State: t.State,
+		ReplyTo: t.ReplyTo, Reason: t.Reason, FailedStep: t.FailedStep, Compensating: t.Compensating,
+		CancelledBy: t.CancelledBy, TraceParent: t.TraceParent, Revision: t.Revision, SubmittedAt: t.SubmittedAt, UpdatedAt: t.UpdatedAt}
+	if t.Steps != nil {
+		v.Steps = make([]*StepView, len(t.Steps))
+	}
+	for i, s := range t.Steps {
+		v.Steps[i] = &StepView{Name: s.Name, Agent: s.Agent, LegView: legView(&s.Leg), Result: s.Result}
+		if s.Compensation != nil {
+			c := legView(s.Compensation)
+			v.Steps[i].Compensation = &c
+		}
+	}
+	return v
+}
+
+// Task is the state the view shows, for folding further events into it
+// (the task view does) or asking it what a domain.Task answers. Order is
+// empty: the view does not carry the order's body.
+func (v *TaskView) Task() *domain.Task {
+	t := &domain.Task{ID: v.ID, Workflow: v.Workflow, WorkflowVersion: v.WorkflowVersion, State: v.State,
+		ReplyTo: v.ReplyTo, Reason: v.Reason, FailedStep: v.FailedStep, Compensating: v.Compensating,
+		CancelledBy: v.CancelledBy, TraceParent: v.TraceParent, Revision: v.Revision, SubmittedAt: v.SubmittedAt, UpdatedAt: v.UpdatedAt}
+	if v.Steps != nil {
+		t.Steps = make([]*domain.Step, len(v.Steps))
+	}
+	for i, s := range v.Steps {
+		t.Steps[i] = &domain.Step{Name: s.Name, Agent: s.Agent, Leg: s.LegView.leg(), Result: s.Result}
+		if s.Compensation != nil {
+			c := s.Compensation.leg()
+			t.Steps[i].Compensation = &c
+		}
+	}
+	return t
+}
+
+func legView(l *domain.Leg) LegView {
+	return LegView{State: l.State, Attempt: l.Attempt, LockedBy: l.LockedBy, CompleteBy: clonePtr(l.CompleteBy), NotBefore: clonePtr(l.NotBefore),
+		FailureCount: l.FailureCount, LastFailure: l.LastFailure, LastError: l.LastError, IdempotencyKey: l.IdempotencyKey, AttemptBase: l.AttemptBase}
+}
+
+func (l LegView) leg() domain.Leg {
+	return domain.Leg{State: l.State, Attempt: l.Attempt, LockedBy: l.LockedBy, CompleteBy: clonePtr(l.CompleteBy), NotBefore: clonePtr(l.NotBefore),
+		FailureCount: l.FailureCount, LastFailure: l.LastFailure, LastError: l.LastError, IdempotencyKey: l.IdempotencyKey, AttemptBase: l.AttemptBase}
+}
+
+func clonePtr[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	c := *p
+	return &c
+}
