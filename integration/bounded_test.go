@@ -76,10 +76,11 @@ func TestMeasureHistory(t *testing.T) {
 	first := d.start("first")
 	t.Logf("first start (task view built from the store, no checkpoints): ready %v (view %.0f events/s), first order processed %v; RSS %s, peak %s",
 		first.ready.Round(time.Millisecond), float64(events)/first.ready.Seconds(), first.live.Round(time.Millisecond), first.rss, first.hwm)
-	// The first start published every status of the history at once (a
-	// live history publishes them as it goes). A sagad that has run a
-	// minute has had a retention pass of its embedded broker: wait for it,
-	// so the restart below starts on the steady state, not the burst.
+	// The first start publishes every status of the history at once (a
+	// live history publishes them as it goes), and may still be at it when
+	// the view is ready. A sagad that has run a while has caught up and had
+	// retention passes of its embedded broker (one a minute): wait for
+	// that, so the restart below starts on the steady state, not the burst.
 	retained := d.awaitRetention(kafka.DefaultRetention.MaxRecords)
 	rss, hwm := d.memory()
 	t.Logf("first start, after the broker's retention pass (%v later): RSS %s, peak %s", retained.Round(time.Second), rss, hwm)
@@ -174,8 +175,11 @@ func (d *sagadChild) stop() {
 }
 
 // memory reads sagad's resident set and its peak.
-// awaitRetention waits until no partition of the child's embedded broker
-// holds more than maxRecords records, and reports how long that took.
+// awaitRetention waits until the child's embedded broker is in its steady
+// state: nothing more is being published (the end offsets did not move for
+// three seconds: the status publisher has caught up with the history) and
+// no partition holds more than maxRecords records (a retention pass ran
+// after that). It reports how long that took.
 func (d *sagadChild) awaitRetention(maxRecords int64) time.Duration {
 	t := d.t
 	began := time.Now()
@@ -183,8 +187,10 @@ func (d *sagadChild) awaitRetention(maxRecords int64) time.Duration {
 	require.NoError(t, err)
 	defer client.Close()
 	adm := kadm.NewClient(client)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
+	var lastEnds int64
+	still := 0
 	for {
 		topics, err := adm.ListTopics(ctx)
 		require.NoError(t, err)
@@ -193,17 +199,24 @@ func (d *sagadChild) awaitRetention(maxRecords int64) time.Duration {
 		ends, err := adm.ListEndOffsets(ctx, topics.Names()...)
 		require.NoError(t, err)
 		over := false
+		var sumEnds int64
 		ends.Each(func(o kadm.ListedOffset) {
+			sumEnds += o.Offset
 			if start, ok := starts.Lookup(o.Topic, o.Partition); ok && o.Offset-start.Offset > maxRecords {
 				over = true
 			}
 		})
-		if !over {
+		if sumEnds == lastEnds {
+			still++
+		} else {
+			still, lastEnds = 0, sumEnds
+		}
+		if !over && still >= 3 {
 			return time.Since(began)
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("the broker's retention did not bring every partition to %d records in 5 minutes", maxRecords)
+			t.Fatalf("the broker did not settle with every partition at %d records or fewer in 10 minutes", maxRecords)
 		case <-time.After(time.Second):
 		}
 	}
