@@ -123,6 +123,39 @@ type rawTaskList struct {
 	Counts     map[domain.TaskState]int `json:"counts"`
 }
 
+// writeTaskList writes a page with its rows as they are. encoding/json would
+// scan and compact every row again, which was half the cost of a page of
+// 1,000 tasks; the rows are JSON the view encoded itself (and
+// TestServedTasksMatchTheSchema checks what is served).
+func writeTaskList(w http.ResponseWriter, l rawTaskList) {
+	size := 64
+	for _, row := range l.Tasks {
+		size += len(row) + 1
+	}
+	b := bytes.NewBuffer(make([]byte, 0, size))
+	b.WriteString(`{"tasks":[`)
+	for i, row := range l.Tasks {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.Write(row)
+	}
+	b.WriteString(`],"count":`)
+	b.WriteString(strconv.Itoa(l.Count))
+	if l.NextCursor != "" {
+		cursor, _ := json.Marshal(l.NextCursor)
+		b.WriteString(`,"nextCursor":`)
+		b.Write(cursor)
+	}
+	counts, _ := json.Marshal(l.Counts)
+	b.WriteString(`,"counts":`)
+	b.Write(counts)
+	b.WriteString("}\n")
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(b.Len()))
+	_, _ = w.Write(b.Bytes())
+}
+
 // Handler returns the API's handler over the task view. With tokens (nil
 // for none), every request but /healthz and /readyz needs a bearer token,
 // and acting needs an operator's; see guard.
@@ -210,8 +243,7 @@ func Handler(tasks Tasks, ops Operations, workflows Workflows, metrics Metrics, 
 				rows = append(rows, raw)
 			}
 		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(rawTaskList{Tasks: rows, Count: len(rows), NextCursor: page.NextCursor, Counts: counts})
+		writeTaskList(w, rawTaskList{Tasks: rows, Count: len(rows), NextCursor: page.NextCursor, Counts: counts})
 	})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		select {
