@@ -87,6 +87,14 @@ type StoredTasks struct {
 	// FlushInterval bounds how long an event waits for its commit when
 	// events arrive slowly; default 20 ms.
 	FlushInterval time.Duration
+	// CacheTasks bounds how many unfinished tasks the view keeps in memory
+	// as last committed, so that their next events are folded without
+	// reading and decoding their rows again; zero means DefaultCacheTasks,
+	// a negative number none.
+	CacheTasks int
+
+	// cache holds tasks as last committed; only Run's goroutine uses it.
+	cache map[string]*domain.Task
 
 	applied, skipped atomic.Int64
 	readyOnce        sync.Once
@@ -178,6 +186,11 @@ func (v *StoredTasks) Run(ctx context.Context, source EventSubscriber) error {
 	}
 }
 
+// DefaultCacheTasks is how many unfinished tasks a StoredTasks keeps in
+// memory by default: the tasks in flight at several hundred orders a
+// second, at a few KiB each.
+const DefaultCacheTasks = 4096
+
 // viewBatch collects the events of one commit.
 type viewBatch struct {
 	events []domain.RecordedEvent
@@ -198,16 +211,26 @@ func (v *StoredTasks) flush(ctx context.Context, b *viewBatch) error {
 			ids = append(ids, id)
 		}
 	}
-	stored, err := v.Store.Load(ctx, ids)
-	if err != nil {
-		return errors.Wrap(err, "load tasks for the task view")
-	}
+	var missing []string
 	for _, id := range ids {
-		t := domain.NewTask(id)
-		if v := stored[id]; v != nil {
-			t = v.Task()
+		if t, ok := v.cache[id]; ok {
+			b.tasks[id] = t
+		} else {
+			missing = append(missing, id)
 		}
-		b.tasks[id] = t
+	}
+	if len(missing) > 0 {
+		stored, err := v.Store.Load(ctx, missing)
+		if err != nil {
+			return errors.Wrap(err, "load tasks for the task view")
+		}
+		for _, id := range missing {
+			t := domain.NewTask(id)
+			if v := stored[id]; v != nil {
+				t = v.Task()
+			}
+			b.tasks[id] = t
+		}
 	}
 	var applied, skipped int64
 	for _, e := range b.events {
@@ -229,14 +252,47 @@ func (v *StoredTasks) flush(ctx context.Context, b *viewBatch) error {
 	}
 	last := b.events[len(b.events)-1].Position
 	if err := v.Store.Commit(ctx, changed, last); err != nil {
+		// The cached tasks may now hold events the store does not.
+		clear(v.cache)
 		return errors.Wrap(err, "commit the task view")
 	}
+	v.remember(b.tasks)
 	v.applied.Add(applied)
 	v.skipped.Add(skipped)
 	v.position.Store(last)
 	b.events = b.events[:0]
 	clear(b.tasks)
 	return nil
+}
+
+// remember keeps the unfinished tasks of a committed batch in the cache and
+// drops the finished ones, which rarely change again. When the cache is
+// full, tasks are dropped in no particular order: a task not cached is
+// read from the store, which is only slower.
+func (v *StoredTasks) remember(tasks map[string]*domain.Task) {
+	if v.CacheTasks < 0 {
+		return
+	}
+	if v.cache == nil {
+		v.cache = map[string]*domain.Task{}
+	}
+	limit := v.CacheTasks
+	if limit <= 0 {
+		limit = DefaultCacheTasks
+	}
+	for id, t := range tasks {
+		if !t.Exists() || t.State.Terminal() {
+			delete(v.cache, id)
+			continue
+		}
+		if _, ok := v.cache[id]; !ok && len(v.cache) >= limit {
+			for other := range v.cache {
+				delete(v.cache, other)
+				break
+			}
+		}
+		v.cache[id] = t
+	}
 }
 
 // foldInto applies a recorded event to a task's view state with the one
