@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -95,11 +96,76 @@ func TestMeasureHistory(t *testing.T) {
 	t.Logf("paging: %d pages, %d Processed tasks, per page p50 %v p99 %v max %v", pages, total,
 		lat[len(lat)/2].Round(10*time.Microsecond), lat[len(lat)*99/100].Round(10*time.Microsecond), lat[len(lat)-1].Round(10*time.Microsecond))
 
+	joined := d.join()
+	t.Logf("a second sagad --roles scheduler,supervisor joined: live in %v", joined.Round(time.Millisecond))
+
 	orders, p50, p99 := d.load(load, 64)
 	rss, hwm = d.memory()
 	t.Logf("load: %d orders in %v at 64 in flight (%.0f orders/s, p50 %v p99 %v); RSS after %s, peak %s",
 		orders, load, float64(orders)/load.Seconds(), p50.Round(time.Millisecond), p99.Round(time.Millisecond), rss, hwm)
+	byFirst, bySecond := d.dispatchersOfNewest(1000)
+	t.Logf("steps of the newest 1,000 tasks dispatched by the first instance %d, by the second %d", byFirst, bySecond)
 	d.stop()
+}
+
+// join starts a second sagad with the scheduler and supervisor roles on the
+// first one's Kafka and event store, and reports how long it took to log
+// that it is live (caught up from its checkpoints).
+func (d *sagadChild) join() time.Duration {
+	t := d.t
+	logPath := filepath.Join(t.TempDir(), "sagad-second.log")
+	logFile, err := os.Create(logPath)
+	require.NoError(t, err)
+	cmd := exec.Command(d.bin, "--data", t.TempDir(), "--roles", "scheduler,supervisor", "--instance", "second",
+		"--kafka-brokers", d.kafka, "--eventstore", "esdb://"+d.es+"?tls=false")
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	began := time.Now()
+	require.NoError(t, cmd.Start())
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGTERM); <-exited })
+	for {
+		raw, err := os.ReadFile(logPath)
+		require.NoError(t, err)
+		if strings.Contains(string(raw), "saga is live") {
+			return time.Since(began)
+		}
+		select {
+		case <-exited:
+			t.Fatalf("the second sagad stopped: %s", raw)
+		case <-time.After(5 * time.Millisecond):
+		}
+		if time.Since(began) > 5*time.Minute {
+			t.Fatalf("the second sagad did not go live: %s", raw)
+		}
+	}
+}
+
+// dispatchersOfNewest counts the steps of the newest n tasks by the
+// instance that dispatched them, the first or the second ("scheduler/second").
+func (d *sagadChild) dispatchersOfNewest(n int) (first, second int) {
+	resp, err := http.Get(fmt.Sprintf("http://%s/api/tasks?limit=%d", d.httpAd, n))
+	require.NoError(d.t, err)
+	defer resp.Body.Close()
+	var page struct {
+		Tasks []struct {
+			Steps []struct {
+				LockedBy string `json:"lockedBy"`
+			} `json:"steps"`
+		} `json:"tasks"`
+	}
+	require.NoError(d.t, json.NewDecoder(resp.Body).Decode(&page))
+	for _, task := range page.Tasks {
+		for _, st := range task.Steps {
+			switch {
+			case strings.HasSuffix(st.LockedBy, "/second"):
+				second++
+			case st.LockedBy != "":
+				first++
+			}
+		}
+	}
+	return first, second
 }
 
 // sagadChild is a sagad process on a data directory, on free ports.
@@ -250,18 +316,21 @@ func (d *sagadChild) walkPages() (pages, total int, lat []time.Duration) {
 		if cursor != "" {
 			q.Set("cursor", cursor)
 		}
+		// The latency of the request, as curl's time_total: until the
+		// whole answer is read; decoding it is the client's business.
 		t0 := time.Now()
 		resp, err := http.Get("http://" + d.httpAd + "/api/tasks?" + q.Encode())
 		require.NoError(d.t, err)
-		var page struct {
-			Tasks      []json.RawMessage `json:"tasks"`
-			NextCursor string            `json:"nextCursor"`
-		}
-		err = json.NewDecoder(resp.Body).Decode(&page)
+		body, err := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		lat = append(lat, time.Since(t0))
 		require.NoError(d.t, err)
 		require.Equal(d.t, http.StatusOK, resp.StatusCode)
+		var page struct {
+			Tasks      []json.RawMessage `json:"tasks"`
+			NextCursor string            `json:"nextCursor"`
+		}
+		require.NoError(d.t, json.Unmarshal(body, &page))
 		pages++
 		total += len(page.Tasks)
 		if cursor = page.NextCursor; cursor == "" {

@@ -90,3 +90,27 @@ func (a *App) check(ctx context.Context, name string) error {
 	}
 	return nil
 }
+
+// WaitLive waits until every process of this instance that catches up at
+// start (the task view, the scheduler, the supervisor) has caught up with
+// the event store, so that it decides on current state, or until ctx ends.
+func (a *App) WaitLive(ctx context.Context) error {
+	var waits []<-chan struct{}
+	if a.Tasks != nil {
+		waits = append(waits, a.Tasks.Ready())
+	}
+	if a.Scheduler != nil {
+		waits = append(waits, a.Scheduler.Ready())
+	}
+	if a.Supervisor != nil {
+		waits = append(waits, a.Supervisor.Ready())
+	}
+	for _, w := range waits {
+		select {
+		case <-w:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}

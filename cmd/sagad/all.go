@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/cockroachdb/errors"
 
@@ -156,6 +157,7 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 		defer stop()
 	}
 	logger.Info("starting saga", "data", *data, "roles", *rolesFlag)
+	started := time.Now()
 	a, err := engine.Start(engine.Config{
 		DataDir: *data, KafkaBrokers: kafka.SplitBrokers(*brokers), KafkaListen: *kafkaListen,
 		EventStoreURL: esConnection, EventStoreListen: *esListen, HTTPListen: *httpListen,
@@ -178,6 +180,11 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 		}
 		fmt.Fprint(os.Stderr, a.Secure.Instructions(strings.Join(a.KafkaBrokers, ","), esAddr))
 	}
+	go func() {
+		if a.WaitLive(ctx) == nil {
+			logger.Info("saga is live: every process has caught up with the event store", "after", time.Since(started).Round(time.Millisecond))
+		}
+	}()
 	if os.Getenv("SAGA_READY_FILE") != "" {
 		// Lets a supervising test or script know the ports are bound.
 		_ = os.WriteFile(os.Getenv("SAGA_READY_FILE"), []byte(a.HTTPAddr), 0o644)
