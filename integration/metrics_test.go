@@ -1,7 +1,11 @@
 package integration_test
 
 import (
+	"encoding/json"
 	"net/http"
+	"os"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -124,4 +128,61 @@ func TestMetricsEndpointServesHistograms(t *testing.T) {
 
 	own := scrape(t, "http://"+s.app.MetricsAddr+"/metrics")
 	assert.Contains(t, own, "saga_order_duration_seconds", "the metrics listener serves the same metrics")
+}
+
+// dashboardMetric finds the metric names a PromQL expression reads.
+var dashboardMetric = regexp.MustCompile(`\b(?:saga|go|process)_[a-z_]+\b`)
+
+// TestDashboardQueriesExportedMetrics keeps docs/grafana-dashboard.json
+// true: every metric its panels query is one a running engine exports.
+func TestDashboardQueriesExportedMetrics(t *testing.T) {
+	raw, err := os.ReadFile("../docs/grafana-dashboard.json")
+	require.NoError(t, err)
+	var dashboard struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+		Templating struct {
+			List []struct {
+				Name  string `json:"name"`
+				Type  string `json:"type"`
+				Query any    `json:"query"`
+			} `json:"list"`
+		} `json:"templating"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &dashboard))
+	s, _ := runMeteredOrders(t)
+	families := scrape(t, "http://"+s.app.HTTPAddr+"/metrics")
+
+	type query struct{ where, expr string }
+	var queries []query
+	for _, p := range dashboard.Panels {
+		for _, target := range p.Targets {
+			queries = append(queries, query{"panel " + p.Title, target.Expr})
+		}
+	}
+	for _, v := range dashboard.Templating.List {
+		if q, ok := v.Query.(string); ok && v.Type == "query" {
+			queries = append(queries, query{"variable " + v.Name, q})
+		}
+	}
+	queried := 0
+	for _, q := range queries {
+		names := dashboardMetric.FindAllString(q.expr, -1)
+		assert.NotEmpty(t, names, "%s queries no metric: %s", q.where, q.expr)
+		for _, name := range names {
+			family := name
+			for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+				if f := strings.TrimSuffix(name, suffix); f != name && families[f].GetType() == dto.MetricType_HISTOGRAM {
+					family = f
+				}
+			}
+			assert.Contains(t, families, family, "%s queries %s, which the engine does not export", q.where, name)
+			queried++
+		}
+	}
+	assert.Greater(t, queried, 10, "the dashboard queries the engine's metrics")
 }
