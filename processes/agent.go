@@ -75,7 +75,7 @@ func (a *Agent) Stats() AgentStats {
 // dispatch's and the parent of the reply's handling; the handler's context
 // carries it, so that the handler's calls continue the trace.
 func (a *Agent) HandleCommand(ctx context.Context, msg Inbound) (err error) {
-	ctx, span := consumerSpan(ctx, tracer(a.Tracing), SpanAgent, msg, AttrAgent.String(a.Name))
+	ctx, span := consumerSpan(ctx, tracer(a.Tracing), SpanAgent, msg)
 	defer func() { endSpan(span, err) }()
 	cmd, err := protocol.ParseExecuteStep(msg.Value)
 	if err != nil {
@@ -85,13 +85,14 @@ func (a *Agent) HandleCommand(ctx context.Context, msg Inbound) (err error) {
 		return errors.Wrap(a.DeadLetters.DeadLetter(ctx, msg, err.Error()), "dead-letter command")
 	}
 	cmd.TraceParent = msg.Headers[protocol.HeaderTraceParent]
-	span.SetAttributes(AttrTaskID.String(cmd.TaskID), AttrWorkflow.String(cmd.Workflow), AttrStep.String(cmd.Step),
-		AttrAction.String(cmd.Action), AttrAttempt.Int(cmd.Attempt))
-	log := taskLogger(ctx, a.Logger, cmd.TaskID).With("agent", a.Name, "step", cmd.Step, "attempt", cmd.Attempt)
+	setAttributes(span, func() []attribute.KeyValue {
+		return []attribute.KeyValue{AttrAgent.String(a.Name), AttrTaskID.String(cmd.TaskID), AttrWorkflow.String(cmd.Workflow),
+			AttrStep.String(cmd.Step), AttrAction.String(cmd.Action), AttrAttempt.Int(cmd.Attempt)}
+	})
 	if !a.Clock.Now().Before(cmd.CompleteBy) {
 		a.expired.Add(1)
 		span.SetAttributes(AttrOutcome.String(outcomeExpired))
-		log.Info("command past its complete-by dropped")
+		a.log(ctx, cmd).Info("command past its complete-by dropped")
 		return nil
 	}
 	callCtx, cancel := context.WithDeadline(ctx, cmd.CompleteBy)
@@ -111,11 +112,11 @@ func (a *Agent) HandleCommand(ctx context.Context, msg Inbound) (err error) {
 		}
 		switch {
 		case err == nil:
-			return a.reply(ctx, cmd, log, protocol.StepReply{Outcome: protocol.OutcomeSucceeded, Result: result})
+			return a.reply(ctx, cmd, protocol.StepReply{Outcome: protocol.OutcomeSucceeded, Result: result})
 		case ctx.Err() != nil:
 			return ctx.Err() // stopping: the command is redelivered after restart
 		case errors.Is(err, ErrPermanent):
-			return a.reply(ctx, cmd, log, protocol.StepReply{Outcome: protocol.OutcomeFailed, Failure: domain.FailurePermanent, Reason: err.Error()})
+			return a.reply(ctx, cmd, protocol.StepReply{Outcome: protocol.OutcomeFailed, Failure: domain.FailurePermanent, Reason: err.Error()})
 		}
 		pause := wait(backoff, try)
 		var hinted interface{ RetryAfter() time.Duration }
@@ -129,7 +130,7 @@ func (a *Agent) HandleCommand(ctx context.Context, msg Inbound) (err error) {
 				// Name what went wrong, not only that the breaker then refused.
 				reason = "gave up after " + itoa(int64(try)) + " tries: " + cause.Error() + " (then: " + err.Error() + ")"
 			}
-			return a.reply(ctx, cmd, log, protocol.StepReply{Outcome: protocol.OutcomeFailed, Failure: domain.FailureTransient, Reason: reason})
+			return a.reply(ctx, cmd, protocol.StepReply{Outcome: protocol.OutcomeFailed, Failure: domain.FailureTransient, Reason: reason})
 		}
 		a.retries.Add(1)
 		span.AddEvent("retry", trace.WithAttributes(AttrTries.Int(try), AttrReason.String(err.Error()), attribute.String("saga.pause", pause.String())))
@@ -156,12 +157,17 @@ func (a *Agent) call(ctx context.Context, cmd protocol.ExecuteStep) (json.RawMes
 	return result, err
 }
 
-func (a *Agent) reply(ctx context.Context, cmd protocol.ExecuteStep, log *slog.Logger, r protocol.StepReply) error {
+// log returns the logger of lines about a command.
+func (a *Agent) log(ctx context.Context, cmd protocol.ExecuteStep) *slog.Logger {
+	return taskLogger(ctx, a.Logger, cmd.TaskID).With("agent", a.Name, "step", cmd.Step, "attempt", cmd.Attempt)
+}
+
+func (a *Agent) reply(ctx context.Context, cmd protocol.ExecuteStep, r protocol.StepReply) error {
 	span := trace.SpanFromContext(ctx)
 	if !a.Clock.Now().Before(cmd.CompleteBy) {
 		a.expired.Add(1)
 		span.SetAttributes(AttrOutcome.String(outcomeExpired))
-		log.Info("complete-by passed; staying silent")
+		a.log(ctx, cmd).Info("complete-by passed; staying silent")
 		return nil
 	}
 	r.TaskID, r.Step, r.Action, r.Attempt, r.Agent = cmd.TaskID, cmd.Step, cmd.Action, cmd.Attempt, a.Name

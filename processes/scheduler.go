@@ -344,8 +344,10 @@ func (s *Scheduler) HandleReply(ctx context.Context, msg Inbound) (err error) {
 	if err != nil {
 		return s.rejectReply(ctx, msg, err)
 	}
-	span.SetAttributes(AttrTaskID.String(reply.TaskID), AttrStep.String(reply.Step), AttrAction.String(reply.Action),
-		AttrAttempt.Int(reply.Attempt), AttrAgent.String(reply.Agent), AttrOutcome.String(reply.Outcome))
+	setAttributes(span, func() []attribute.KeyValue {
+		return []attribute.KeyValue{AttrTaskID.String(reply.TaskID), AttrStep.String(reply.Step), AttrAction.String(reply.Action),
+			AttrAttempt.Int(reply.Attempt), AttrAgent.String(reply.Agent), AttrOutcome.String(reply.Outcome)}
+	})
 	done := make(chan error, 1)
 	if err := s.enqueue(ctx, s.shardOf(reply.TaskID), job{reply: &reply, span: span, source: msg.Source(), done: done}); err != nil {
 		return err
@@ -715,10 +717,12 @@ func (sh *shard) send(ctx context.Context, t *domain.Task, a domain.InFlightAtte
 		taskLogger(ctx, sh.s.Logger, t.ID).Error("build command", "step", a.Step, "err", err.Error())
 		return
 	}
-	ctx, span := sh.s.tracer.Start(ctx, SpanDispatch, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(
-		AttrTaskID.String(t.ID), AttrWorkflow.String(t.Workflow), AttrStep.String(cmd.Step), AttrAgent.String(cmd.Agent),
-		AttrAction.String(cmd.Action), AttrAttempt.Int(cmd.Attempt),
-		attribute.String("messaging.system", "kafka"), attribute.String("messaging.destination.name", protocol.CommandTopic(cmd.Agent))))
+	ctx, span := sh.s.tracer.Start(ctx, SpanDispatch, trace.WithSpanKind(trace.SpanKindProducer))
+	setAttributes(span, func() []attribute.KeyValue {
+		return []attribute.KeyValue{AttrTaskID.String(t.ID), AttrWorkflow.String(t.Workflow), AttrStep.String(cmd.Step), AttrAgent.String(cmd.Agent),
+			AttrAction.String(cmd.Action), AttrAttempt.Int(cmd.Attempt),
+			attribute.String("messaging.system", "kafka"), attribute.String("messaging.destination.name", protocol.CommandTopic(cmd.Agent))}
+	})
 	defer span.End()
 	cmd.TraceParent = outgoingTraceParent(ctx, t.TraceParent)
 	if err := sh.s.Commands.SendCommand(ctx, cmd); err != nil {

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/cockroachdb/errors"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sagaengine/saga/domain"
@@ -106,7 +107,9 @@ func (s *Submitter) handleOrder(ctx context.Context, msg Inbound) (string, error
 			return submitDeadLettered, s.reject(ctx, msg, "", err)
 		}
 	}
-	trace.SpanFromContext(ctx).SetAttributes(AttrTaskID.String(order.ID), AttrWorkflow.String(wf.Name), AttrWorkflowVersion.Int(wf.Version))
+	setAttributes(trace.SpanFromContext(ctx), func() []attribute.KeyValue {
+		return []attribute.KeyValue{AttrTaskID.String(order.ID), AttrWorkflow.String(wf.Name), AttrWorkflowVersion.Int(wf.Version)}
+	})
 	tp, recorded := recordedTraceParent(ctx)
 	if !recorded {
 		// Tracing is off: the caller's trace context as it came, if it

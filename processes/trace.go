@@ -140,11 +140,21 @@ func storedTraceParent(ctx context.Context) string {
 
 // consumerSpan starts the span of handling an inbound message, a child of
 // the message's traceparent (a new trace when it has none).
-func consumerSpan(ctx context.Context, tr trace.Tracer, name string, msg Inbound, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
-	ctx = withTraceParent(ctx, msg.Headers[protocol.HeaderTraceParent])
-	attrs = append(attrs, attribute.String("messaging.system", "kafka"), attribute.String("messaging.destination.name", msg.Topic),
-		attribute.Int("messaging.kafka.destination.partition", int(msg.Partition)), attribute.Int64("messaging.kafka.message.offset", msg.Offset))
-	return tr.Start(ctx, name, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
+func consumerSpan(ctx context.Context, tr trace.Tracer, name string, msg Inbound) (context.Context, trace.Span) {
+	ctx, span := tr.Start(withTraceParent(ctx, msg.Headers[protocol.HeaderTraceParent]), name, trace.WithSpanKind(trace.SpanKindConsumer))
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("messaging.system", "kafka"), attribute.String("messaging.destination.name", msg.Topic),
+			attribute.Int("messaging.kafka.destination.partition", int(msg.Partition)), attribute.Int64("messaging.kafka.message.offset", msg.Offset))
+	}
+	return ctx, span
+}
+
+// setAttributes sets attributes on a span that records: with tracing off,
+// the hot paths build none.
+func setAttributes(span trace.Span, attrs func() []attribute.KeyValue) {
+	if span.IsRecording() {
+		span.SetAttributes(attrs()...)
+	}
 }
 
 // failSpan marks span as failed with err.

@@ -206,10 +206,12 @@ func (h *Handler) Handle(ctx context.Context, cmd protocol.ExecuteStep) (json.Ra
 	if err := breaker.Allow(); err != nil {
 		return nil, errors.Wrapf(err, "host %s", req.URL.Host)
 	}
-	ctx, span := h.tracer.Start(ctx, req.Method, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
-		attribute.String("http.request.method", req.Method), attribute.String("server.address", req.URL.Hostname()),
-		attribute.String("url.full", req.URL.Scheme+"://"+req.URL.Host+req.URL.EscapedPath()),
-		processes.AttrTaskID.String(cmd.TaskID), processes.AttrStep.String(cmd.Step), processes.AttrAction.String(cmd.Action)))
+	ctx, span := h.tracer.Start(ctx, req.Method, trace.WithSpanKind(trace.SpanKindClient))
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("http.request.method", req.Method), attribute.String("server.address", req.URL.Hostname()),
+			attribute.String("url.full", req.URL.Scheme+"://"+req.URL.Host+req.URL.EscapedPath()),
+			processes.AttrTaskID.String(cmd.TaskID), processes.AttrStep.String(cmd.Step), processes.AttrAction.String(cmd.Action))
+	}
 	defer span.End()
 	req = req.WithContext(ctx)
 	// The call's own span when tracing is on; the span the handler runs
