@@ -1,10 +1,9 @@
 package integration_test
 
 import (
-	"bytes"
 	"encoding/json"
+	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,7 +15,6 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
-	"log/slog"
 
 	"github.com/sagaengine/saga/adapters/demo"
 	"github.com/sagaengine/saga/adapters/engine"
@@ -24,24 +22,6 @@ import (
 	"github.com/sagaengine/saga/domain/protocol"
 	"github.com/sagaengine/saga/processes"
 )
-
-// syncBuffer is a log sink several goroutines write.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // tracedProcess is a TracerProvider exporting a process's spans, named
 // as a service, into exporter.
@@ -75,7 +55,7 @@ func serviceOf(s tracetest.SpanStub) string {
 // parent of each being what caused it, and the events and logs naming it.
 func TestOneTracePerOrderAcrossProcesses(t *testing.T) {
 	exporter := tracetest.NewInMemoryExporter()
-	var logs syncBuffer
+	var logs lockedBuffer
 	// The core's logs, as JSON, to find the task's ids in them.
 	core := startSystem(t, engine.Config{Instance: "core", Roles: []engine.Role{engine.RoleSubmitter, engine.RoleScheduler, engine.RoleSupervisor},
 		TracerProvider: tracedProcess(t, exporter, "saga-core"), Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
