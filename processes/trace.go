@@ -132,11 +132,10 @@ func outgoingTraceParent(ctx context.Context, fallback string) string {
 }
 
 // storedTraceParent is the traceparent recorded in the metadata of events
-// appended from ctx: its span when recorded, else none.
-func storedTraceParent(ctx context.Context) string {
-	tp, _ := recordedTraceParent(ctx)
-	return tp
-}
+// appended from ctx: the span doing the work, or the one that caused it
+// (an event or message whose traceparent ctx carries); none outside a
+// trace.
+func storedTraceParent(ctx context.Context) string { return TraceParentOf(ctx) }
 
 // consumerSpan starts the span of handling an inbound message, a child of
 // the message's traceparent (a new trace when it has none).
