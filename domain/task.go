@@ -71,6 +71,9 @@ type Leg struct {
 	LastFailure    FailureKind
 	LastError      string
 	IdempotencyKey string
+	// DispatchedAt is when the current attempt was dispatched; zero
+	// before the first.
+	DispatchedAt time.Time
 	// AttemptBase is the attempt number when an operator last resubmitted;
 	// only attempts after it count against the limit.
 	AttemptBase int
@@ -79,8 +82,8 @@ type Leg struct {
 // InFlight reports whether an attempt was sent and not yet answered.
 func (l *Leg) InFlight() bool { return l != nil && l.State == StepStateProcessing }
 
-func (l *Leg) dispatched(attempt int, completeBy time.Time, lockedBy, key string) {
-	l.State, l.Attempt, l.LockedBy, l.IdempotencyKey = StepStateProcessing, attempt, lockedBy, key
+func (l *Leg) dispatched(attempt int, completeBy time.Time, lockedBy, key string, at time.Time) {
+	l.State, l.Attempt, l.LockedBy, l.IdempotencyKey, l.DispatchedAt = StepStateProcessing, attempt, lockedBy, key, at
 	l.CompleteBy, l.NotBefore = &completeBy, nil
 }
 
@@ -202,7 +205,7 @@ func (t *Task) Apply(e Event) {
 	case StepDispatched:
 		if s := t.Step(e.Step); s != nil {
 			s.Agent = e.Agent
-			s.dispatched(e.Attempt, e.CompleteBy, e.LockedBy, e.IdempotencyKey)
+			s.dispatched(e.Attempt, e.CompleteBy, e.LockedBy, e.IdempotencyKey, e.DispatchedAt)
 		}
 		if !t.Compensating {
 			t.State = StateProcessing
@@ -243,7 +246,7 @@ func (t *Task) Apply(e Event) {
 				s.Compensation = &Leg{}
 			}
 			s.State = StepStateCompensating
-			s.Compensation.dispatched(e.Attempt, e.CompleteBy, e.LockedBy, e.IdempotencyKey)
+			s.Compensation.dispatched(e.Attempt, e.CompleteBy, e.LockedBy, e.IdempotencyKey, e.DispatchedAt)
 		}
 		t.State, t.UpdatedAt = StateCompensating, e.DispatchedAt
 	case StepCompensated:

@@ -36,9 +36,12 @@ func violates(dep string, forbidden []string) bool {
 
 // TestImportsPointOneWay keeps the layering: domain <- projections,
 // processes <- adapters <- cmd, integration. Inner layers reach no Kafka,
-// EventStoreDB or gRPC code even indirectly, and do no HTTP themselves.
+// EventStoreDB, gRPC, metrics library or OpenTelemetry SDK code even
+// indirectly (the OpenTelemetry API, which processes start spans with, is
+// allowed), and do no HTTP themselves.
 func TestImportsPointOneWay(t *testing.T) {
-	infrastructure := []string{"github.com/twmb/franz-go", "github.com/EventStore/EventStore-Client-Go", "google.golang.org/grpc"}
+	infrastructure := []string{"github.com/twmb/franz-go", "github.com/EventStore/EventStore-Client-Go", "google.golang.org/grpc",
+		"github.com/prometheus", "go.opentelemetry.io/otel/sdk", "go.opentelemetry.io/otel/exporters"}
 	inner := map[string][]string{
 		"domain":      {module + "projections", module + "processes", module + "adapters", module + "cmd"},
 		"projections": {module + "processes", module + "adapters", module + "cmd"},
@@ -54,6 +57,28 @@ func TestImportsPointOneWay(t *testing.T) {
 	}
 	for _, dep := range goList(t, "{{.ImportPath}}", "adapters", true) {
 		assert.False(t, violates(dep, []string{module + "cmd", module + "integration"}), "adapters depend on %s", dep)
+	}
+}
+
+// TestTracingSDKIsWiredOnlyByTheEngine keeps the OpenTelemetry SDK and
+// its exporters to adapters/engine, the one place that wires them: every
+// other package starts spans through the API alone, on the provider it is
+// given.
+func TestTracingSDKIsWiredOnlyByTheEngine(t *testing.T) {
+	sdk := []string{"go.opentelemetry.io/otel/sdk", "go.opentelemetry.io/otel/exporters"}
+	format := `{{.ImportPath}} {{join .Imports " "}}`
+	cmd := exec.Command("go", "list", "-f", format, "./domain/...", "./projections/...", "./processes/...", "./adapters/...")
+	cmd.Dir = ".."
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, string(out))
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fields := strings.Fields(line)
+		if fields[0] == module+"adapters/engine" {
+			continue
+		}
+		for _, imp := range fields[1:] {
+			assert.False(t, violates(imp, sdk), "%s imports %s: only adapters/engine wires the tracing SDK", fields[0], imp)
+		}
 	}
 }
 

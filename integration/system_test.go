@@ -52,7 +52,9 @@ func startSystem(t *testing.T, cfg engine.Config) *system {
 	}
 	cfg.KafkaListen, cfg.EventStoreListen, cfg.HTTPListen = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	cfg.DemoAgents = true
-	cfg.Logger = testLogger()
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger()
+	}
 	if cfg.SupervisorInterval == 0 {
 		cfg.SupervisorInterval = 50 * time.Millisecond
 	}

@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/domain/protocol"
@@ -49,6 +52,9 @@ type Agent struct {
 	Backoff domain.Backoff
 	// Breaker guards the remote service; nil means none.
 	Breaker *Breaker
+	// Tracing starts the span of each command (SpanAgent), the parent of
+	// the handler's calls; nil means the global TracerProvider.
+	Tracing trace.TracerProvider
 
 	succeeded, failed, expired, retries, rejected atomic.Int64
 }
@@ -65,18 +71,28 @@ func (a *Agent) Stats() AgentStats {
 
 // HandleCommand runs one command message. It returns an error only when the
 // message should be redelivered (the process is stopping, or a reply or
-// dead letter could not be written).
-func (a *Agent) HandleCommand(ctx context.Context, msg Inbound) error {
+// dead letter could not be written). Its span (SpanAgent) is a child of the
+// dispatch's and the parent of the reply's handling; the handler's context
+// carries it, so that the handler's calls continue the trace.
+func (a *Agent) HandleCommand(ctx context.Context, msg Inbound) (err error) {
+	ctx, span := consumerSpan(ctx, tracer(a.Tracing), SpanAgent, msg)
+	defer func() { endSpan(span, err) }()
 	cmd, err := protocol.ParseExecuteStep(msg.Value)
 	if err != nil {
 		a.rejected.Add(1)
+		failSpan(span, err)
 		a.Logger.Warn("command rejected to dead letters", "agent", a.Name, "source", msg.Source(), "reason", err.Error())
 		return errors.Wrap(a.DeadLetters.DeadLetter(ctx, msg, err.Error()), "dead-letter command")
 	}
-	cmd.TraceParent = msg.Headers["traceparent"]
+	cmd.TraceParent = msg.Headers[protocol.HeaderTraceParent]
+	setAttributes(span, func() []attribute.KeyValue {
+		return []attribute.KeyValue{AttrAgent.String(a.Name), AttrTaskID.String(cmd.TaskID), AttrWorkflow.String(cmd.Workflow),
+			AttrStep.String(cmd.Step), AttrAction.String(cmd.Action), AttrAttempt.Int(cmd.Attempt)}
+	})
 	if !a.Clock.Now().Before(cmd.CompleteBy) {
 		a.expired.Add(1)
-		a.Logger.Info("command past its complete-by dropped", "agent", a.Name, "task", cmd.TaskID, "step", cmd.Step, "attempt", cmd.Attempt)
+		span.SetAttributes(AttrOutcome.String(outcomeExpired))
+		a.log(ctx, cmd).Info("command past its complete-by dropped")
 		return nil
 	}
 	callCtx, cancel := context.WithDeadline(ctx, cmd.CompleteBy)
@@ -89,6 +105,7 @@ func (a *Agent) HandleCommand(ctx context.Context, msg Inbound) error {
 	reserve := min(max(cmd.CompleteBy.Sub(a.Clock.Now())/10, 20*time.Millisecond), 500*time.Millisecond)
 	var cause error // the last failure that was not the breaker's refusal
 	for try := 1; ; try++ {
+		span.SetAttributes(AttrTries.Int(try))
 		result, err := a.call(callCtx, cmd)
 		if err != nil && !errors.Is(err, ErrCircuitOpen) {
 			cause = err
@@ -116,11 +133,16 @@ func (a *Agent) HandleCommand(ctx context.Context, msg Inbound) error {
 			return a.reply(ctx, cmd, protocol.StepReply{Outcome: protocol.OutcomeFailed, Failure: domain.FailureTransient, Reason: reason})
 		}
 		a.retries.Add(1)
+		span.AddEvent("retry", trace.WithAttributes(AttrTries.Int(try), AttrReason.String(err.Error()), attribute.String("saga.pause", pause.String())))
 		if !sleep(ctx, a.Clock, pause) {
 			return ctx.Err()
 		}
 	}
 }
+
+// outcomeExpired is the agent span's outcome for a command it dropped or
+// did not answer because its complete-by had passed.
+const outcomeExpired = "expired"
 
 // call runs the handler through the circuit breaker.
 func (a *Agent) call(ctx context.Context, cmd protocol.ExecuteStep) (json.RawMessage, error) {
@@ -135,14 +157,26 @@ func (a *Agent) call(ctx context.Context, cmd protocol.ExecuteStep) (json.RawMes
 	return result, err
 }
 
+// log returns the logger of lines about a command.
+func (a *Agent) log(ctx context.Context, cmd protocol.ExecuteStep) *slog.Logger {
+	return taskLogger(ctx, a.Logger, cmd.TaskID).With("agent", a.Name, "step", cmd.Step, "attempt", cmd.Attempt)
+}
+
 func (a *Agent) reply(ctx context.Context, cmd protocol.ExecuteStep, r protocol.StepReply) error {
+	span := trace.SpanFromContext(ctx)
 	if !a.Clock.Now().Before(cmd.CompleteBy) {
 		a.expired.Add(1)
-		a.Logger.Info("complete-by passed; staying silent", "agent", a.Name, "task", cmd.TaskID, "step", cmd.Step, "attempt", cmd.Attempt)
+		span.SetAttributes(AttrOutcome.String(outcomeExpired))
+		a.log(ctx, cmd).Info("complete-by passed; staying silent")
 		return nil
 	}
 	r.TaskID, r.Step, r.Action, r.Attempt, r.Agent = cmd.TaskID, cmd.Step, cmd.Action, cmd.Attempt, a.Name
-	r.TraceParent = cmd.TraceParent
+	r.TraceParent = outgoingTraceParent(ctx, cmd.TraceParent)
+	span.SetAttributes(AttrOutcome.String(r.Outcome))
+	if r.Outcome == protocol.OutcomeFailed {
+		span.SetAttributes(AttrReason.String(r.Reason))
+		span.SetStatus(codes.Error, string(r.Failure)+": "+r.Reason)
+	}
 	if err := a.Replies.SendReply(ctx, r); err != nil {
 		return errors.Wrapf(err, "reply for %s/%s attempt %d", cmd.TaskID, cmd.Step, cmd.Attempt)
 	}

@@ -72,7 +72,7 @@ func readTask(ctx context.Context, repo *TaskRepository, id string, logger *slog
 		case ctx.Err() != nil:
 			return nil, ctx.Err()
 		case attempt == loadAttempts || errors.Is(err, domain.ErrUnreadableEvent):
-			logger.Error("task of the checkpoint cannot be read; it is kept for the next checkpoint", "task", id, "err", err.Error())
+			logger.Error("task of the checkpoint cannot be read; it is kept for the next checkpoint", "task_id", id, "err", err.Error())
 			return nil, err
 		}
 		select {

@@ -21,6 +21,9 @@ type TaskRepository struct {
 	Store EventStore
 	// MaxConflicts defaults to DefaultMaxConflicts.
 	MaxConflicts int
+	// Observer, when set, hears of every task an Update takes to a final
+	// state (Observer.TaskFinished).
+	Observer Observer
 
 	unreadable atomic.Int64
 }
@@ -120,9 +123,11 @@ func (r *TaskRepository) Update(ctx context.Context, id string, known *domain.Ta
 		_, err = r.Store.Append(ctx, domain.TaskStream(id), domain.ExpectAfter(t.Revision), batch...)
 		switch {
 		case err == nil:
+			wasFinal := t.State.Terminal()
 			for _, e := range events {
 				t.Apply(e)
 			}
+			taskFinished(r.Observer, t, wasFinal)
 			out.Events = events
 			return out, nil
 		case !errors.Is(err, domain.ErrConcurrencyConflict):

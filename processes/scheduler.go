@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/domain/protocol"
@@ -65,8 +67,15 @@ type Scheduler struct {
 	// CheckpointEvery bounds the time between checkpoints while events
 	// arrive. Default DefaultTaskCheckpointEvery.
 	CheckpointEvery time.Duration
+	// Observer, when set, hears of the replies recorded and the tasks
+	// finished.
+	Observer Observer
+	// Tracing starts the spans of replies, dispatches and compensations;
+	// nil means the global TracerProvider.
+	Tracing trace.TracerProvider
 
 	init   sync.Once
+	tracer trace.Tracer
 	repo   *TaskRepository
 	shards []*shard
 	ready  chan struct{}
@@ -137,8 +146,10 @@ type job struct {
 	caughtUp   bool
 	rebalanced bool
 	reply      *protocol.StepReply
-	source     string
-	done       chan error
+	// span is the reply's handling (SpanReply), ended once done answers.
+	span   trace.Span
+	source string
+	done   chan error
 	// snapshot asks for the ids of the shard's unfinished tasks.
 	snapshot chan<- []string
 }
@@ -150,6 +161,7 @@ func (s *Scheduler) setup() {
 			n = DefaultShards
 		}
 		s.ready = make(chan struct{})
+		s.tracer = tracer(s.Tracing)
 		for i := 0; i < n; i++ {
 			s.shards = append(s.shards, &shard{s: s, inbox: make(chan job, 256), tasks: map[string]*domain.Task{}, done: map[string]int64{}, doneOrder: &doneOrder{},
 				unsure: map[string]struct{}{}})
@@ -171,6 +183,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	}
 	s.setup()
 	s.repo = NewTaskRepository(s.Store)
+	s.repo.Observer = s.Observer
 	if s.CheckpointName == "" {
 		s.CheckpointName = DefaultSchedulerCheckpoint
 	}
@@ -321,30 +334,41 @@ func (s *Scheduler) owns(taskID string) bool { return s.Ownership == nil || s.Ow
 // HandleReply records an agent's reply. Replies for attempts no longer in
 // flight are counted and ignored; replies that name no task or step of the
 // task are dead-lettered. It returns an error only when the reply could not
-// be processed and should be retried.
-func (s *Scheduler) HandleReply(ctx context.Context, msg Inbound) error {
+// be processed and should be retried. Its span (SpanReply) is a child of
+// the agent's, and the parent of what the reply leads to.
+func (s *Scheduler) HandleReply(ctx context.Context, msg Inbound) (err error) {
 	s.setup()
+	ctx, span := consumerSpan(ctx, s.tracer, SpanReply, msg)
+	defer func() { endSpan(span, err) }()
 	reply, err := protocol.ParseStepReply(msg.Value)
 	if err != nil {
-		s.rejectedReplies.Add(1)
-		s.Logger.Warn("reply rejected to dead letters", "source", msg.Source(), "reason", err.Error())
-		return errors.Wrap(s.DeadLetters.DeadLetter(ctx, msg, err.Error()), "dead-letter reply")
+		return s.rejectReply(ctx, msg, err)
 	}
+	setAttributes(span, func() []attribute.KeyValue {
+		return []attribute.KeyValue{AttrTaskID.String(reply.TaskID), AttrStep.String(reply.Step), AttrAction.String(reply.Action),
+			AttrAttempt.Int(reply.Attempt), AttrAgent.String(reply.Agent), AttrOutcome.String(reply.Outcome)}
+	})
 	done := make(chan error, 1)
-	if err := s.enqueue(ctx, s.shardOf(reply.TaskID), job{reply: &reply, source: msg.Source(), done: done}); err != nil {
+	if err := s.enqueue(ctx, s.shardOf(reply.TaskID), job{reply: &reply, span: span, source: msg.Source(), done: done}); err != nil {
 		return err
 	}
 	select {
 	case err := <-done:
 		if errors.Is(err, domain.ErrTaskNotFound) || errors.Is(err, domain.ErrUnknownStep) {
-			s.rejectedReplies.Add(1)
-			s.Logger.Warn("reply rejected to dead letters", "source", msg.Source(), "reason", err.Error())
-			return errors.Wrap(s.DeadLetters.DeadLetter(ctx, msg, err.Error()), "dead-letter reply")
+			return s.rejectReply(ctx, msg, err)
 		}
 		return err
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// rejectReply dead-letters a reply that can never be recorded.
+func (s *Scheduler) rejectReply(ctx context.Context, msg Inbound, reason error) error {
+	s.rejectedReplies.Add(1)
+	failSpan(trace.SpanFromContext(ctx), reason)
+	s.Logger.Warn("reply rejected to dead letters", "source", msg.Source(), "reason", reason.Error())
+	return errors.Wrap(s.DeadLetters.DeadLetter(ctx, msg, reason.Error()), "dead-letter reply")
 }
 
 func (sh *shard) run(ctx context.Context) {
@@ -365,7 +389,7 @@ func (sh *shard) run(ctx context.Context) {
 			case j.event != nil:
 				sh.onEvent(ctx, j.event)
 			case j.reply != nil:
-				j.done <- sh.onReply(ctx, *j.reply, j.source)
+				j.done <- sh.onReply(trace.ContextWithSpan(ctx, j.span), *j.reply, j.source)
 			case j.snapshot != nil:
 				ids := make([]string, 0, len(sh.tasks)+len(sh.unsure))
 				for id := range sh.tasks {
@@ -404,6 +428,7 @@ func (sh *shard) resumeAll(ctx context.Context) {
 		if !sh.s.owns(t.ID) {
 			continue
 		}
+		ctx := withTraceParent(ctx, t.TraceParent)
 		sh.resend(ctx, t)
 		sh.advance(ctx, t, "resume")
 	}
@@ -426,7 +451,7 @@ func (sh *shard) wake(ctx context.Context) {
 	for len(sh.wakes) > 0 && !sh.wakes[0].at.After(now) {
 		w := heap.Pop(&sh.wakes).(wakeEntry)
 		if t := sh.tasks[w.taskID]; t != nil && sh.live && sh.s.owns(t.ID) {
-			sh.advance(ctx, t, "retry-due")
+			sh.advance(withTraceParent(ctx, t.TraceParent), t, "retry-due")
 		}
 	}
 	sh.armTimer()
@@ -500,9 +525,28 @@ func (sh *shard) onEvent(ctx context.Context, e *domain.RecordedEvent) {
 		return
 	}
 	sh.schedule(t)
-	if sh.live && sh.s.owns(id) {
-		sh.advance(ctx, t, e.ID)
+	if !sh.live || !sh.s.owns(id) {
+		return
 	}
+	// What another writer appended (a submission, a timeout, an
+	// operator's action) is the parent of what it leads to.
+	parent := e.Metadata.TraceParent
+	if !ValidTraceParent(parent) {
+		parent = t.TraceParent
+	}
+	ctx = withTraceParent(ctx, parent)
+	switch ev.(type) {
+	case domain.CompensationRequested, domain.TaskCancelled:
+		var span trace.Span
+		ctx, span = sh.compensateSpan(ctx, t)
+		defer span.End()
+	}
+	sh.advance(ctx, t, e.ID)
+}
+
+// compensateSpan starts the span of starting to undo task t (SpanCompensate).
+func (sh *shard) compensateSpan(ctx context.Context, t *domain.Task) (context.Context, trace.Span) {
+	return sh.s.tracer.Start(ctx, SpanCompensate, trace.WithAttributes(AttrTaskID.String(t.ID), AttrWorkflow.String(t.Workflow), AttrReason.String(t.Reason)))
 }
 
 // keep stores t in the shard, or forgets it once it is terminal; it reports
@@ -548,7 +592,7 @@ func (sh *shard) load(ctx context.Context, id string) (*domain.Task, error) {
 // read is forgotten, so nothing is decided for it; after a failed read the
 // state it had is kept, so that a retry falling due tries again.
 func (sh *shard) unreadable(id string, err error) {
-	sh.s.Logger.Error("task cannot be read", "task", id, "err", err.Error())
+	sh.s.Logger.Error("task cannot be read", "task_id", id, "err", err.Error())
 	if errors.Is(err, domain.ErrUnreadableEvent) {
 		delete(sh.tasks, id)
 	}
@@ -588,17 +632,31 @@ func (sh *shard) advance(ctx context.Context, t *domain.Task, causation string) 
 }
 
 func (sh *shard) onReply(ctx context.Context, r protocol.StepReply, source string) error {
+	compensation := r.Action == protocol.ActionCompensate
+	var agent string
+	var dispatchedAt time.Time
 	err := sh.update(ctx, r.TaskID, sh.tasks[r.TaskID], source, func(t *domain.Task) ([]domain.Event, error) {
 		wf, err := sh.s.Workflows.Workflow(ctx, t.Workflow, t.WorkflowVersion)
 		if err != nil {
 			return nil, errors.Wrapf(err, "task %s", t.ID)
 		}
+		if l := legOf(t, r.Step, compensation); l != nil && l.Attempt == r.Attempt {
+			agent, dispatchedAt = t.Step(r.Step).Agent, l.DispatchedAt
+		}
 		return t.RecordReply(wf, r.Reply(), sh.decision())
 	})
-	if errors.Is(err, domain.ErrStaleReply) {
+	switch {
+	case errors.Is(err, domain.ErrStaleReply):
 		sh.s.staleReplies.Add(1)
-		sh.s.Logger.Debug("stale reply ignored", "source", source, "reason", err.Error())
+		trace.SpanFromContext(ctx).SetAttributes(AttrOutcome.String("stale"))
+		taskLogger(ctx, sh.s.Logger, r.TaskID).Debug("stale reply ignored", "source", source, "reason", err.Error())
 		return nil
+	case err == nil && sh.s.Observer != nil && !dispatchedAt.IsZero():
+		action := r.Action
+		if action == "" {
+			action = protocol.ActionExecute
+		}
+		sh.s.Observer.StepAnswered(agent, action, r.Outcome, sh.s.Clock.Now().Sub(dispatchedAt))
 	}
 	return err
 }
@@ -609,7 +667,8 @@ func (sh *shard) onReply(ctx context.Context, r protocol.StepReply, source strin
 // appended events: commands are produced only after the append that
 // records them.
 func (sh *shard) update(ctx context.Context, id string, known *domain.Task, causation string, decide domain.UpdateFunc) error {
-	u, err := sh.s.repo.Update(ctx, id, known, domain.EventMetadata{CausationID: causation, Actor: sh.s.Actor}, decide)
+	meta := domain.EventMetadata{CausationID: causation, Actor: sh.s.Actor, TraceParent: storedTraceParent(ctx)}
+	u, err := sh.s.repo.Update(ctx, id, known, meta, decide)
 	sh.s.conflicts.Add(int64(u.Conflicts))
 	switch {
 	case u.Task == nil:
@@ -622,7 +681,7 @@ func (sh *shard) update(ctx context.Context, id string, known *domain.Task, caus
 	}
 	if err != nil {
 		if !errors.Is(err, domain.ErrTaskNotFound) && !errors.Is(err, domain.ErrStaleReply) && !errors.Is(err, domain.ErrUnknownStep) && ctx.Err() == nil {
-			sh.s.Logger.Error("decide for a task", "task", id, "err", err.Error())
+			taskLogger(ctx, sh.s.Logger, id).Error("decide for a task", "err", err.Error())
 		}
 		return err
 	}
@@ -630,6 +689,14 @@ func (sh *shard) update(ctx context.Context, id string, known *domain.Task, caus
 		return nil
 	}
 	t := u.Task
+	for _, e := range u.Events {
+		if _, ok := e.(domain.CompensationRequested); ok {
+			var span trace.Span
+			ctx, span = sh.compensateSpan(ctx, t)
+			defer span.End()
+			break
+		}
+	}
 	for _, e := range u.Events {
 		switch d := e.(type) {
 		case domain.StepDispatched:
@@ -647,14 +714,22 @@ func (sh *shard) update(ctx context.Context, id string, known *domain.Task, caus
 func (sh *shard) send(ctx context.Context, t *domain.Task, a domain.InFlightAttempt) {
 	cmd, err := commandFor(ctx, sh.s.Workflows, t, a)
 	if err != nil {
-		sh.s.Logger.Error("build command", "task", t.ID, "step", a.Step, "err", err.Error())
+		taskLogger(ctx, sh.s.Logger, t.ID).Error("build command", "step", a.Step, "err", err.Error())
 		return
 	}
-	st := t.Step(a.Step)
+	ctx, span := sh.s.tracer.Start(ctx, SpanDispatch, trace.WithSpanKind(trace.SpanKindProducer))
+	setAttributes(span, func() []attribute.KeyValue {
+		return []attribute.KeyValue{AttrTaskID.String(t.ID), AttrWorkflow.String(t.Workflow), AttrStep.String(cmd.Step), AttrAgent.String(cmd.Agent),
+			AttrAction.String(cmd.Action), AttrAttempt.Int(cmd.Attempt),
+			attribute.String("messaging.system", "kafka"), attribute.String("messaging.destination.name", protocol.CommandTopic(cmd.Agent))}
+	})
+	defer span.End()
+	cmd.TraceParent = outgoingTraceParent(ctx, t.TraceParent)
 	if err := sh.s.Commands.SendCommand(ctx, cmd); err != nil {
 		// The dispatch is recorded; a restart re-sends it and the
 		// supervisor retries it once CompleteBy passes.
-		sh.s.Logger.Error("send command", "task", t.ID, "step", st.Name, "action", cmd.Action, "attempt", a.Attempt, "err", err.Error())
+		failSpan(span, err)
+		taskLogger(ctx, sh.s.Logger, t.ID).Error("send command", "step", cmd.Step, "action", cmd.Action, "attempt", a.Attempt, "err", err.Error())
 		return
 	}
 	sh.s.dispatched.Add(1)
@@ -668,7 +743,7 @@ func commandFor(ctx context.Context, workflows Workflows, t *domain.Task, a doma
 	cmd := protocol.ExecuteStep{
 		TaskID: t.ID, Workflow: t.Workflow, WorkflowVersion: t.WorkflowVersion, Step: st.Name, Agent: st.Agent,
 		Action: protocol.ActionExecute, Attempt: a.Attempt, CompleteBy: a.CompleteBy, IdempotencyKey: st.IdempotencyKey,
-		Order: t.Order, Results: t.Results(st.Name), TraceParent: t.TraceParent,
+		Order: t.Order, Results: t.Results(st.Name),
 	}
 	wf, err := workflows.Workflow(ctx, t.Workflow, t.WorkflowVersion)
 	if err != nil {

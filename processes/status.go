@@ -141,6 +141,8 @@ func (p *StatusPublisher) publish(ctx context.Context, e domain.RecordedEvent) e
 	// An event declared as having no status (protocol's status test) sends
 	// none.
 	if st := protocol.StatusOf(t, ev, e.Revision, e.Recorded); st.Status != "" {
+		// A status is a message of its own in the task's trace.
+		st.TraceParent = ChildTraceParent(st.TraceParent)
 		if domain.ReservedTopic(st.ReplyTo) {
 			// Accepted before reply topics were checked: a status there
 			// would read as a forged order, command or reply.
@@ -160,7 +162,7 @@ func (p *StatusPublisher) publish(ctx context.Context, e domain.RecordedEvent) e
 // unreadable forgets a task whose events cannot be folded.
 func (p *StatusPublisher) unreadable(id string, err error) {
 	p.skipped.Add(1)
-	p.Logger.Error("no status for a task event that cannot be folded", "task", id, "err", err.Error())
+	p.Logger.Error("no status for a task event that cannot be folded", "task_id", id, "err", err.Error())
 	delete(p.tasks, id)
 }
 

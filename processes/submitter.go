@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 
 	"github.com/cockroachdb/errors"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/domain/protocol"
@@ -37,6 +39,9 @@ type Submitter struct {
 
 	// Tasks creates the tasks; nil means NewTaskRepository(Store).
 	Tasks domain.TaskRepository
+	// Tracing starts the submission spans; nil means the global
+	// TracerProvider.
+	Tracing trace.TracerProvider
 
 	accepted, duplicates, rejected atomic.Int64
 }
@@ -58,55 +63,79 @@ func (s *Submitter) Stats() SubmitterStats {
 
 // HandleOrder processes one order message. It returns an error only when the
 // message could be neither stored nor dead-lettered, so that the consumer
-// retries it and nothing is lost.
-func (s *Submitter) HandleOrder(ctx context.Context, msg Inbound) error {
+// retries it and nothing is lost. Its span (SpanSubmit) continues the
+// caller's traceparent; the task records the span's context, so that
+// everything done for the task continues it.
+func (s *Submitter) HandleOrder(ctx context.Context, msg Inbound) (err error) {
+	ctx, span := consumerSpan(ctx, tracer(s.Tracing), SpanSubmit, msg)
+	defer func() { endSpan(span, err) }()
+	outcome, err := s.handleOrder(ctx, msg)
+	span.SetAttributes(AttrOutcome.String(outcome))
+	return err
+}
+
+// Submission outcomes, as the submission span's saga.outcome tells them.
+const (
+	submitAccepted     = "accepted"
+	submitDuplicate    = "duplicate"
+	submitDeadLettered = "dead_lettered"
+)
+
+func (s *Submitter) handleOrder(ctx context.Context, msg Inbound) (string, error) {
 	maxSize := s.MaxOrderSize
 	if maxSize == 0 {
 		maxSize = DefaultMaxOrderSize
 	}
 	doc, err := domain.ParseOrderDocument(msg.Value, maxSize)
 	if err != nil {
-		return s.reject(ctx, msg, "", err)
+		return submitDeadLettered, s.reject(ctx, msg, "", err)
 	}
 	wf, err := s.Workflows.Select(ctx, msg.Topic, doc, msg.Headers["ce_type"])
 	if err != nil {
 		if errors.Is(err, domain.ErrUnknownWorkflow) || errors.Is(err, domain.ErrInvalidMessage) {
-			return s.reject(ctx, msg, s.allowedReplyTo(ctx, msg, nil, doc.ReplyTo(domain.Trigger{})), err)
+			return submitDeadLettered, s.reject(ctx, msg, s.allowedReplyTo(ctx, msg, nil, doc.ReplyTo(domain.Trigger{})), err)
 		}
-		return errors.Wrap(err, "choose the workflow of an order")
+		return "", errors.Wrap(err, "choose the workflow of an order")
 	}
 	order, err := doc.Order(wf, msg.Key)
 	if err != nil {
-		return s.reject(ctx, msg, s.allowedReplyTo(ctx, msg, wf, doc.ReplyTo(wf.Trigger)), err)
+		return submitDeadLettered, s.reject(ctx, msg, s.allowedReplyTo(ctx, msg, wf, doc.ReplyTo(wf.Trigger)), err)
 	}
 	if order.ReplyTo != "" {
 		if err := s.ReplyTopics.Check(order.ReplyTo, s.triggerTopics(ctx, msg, wf)); err != nil {
 			// No rejection status either: it would go to that topic.
-			return s.reject(ctx, msg, "", err)
+			return submitDeadLettered, s.reject(ctx, msg, "", err)
 		}
 	}
-	trace := msg.Headers["traceparent"]
-	if !ValidTraceParent(trace) {
-		// Missing, malformed or oversized: never stored as it came.
-		trace = NewTraceParent()
+	setAttributes(trace.SpanFromContext(ctx), func() []attribute.KeyValue {
+		return []attribute.KeyValue{AttrTaskID.String(order.ID), AttrWorkflow.String(wf.Name), AttrWorkflowVersion.Int(wf.Version)}
+	})
+	tp, recorded := recordedTraceParent(ctx)
+	if !recorded {
+		// Tracing is off: the caller's trace context as it came, if it
+		// can be trusted; a missing, malformed or oversized one is never
+		// stored.
+		if tp = msg.Headers[protocol.HeaderTraceParent]; !ValidTraceParent(tp) {
+			tp = NewTraceParent()
+		}
 	}
-	submitted := domain.Submit(order, wf, trace, s.Clock.Now())
-	meta := domain.EventMetadata{CausationID: causation(msg), Actor: s.Actor, TraceParent: trace}
+	submitted := domain.Submit(order, wf, tp, s.Clock.Now())
+	meta := domain.EventMetadata{CausationID: causation(msg), Actor: s.Actor, TraceParent: tp}
 	err = s.tasks().Create(ctx, order.ID, meta, submitted)
 	switch {
 	case errors.Is(err, domain.ErrTaskExists):
 		s.duplicates.Add(1)
-		s.Logger.Info("duplicate order acknowledged", "order", order.ID, "source", msg.Source())
-		return nil
+		taskLogger(ctx, s.Logger, order.ID).Info("duplicate order acknowledged", "source", msg.Source())
+		return submitDuplicate, nil
 	case errors.Is(err, domain.ErrAppendRefused):
 		// Retrying cannot help (too large, invalid): the record must not
 		// hold up the orders after it.
-		return s.reject(ctx, msg, order.ReplyTo, err)
+		return submitDeadLettered, s.reject(ctx, msg, order.ReplyTo, err)
 	case err != nil:
-		return errors.Wrapf(err, "submit order %s", order.ID)
+		return "", errors.Wrapf(err, "submit order %s", order.ID)
 	}
 	s.accepted.Add(1)
-	return nil
+	return submitAccepted, nil
 }
 
 // TopicLister lists the topics that start tasks (Registry.Topics); a
@@ -143,6 +172,7 @@ func (s *Submitter) allowedReplyTo(ctx context.Context, msg Inbound, wf *domain.
 // a reply topic, tells the caller there at once.
 func (s *Submitter) reject(ctx context.Context, msg Inbound, replyTo string, reason error) error {
 	s.rejected.Add(1)
+	failSpan(trace.SpanFromContext(ctx), reason)
 	s.Logger.Warn("order rejected to dead letters", "source", msg.Source(), "reason", reason.Error())
 	if err := s.DeadLetters.DeadLetter(ctx, msg, reason.Error()); err != nil {
 		return errors.Wrap(err, "dead-letter rejected order")
@@ -159,7 +189,7 @@ func (s *Submitter) reject(ctx context.Context, msg Inbound, replyTo string, rea
 		}
 	}
 	s.Rejections.PublishStatus(ctx, protocol.TaskStatus{OrderID: id, Status: protocol.StatusRejected, Reason: truncateReason(reason.Error()),
-		Time: s.Clock.Now(), ReplyTo: replyTo, TraceParent: msg.Headers["traceparent"]})
+		Time: s.Clock.Now(), ReplyTo: replyTo, TraceParent: outgoingTraceParent(ctx, msg.Headers[protocol.HeaderTraceParent])})
 	return errors.Wrap(s.Rejections.Flush(ctx), "tell the caller of a rejected order")
 }
 

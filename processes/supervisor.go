@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/domain/protocol"
@@ -55,6 +56,11 @@ type Supervisor struct {
 	// CheckpointEvery bounds the time between checkpoints while events
 	// arrive. Default DefaultTaskCheckpointEvery.
 	CheckpointEvery time.Duration
+	// Observer, when set, hears of the tasks its timeouts finish.
+	Observer Observer
+	// Tracing starts the spans of timeouts (SpanTimeout); nil means the
+	// global TracerProvider.
+	Tracing trace.TracerProvider
 
 	repo      *TaskRepository
 	mu        sync.Mutex
@@ -135,6 +141,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	}
 	s.init()
 	s.repo = NewTaskRepository(s.Store)
+	s.repo.Observer = s.Observer
 	from := domain.FromStart()
 	cps := &checkpointer{}
 	if s.Checkpoints != nil {
@@ -308,7 +315,7 @@ func (s *Supervisor) apply(ctx context.Context, e domain.RecordedEvent) {
 // version cannot read is forgotten, so nothing is decided for it. The
 // caller holds mu.
 func (s *Supervisor) unreadable(id string, err error) {
-	s.Logger.Error("supervisor cannot read a task", "task", id, "err", err.Error())
+	s.Logger.Error("supervisor cannot read a task", "task_id", id, "err", err.Error())
 	if errors.Is(err, domain.ErrUnreadableEvent) {
 		delete(s.tasks, id)
 		delete(s.failed, id)
@@ -382,7 +389,15 @@ func (s *Supervisor) scan(ctx context.Context) {
 func (s *Supervisor) timeOut(ctx context.Context, a dueAttempt, now time.Time) {
 	t, d := a.task, a.d
 	known := t.Revision
-	meta := domain.EventMetadata{CausationID: "timeout/" + d.step + "/" + itoa(int64(d.attempt)), Actor: s.Actor}
+	action := protocol.ActionExecute
+	if d.compensation {
+		action = protocol.ActionCompensate
+	}
+	ctx, span := tracer(s.Tracing).Start(withTraceParent(ctx, t.TraceParent), SpanTimeout, trace.WithAttributes(AttrTaskID.String(t.ID),
+		AttrWorkflow.String(t.Workflow), AttrStep.String(d.step), AttrAction.String(action), AttrAttempt.Int(d.attempt)))
+	defer span.End()
+	log := taskLogger(ctx, s.Logger, t.ID)
+	meta := domain.EventMetadata{CausationID: "timeout/" + d.step + "/" + itoa(int64(d.attempt)), Actor: s.Actor, TraceParent: storedTraceParent(ctx)}
 	u, err := s.repo.Update(ctx, t.ID, t, meta, func(t *domain.Task) ([]domain.Event, error) {
 		wf, err := s.Workflows.Workflow(ctx, t.Workflow, t.WorkflowVersion)
 		if err != nil {
@@ -393,10 +408,12 @@ func (s *Supervisor) timeOut(ctx context.Context, a dueAttempt, now time.Time) {
 	s.conflicts.Add(int64(u.Conflicts))
 	switch {
 	case errors.Is(err, domain.ErrNotInFlight), err == nil && len(u.Events) == 0:
+		span.SetAttributes(AttrOutcome.String("answered"))
 		return // answered, or timed out already
 	case err != nil:
+		failSpan(span, err)
 		if ctx.Err() == nil {
-			s.Logger.Error("supervisor timeout", "task", t.ID, "err", err.Error())
+			log.Error("supervisor timeout", "err", err.Error())
 		}
 		// Look again at the next scan.
 		s.mu.Lock()
@@ -405,8 +422,9 @@ func (s *Supervisor) timeOut(ctx context.Context, a dueAttempt, now time.Time) {
 		return
 	}
 	s.timeouts.Add(1)
-	s.Logger.Info("attempt timed out", "task", t.ID, "step", d.step, "compensation", d.compensation, "attempt", d.attempt,
-		"then", u.Events[len(u.Events)-1].EventType())
+	then := u.Events[len(u.Events)-1].EventType()
+	span.SetAttributes(AttrOutcome.String(then))
+	log.Info("attempt timed out", "step", d.step, "compensation", d.compensation, "attempt", d.attempt, "then", then)
 	if u.Read {
 		return // the subscription brings the events it read past the supervisor's state
 	}
@@ -423,12 +441,13 @@ func (s *Supervisor) timeOut(ctx context.Context, a dueAttempt, now time.Time) {
 func (s *Supervisor) alert(ctx context.Context, t *domain.Task) {
 	step := t.FailedStep
 	a := protocol.Alert{TaskID: t.ID, Workflow: t.Workflow, State: t.State, Step: step, Reason: t.Reason, Revision: t.Revision, At: t.UpdatedAt}
+	log := taskLogger(withTraceParent(ctx, t.TraceParent), s.Logger, t.ID)
 	if err := s.Alerts.RaiseAlert(ctx, a); err != nil {
-		s.Logger.Error("raise alert", "task", t.ID, "err", err.Error())
+		log.Error("raise alert", "err", err.Error())
 		return
 	}
 	s.alerts.Add(1)
-	s.Logger.Warn("task in Error: alert raised", "task", t.ID, "step", step, "reason", t.Reason)
+	log.Warn("task in Error: alert raised", "step", step, "reason", t.Reason)
 	s.mu.Lock()
 	s.alerted[t.ID] = t.Revision
 	s.mu.Unlock()

@@ -28,7 +28,13 @@
 //
 // The handler must pass Request.IdempotencyKey to the remote service, so
 // that a repeated command (a retry, a redelivery after a crash) has no
-// second effect. Agents in other languages follow docs/protocol.md instead.
+// second effect.
+//
+// Each command is a span of the order's trace (OpenTelemetry, on
+// Config.TracerProvider or the global provider), and the handler's context
+// carries it: an HTTP call that sends TraceParent(ctx) as its traceparent
+// header (or any OpenTelemetry instrumentation of the call) continues the
+// trace at the remote service. Agents in other languages follow docs/protocol.md instead.
 package agent
 
 import (
@@ -41,6 +47,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sagaengine/saga/adapters/kafka"
 	"github.com/sagaengine/saga/domain"
@@ -151,6 +158,9 @@ type Config struct {
 	// KafkaOptions are extra franz-go options for the agent's clients
 	// (TLS, SASL, ...).
 	KafkaOptions []kgo.Opt
+	// TracerProvider starts the span of each command; default the global
+	// TracerProvider (which does nothing unless the program set one).
+	TracerProvider trace.TracerProvider
 }
 
 // Validate reports every problem of the configuration.
@@ -201,7 +211,7 @@ func New(name string, handler Handler, cfg Config) (*Agent, error) {
 	}
 	producer := kafka.NewProducer(client, "saga/agent/"+name, cfg.Logger)
 	rt := &processes.Agent{Name: name, Replies: producer, DeadLetters: producer, Clock: processes.ClockFunc(cfg.Clock), Logger: cfg.Logger,
-		Backoff: cfg.Backoff, Handler: adapt(handler)}
+		Backoff: cfg.Backoff, Handler: adapt(handler), Tracing: cfg.TracerProvider}
 	if cfg.BreakerOpenFor >= 0 {
 		openFor := cfg.BreakerOpenFor
 		if openFor == 0 {
@@ -237,8 +247,17 @@ func adapt(h Handler) processes.StepHandler {
 	}
 }
 
+// TraceParent returns the W3C traceparent of the span ctx carries, "" when
+// it carries none. In a handler it names the agent's span of the command:
+// send it as the traceparent header of the handler's calls so that the
+// remote service continues the order's trace.
+func TraceParent(ctx context.Context) string { return processes.TraceParentOf(ctx) }
+
 // Name is the agent's name.
 func (a *Agent) Name() string { return a.name }
+
+// Group is the Kafka consumer group the agent consumes in.
+func (a *Agent) Group() string { return a.cfg.Group }
 
 // Run serves commands until ctx ends, then lets the calls in flight finish
 // (their replies are sent; a command not finished is redelivered to another

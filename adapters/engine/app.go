@@ -21,6 +21,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sagaengine/saga/adapters/agent"
 	"github.com/sagaengine/saga/adapters/demo"
@@ -29,6 +30,7 @@ import (
 	"github.com/sagaengine/saga/adapters/httpagent"
 	"github.com/sagaengine/saga/adapters/httpapi"
 	"github.com/sagaengine/saga/adapters/kafka"
+	"github.com/sagaengine/saga/adapters/metrics"
 	"github.com/sagaengine/saga/adapters/secure"
 	"github.com/sagaengine/saga/adapters/workflowfile"
 	"github.com/sagaengine/saga/domain"
@@ -145,6 +147,18 @@ type Config struct {
 	// where all of it is theirs: a process with a processes.Clock, or
 	// testing/synctest.
 	Clock func() time.Time
+	// TracerProvider starts every span of the engine (see
+	// docs/operations.md, Tracing). When nil, the engine exports spans over
+	// OTLP/HTTP if OTEL_EXPORTER_OTLP_ENDPOINT or
+	// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set (and OTEL_SDK_DISABLED is
+	// not true), as service OTEL_SERVICE_NAME (default "saga"), and
+	// flushes them at Close; otherwise it uses the global provider, which
+	// does nothing unless the program set one.
+	TracerProvider trace.TracerProvider
+	// MetricsListen, when set, serves /metrics on a listener of its own,
+	// for processes that run without the api role (whose HTTP API serves
+	// /metrics too).
+	MetricsListen string
 }
 
 // Role is a part of the system a process runs.
@@ -217,6 +231,10 @@ type App struct {
 	AgentProcs map[string]*agent.Agent
 	// HTTPHandlers are the built-in HTTP agent's handlers, by agent.
 	HTTPHandlers map[string]*httpagent.Handler
+	// Metrics are this process's metrics, served at /metrics.
+	Metrics *metrics.Metrics
+	// MetricsAddr is the address of the MetricsListen listener.
+	MetricsAddr string
 
 	esServer *esdbserver.Server
 	broker   *kafka.Broker
@@ -226,6 +244,14 @@ type App struct {
 	clients []*kgo.Client
 	http    *http.Server
 	lease   *kafka.Lease
+	// metricsHTTP serves MetricsListen.
+	metricsHTTP *http.Server
+	// tracing starts the spans of every part; stopTracing flushes and
+	// stops what the engine set up itself.
+	tracing     trace.TracerProvider
+	stopTracing func(context.Context) error
+	// groups are the Kafka consumer groups this process consumes in.
+	groups []string
 
 	// runCtx is the context every part runs under; Close cancels it.
 	runCtx context.Context
@@ -278,9 +304,9 @@ func Start(cfg Config) (*App, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	a := &App{cfg: cfg, logger: cfg.Logger, clock: processes.ClockFunc(cfg.Clock), cancel: cancel, runCtx: ctx, errs: make(chan error, 16),
 		Services: map[string]*demo.Service{}, AgentProcs: map[string]*agent.Agent{},
-		HTTPHandlers: map[string]*httpagent.Handler{}}
-	for _, start := range []func() error{a.startEventStore, func() error { return a.registerWorkflows(ctx) },
-		func() error { return a.startKafka(ctx) }, func() error { return a.startProcesses(ctx) }} {
+		HTTPHandlers: map[string]*httpagent.Handler{}, Metrics: metrics.New()}
+	for _, start := range []func() error{a.startTracing, a.startEventStore, func() error { return a.registerWorkflows(ctx) },
+		func() error { return a.startKafka(ctx) }, func() error { return a.startProcesses(ctx) }, a.startMetrics} {
 		if err := start(); err != nil {
 			a.Close()
 			return nil, err
@@ -332,6 +358,7 @@ func (a *App) startEventStore() error {
 	if err != nil {
 		return err
 	}
+	store.ObserveAppends(a.Metrics.AppendDone)
 	a.Store = store
 	a.followers = eventstore.NewFanout(store, domain.TaskStreamPrefix)
 	return nil
@@ -472,7 +499,8 @@ func (a *App) startProcesses(ctx context.Context) error {
 		}
 		producer := a.newProducer("submitter")
 		a.Submitter = &processes.Submitter{Store: a.Store, DeadLetters: producer, Rejections: producer, Workflows: a.Workflows,
-			Actor: "submitter/" + cfg.Instance, Clock: a.clock, Logger: a.logger, MaxOrderSize: cfg.MaxOrderSize, ReplyTopics: replyTopics}
+			Actor: "submitter/" + cfg.Instance, Clock: a.clock, Logger: a.logger, MaxOrderSize: cfg.MaxOrderSize, ReplyTopics: replyTopics,
+			Tracing: a.tracing}
 		if err := a.Submitter.Validate(); err != nil {
 			return err
 		}
@@ -506,7 +534,7 @@ func (a *App) startScheduler(ctx context.Context) error {
 	commands := a.newProducer("scheduler")
 	a.Scheduler = &processes.Scheduler{Store: a.followers.Register("scheduler"), Commands: commands, DeadLetters: commands, Workflows: a.Workflows,
 		Actor: "scheduler/" + a.cfg.Instance, Clock: a.clock, Logger: a.logger, Ownership: ownership,
-		Checkpoints: a.Store, CheckpointEvery: a.cfg.CheckpointEvery}
+		Checkpoints: a.Store, CheckpointEvery: a.cfg.CheckpointEvery, Observer: a.Metrics, Tracing: a.tracing}
 	a.run("scheduler", func() error { return a.Scheduler.Run(ctx) })
 	a.consumeWith(ctx, kafka.ConsumerConfig{Group: "saga-scheduler", Topics: []string{protocol.RepliesTopic},
 		OnAssigned: func(m map[string][]int32) { ownership.Assigned(m); go a.Scheduler.Rebalanced(ctx) },
@@ -529,7 +557,7 @@ func (a *App) startSupervisor(ctx context.Context) error {
 	a.run("supervisor lease", func() error { return lease.Run(ctx) })
 	a.Supervisor = &processes.Supervisor{Store: a.followers.Register("supervisor"), Alerts: a.newProducer("supervisor"), Workflows: a.Workflows, Actor: "supervisor/" + a.cfg.Instance,
 		Clock: a.clock, Logger: a.logger, Interval: a.cfg.SupervisorInterval, Leader: lease,
-		Checkpoints: a.Store, CheckpointEvery: a.cfg.CheckpointEvery}
+		Checkpoints: a.Store, CheckpointEvery: a.cfg.CheckpointEvery, Observer: a.Metrics, Tracing: a.tracing}
 	a.run("supervisor", func() error { return a.Supervisor.Run(ctx) })
 	return nil
 }
@@ -553,7 +581,7 @@ func (a *App) startAPI(ctx context.Context) error {
 		return err
 	}
 	a.Tasks = view
-	a.Operator = &processes.Operator{Store: a.Store, Workflows: a.Workflows, Clock: a.clock}
+	a.Operator = &processes.Operator{Store: a.Store, Workflows: a.Workflows, Clock: a.clock, Observer: a.Metrics, Tracing: a.tracing}
 	var tokens *httpapi.Tokens
 	if a.cfg.APITokensFile != "" {
 		if tokens, err = httpapi.LoadTokens(a.cfg.APITokensFile); err != nil {
@@ -635,6 +663,7 @@ func (a *App) startAgents(ctx context.Context) error {
 // startHTTPAgent runs the built-in HTTP agent under a name; its handler
 // keeps a breaker per host, so the agent runtime keeps none.
 func (a *App) startHTTPAgent(ctx context.Context, name string, cfg httpagent.Config) error {
+	cfg.TracerProvider = a.tracing
 	h := httpagent.New(cfg)
 	a.HTTPHandlers[name] = h
 	return a.startAgent(ctx, name, func(ctx context.Context, req agent.Request) (any, error) {
@@ -644,17 +673,21 @@ func (a *App) startHTTPAgent(ctx context.Context, name string, cfg httpagent.Con
 
 // startAgent runs an agent through the Go agent SDK, as any program would.
 func (a *App) startAgent(ctx context.Context, name string, handler agent.Handler, breakerOpenFor time.Duration) error {
-	ag, err := agent.New(name, handler, agent.Config{Brokers: a.KafkaBrokers, KafkaOptions: a.kafkaOpts, Logger: a.logger, Clock: a.cfg.Clock, BreakerOpenFor: breakerOpenFor})
+	cfg := agent.Config{Brokers: a.KafkaBrokers, KafkaOptions: a.kafkaOpts, Logger: a.logger, Clock: a.cfg.Clock, BreakerOpenFor: breakerOpenFor,
+		TracerProvider: a.tracing}
+	ag, err := agent.New(name, handler, cfg)
 	if err != nil {
 		return errors.Wrapf(err, "agent %s", name)
 	}
 	a.AgentProcs[name] = ag
+	a.groups = append(a.groups, ag.Group())
 	a.run("agent "+name, func() error { return ag.Run(ctx) })
 	return nil
 }
 
 func (a *App) consumeWith(ctx context.Context, cfg kafka.ConsumerConfig, h kafka.Handler) {
 	cfg.Brokers, cfg.Logger, cfg.Opts = a.KafkaBrokers, a.logger, append(cfg.Opts, a.kafkaOpts...)
+	a.groups = append(a.groups, cfg.Group)
 	a.run(cfg.Group, func() error { return kafka.Consume(ctx, cfg, h) })
 }
 
@@ -695,15 +728,24 @@ func (a *App) Failed() <-chan error { return a.errs }
 func (a *App) Close() {
 	a.closed.Do(func() {
 		a.cancel()
-		if a.http != nil {
-			shutdownCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			_ = a.http.Shutdown(shutdownCtx)
-			cancel()
+		for _, srv := range []*http.Server{a.http, a.metricsHTTP} {
+			if srv != nil {
+				shutdownCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				_ = srv.Shutdown(shutdownCtx)
+				cancel()
+			}
 		}
 		for _, svc := range a.Services {
 			_ = svc.Close()
 		}
 		a.wg.Wait()
+		if a.stopTracing != nil {
+			flushCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			if err := a.stopTracing(flushCtx); err != nil {
+				a.logger.Warn("flush spans", "err", err.Error())
+			}
+			cancel()
+		}
 		if a.lease != nil {
 			a.lease.Close()
 		}

@@ -2,119 +2,169 @@ package engine
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"os"
 	"runtime/debug"
+	"slices"
 	"sort"
-	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/sagaengine/saga/adapters/kafka"
+	"github.com/sagaengine/saga/adapters/metrics"
 	"github.com/sagaengine/saga/domain"
 )
 
-// sample is one value of a metric, with its labels.
-type sample struct {
-	labels string
-	value  float64
-}
+// counter and gauge are the two kinds of family the parts count.
+const (
+	counter = prometheus.CounterValue
+	gauge   = prometheus.GaugeValue
+)
 
-func writeMetric(w io.Writer, name, kind, help string, samples ...sample) {
-	fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, kind)
-	for _, s := range samples {
-		if s.labels != "" {
-			fmt.Fprintf(w, "%s{%s} %g\n", name, s.labels, s.value)
-		} else {
-			fmt.Fprintf(w, "%s %g\n", name, s.value)
-		}
-	}
-}
-
-func label(k, v string) string { return k + `="` + strings.ReplaceAll(v, `"`, `\"`) + `"` }
-
-// WriteMetrics writes the counters of every part this process runs in the
-// Prometheus text format.
-func (a *App) WriteMetrics(w io.Writer) {
+// registerMetrics adds to the app's metrics the counters of every part it
+// runs, read from their Stats at each scrape, and the lag of the consumer
+// groups it consumes in. Call it once every part is built.
+func (a *App) registerMetrics() {
+	m := a.Metrics
 	if s := a.Submitter; s != nil {
-		st := s.Stats()
-		writeMetric(w, "saga_orders_total", "counter", "Orders the submitter handled, by outcome.",
-			sample{label("outcome", "accepted"), float64(st.Accepted)},
-			sample{label("outcome", "duplicate"), float64(st.Duplicates)},
-			sample{label("outcome", "dead_lettered"), float64(st.Rejected)})
+		m.Register(metrics.Family{Name: "saga_orders_total", Type: counter, Labels: []string{"outcome"},
+			Help: "Orders the submitter handled, by outcome.",
+			Read: func(emit func(float64, ...string)) {
+				st := s.Stats()
+				emit(float64(st.Accepted), "accepted")
+				emit(float64(st.Duplicates), "duplicate")
+				emit(float64(st.Rejected), "dead_lettered")
+			}})
 	}
 	if s := a.Scheduler; s != nil {
-		st := s.Stats()
-		writeMetric(w, "saga_commands_sent_total", "counter", "Commands the scheduler sent to agents, re-sends included.", sample{"", float64(st.Dispatched)})
-		writeMetric(w, "saga_replies_total", "counter", "Agent replies the scheduler ignored: stale (not for the attempt in flight) or dead-lettered (invalid, unknown task or step).",
-			sample{label("outcome", "stale"), float64(st.StaleReplies)},
-			sample{label("outcome", "dead_lettered"), float64(st.RejectedReplies)})
-		writeMetric(w, "saga_scheduler_conflicts_total", "counter", "Appends that lost to another writer and were decided again.", sample{"", float64(st.Conflicts)})
+		m.Register(metrics.Family{Name: "saga_commands_sent_total", Type: counter,
+			Help: "Commands the scheduler sent to agents, re-sends included.",
+			Read: func(emit func(float64, ...string)) { emit(float64(s.Stats().Dispatched)) }},
+			metrics.Family{Name: "saga_replies_total", Type: counter, Labels: []string{"outcome"},
+				Help: "Agent replies the scheduler ignored: stale (not for the attempt in flight) or dead-lettered (invalid, unknown task or step).",
+				Read: func(emit func(float64, ...string)) {
+					st := s.Stats()
+					emit(float64(st.StaleReplies), "stale")
+					emit(float64(st.RejectedReplies), "dead_lettered")
+				}},
+			metrics.Family{Name: "saga_scheduler_conflicts_total", Type: counter,
+				Help: "Appends that lost to another writer and were decided again.",
+				Read: func(emit func(float64, ...string)) { emit(float64(s.Stats().Conflicts)) }})
 	}
 	if s := a.Supervisor; s != nil {
-		st := s.Stats()
-		writeMetric(w, "saga_timeouts_total", "counter", "Attempts the supervisor recorded as timed out.", sample{"", float64(st.Timeouts)})
-		writeMetric(w, "saga_alerts_total", "counter", "Alerts raised for tasks in Error.", sample{"", float64(st.Alerts)})
+		m.Register(metrics.Family{Name: "saga_timeouts_total", Type: counter,
+			Help: "Attempts the supervisor recorded as timed out.",
+			Read: func(emit func(float64, ...string)) { emit(float64(s.Stats().Timeouts)) }},
+			metrics.Family{Name: "saga_alerts_total", Type: counter,
+				Help: "Alerts raised for tasks in Error.",
+				Read: func(emit func(float64, ...string)) { emit(float64(s.Stats().Alerts)) }})
 	}
 	if len(a.AgentProcs) > 0 {
-		names := make([]string, 0, len(a.AgentProcs))
-		for n := range a.AgentProcs {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		var outcomes, retries, opened []sample
-		for _, n := range names {
-			ag := a.AgentProcs[n]
-			st := ag.Stats()
-			outcomes = append(outcomes,
-				sample{label("agent", n) + "," + label("outcome", "succeeded"), float64(st.Succeeded)},
-				sample{label("agent", n) + "," + label("outcome", "failed"), float64(st.Failed)},
-				sample{label("agent", n) + "," + label("outcome", "expired"), float64(st.Expired)},
-				sample{label("agent", n) + "," + label("outcome", "dead_lettered"), float64(st.Rejected)})
-			retries = append(retries, sample{label("agent", n), float64(st.Retries)})
-			if h := a.HTTPHandlers[n]; h != nil {
-				opened = append(opened, sample{label("agent", n), float64(h.BreakersOpened())})
-			} else {
-				opened = append(opened, sample{label("agent", n), float64(st.BreakerOpened)})
-			}
-		}
-		writeMetric(w, "saga_agent_commands_total", "counter", "Commands agents finished, by outcome; expired ones arrived or ended past their completeBy.", outcomes...)
-		writeMetric(w, "saga_agent_retries_total", "counter", "Calls agents retried within a command's deadline.", retries...)
-		writeMetric(w, "saga_agent_breaker_opened_total", "counter", "Times an agent's circuit breaker opened.", opened...)
+		a.registerAgentMetrics(m)
 	}
 	if s := a.Status; s != nil {
-		writeMetric(w, "saga_statuses_published_total", "counter", "Status messages sent, repeats after a restart included.", sample{"", float64(s.Published())})
+		m.Register(metrics.Family{Name: "saga_statuses_published_total", Type: counter,
+			Help: "Status messages sent, repeats after a restart included.",
+			Read: func(emit func(float64, ...string)) { emit(float64(s.Published())) }})
 		if p, ok := s.Sink.(*kafka.Producer); ok {
-			writeMetric(w, "saga_statuses_undeliverable_total", "counter", "Statuses an order's reply topic refused; each was dead-lettered.", sample{"", float64(p.UndeliverableStatuses())})
+			m.Register(metrics.Family{Name: "saga_statuses_undeliverable_total", Type: counter,
+				Help: "Statuses an order's reply topic refused; each was dead-lettered.",
+				Read: func(emit func(float64, ...string)) { emit(float64(p.UndeliverableStatuses())) }})
 		}
 	}
 	if f := a.followers; f != nil {
-		st := f.Stats()
-		writeMetric(w, "saga_followers_let_go_total", "counter", "Followers of the shared event subscription let go: detached (fell behind, follow on their own) or failed (handler error).",
-			sample{label("reason", "detached"), float64(st.Detached)}, sample{label("reason", "failed"), float64(st.Failed)})
+		m.Register(metrics.Family{Name: "saga_followers_let_go_total", Type: counter, Labels: []string{"reason"},
+			Help: "Followers of the shared event subscription let go: detached (fell behind, follow on their own) or failed (handler error).",
+			Read: func(emit func(float64, ...string)) {
+				st := f.Stats()
+				emit(float64(st.Detached), "detached")
+				emit(float64(st.Failed), "failed")
+			}})
 	}
-	var failures []sample
-	for _, c := range readinessChecks {
-		failures = append(failures, sample{label("check", c), float64(readyFailures[c].Load())})
-	}
-	writeMetric(w, "saga_readiness_failures_total", "counter", "Readiness checks that failed, by check.", failures...)
+	m.Register(metrics.Family{Name: "saga_readiness_failures_total", Type: counter, Labels: []string{"check"},
+		Help: "Readiness checks that failed, by check.",
+		Read: func(emit func(float64, ...string)) {
+			for _, c := range readinessChecks {
+				emit(float64(readyFailures[c].Load()), c)
+			}
+		}})
 	if t := a.Tasks; t != nil {
-		var states []sample
-		counts, _ := t.Counts(context.Background())
-		keys := make([]string, 0, len(counts))
-		for s := range counts {
-			keys = append(keys, string(s))
-		}
-		sort.Strings(keys)
-		for _, s := range keys {
-			states = append(states, sample{label("state", s), float64(counts[domain.TaskState(s)])})
-		}
-		writeMetric(w, "saga_tasks", "gauge", "Tasks by state, in the projection.", states...)
+		m.Register(metrics.Family{Name: "saga_tasks", Type: gauge, Labels: []string{"state"},
+			Help: "Tasks by state, in the projection.",
+			Read: func(emit func(float64, ...string)) {
+				counts, _ := t.Counts(context.Background())
+				states := make([]string, 0, len(counts))
+				for s := range counts {
+					states = append(states, string(s))
+				}
+				sort.Strings(states)
+				for _, s := range states {
+					emit(float64(counts[domain.TaskState(s)]), s)
+				}
+			}})
 	}
 	if a.esServer != nil {
-		st := a.esServer.Store().Stats()
-		writeMetric(w, "saga_eventstore_fsyncs_total", "counter", "Group commits of the embedded event store.", sample{"", float64(st.Syncs)})
-		writeMetric(w, "saga_eventstore_writes_total", "counter", "Writes the embedded event store made durable.", sample{"", float64(st.Writes)})
-		writeMetric(w, "saga_eventstore_refused_writes_total", "counter", "Writes the embedded event store refused: disk full or after a disk failure.", sample{"", float64(st.Refused)})
+		store := a.esServer.Store()
+		m.Register(metrics.Family{Name: "saga_eventstore_fsyncs_total", Type: counter,
+			Help: "Group commits of the embedded event store.",
+			Read: func(emit func(float64, ...string)) { emit(float64(store.Stats().Syncs)) }},
+			metrics.Family{Name: "saga_eventstore_writes_total", Type: counter,
+				Help: "Writes the embedded event store made durable.",
+				Read: func(emit func(float64, ...string)) { emit(float64(store.Stats().Writes)) }},
+			metrics.Family{Name: "saga_eventstore_refused_writes_total", Type: counter,
+				Help: "Writes the embedded event store refused: disk full or after a disk failure.",
+				Read: func(emit func(float64, ...string)) { emit(float64(store.Stats().Refused)) }})
+	}
+	if a.client != nil && len(a.groups) > 0 {
+		groups := slices.Clone(a.groups)
+		m.WatchLag(kadm.NewClient(a.client), func() []string { return groups })
+	}
+}
+
+// registerAgentMetrics adds the counters of the agents the app runs.
+func (a *App) registerAgentMetrics(m *metrics.Metrics) {
+	names := make([]string, 0, len(a.AgentProcs))
+	for n := range a.AgentProcs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	each := func(sample func(name string, emit func(float64, ...string))) func(func(float64, ...string)) {
+		return func(emit func(float64, ...string)) {
+			for _, n := range names {
+				sample(n, emit)
+			}
+		}
+	}
+	m.Register(metrics.Family{Name: "saga_agent_commands_total", Type: counter, Labels: []string{"agent", "outcome"},
+		Help: "Commands agents finished, by outcome; expired ones arrived or ended past their completeBy.",
+		Read: each(func(n string, emit func(float64, ...string)) {
+			st := a.AgentProcs[n].Stats()
+			emit(float64(st.Succeeded), n, "succeeded")
+			emit(float64(st.Failed), n, "failed")
+			emit(float64(st.Expired), n, "expired")
+			emit(float64(st.Rejected), n, "dead_lettered")
+		})},
+		metrics.Family{Name: "saga_agent_retries_total", Type: counter, Labels: []string{"agent"},
+			Help: "Calls agents retried within a command's deadline.",
+			Read: each(func(n string, emit func(float64, ...string)) { emit(float64(a.AgentProcs[n].Stats().Retries), n) })},
+		metrics.Family{Name: "saga_agent_breaker_opened_total", Type: counter, Labels: []string{"agent"},
+			Help: "Times an agent's circuit breaker opened.",
+			Read: each(func(n string, emit func(float64, ...string)) {
+				if h := a.HTTPHandlers[n]; h != nil {
+					emit(float64(h.BreakersOpened()), n)
+				} else {
+					emit(float64(a.AgentProcs[n].Stats().BreakerOpened), n)
+				}
+			})})
+}
+
+// WriteMetrics writes every metric of this process in the Prometheus text
+// format: the histograms, the counters of the parts it runs, the consumer
+// groups' lag, and Go's runtime and process metrics.
+func (a *App) WriteMetrics(w io.Writer) {
+	if err := a.Metrics.Write(w); err != nil {
+		a.logger.Warn("write metrics", "err", err.Error())
 	}
 }
 

@@ -43,7 +43,26 @@ type Store struct {
 	closed bool
 	// gens is the generation of each checkpoint in use.
 	gens map[string]int
+	// observeAppend, when set, hears how each Append went.
+	observeAppend AppendObserver
 }
+
+// Outcomes of an append, as an AppendObserver hears them.
+const (
+	AppendOK       = "ok"
+	AppendConflict = "conflict"
+	AppendRefused  = "refused"
+	AppendFailed   = "error"
+)
+
+// AppendObserver hears how each Append ended (AppendOK, AppendConflict,
+// AppendRefused or AppendFailed) and how long it took, retries included.
+// It is called on the appending goroutine and must be cheap.
+type AppendObserver func(outcome string, took time.Duration)
+
+// ObserveAppends sets the observer of appends. Call it before the store is
+// used.
+func (s *Store) ObserveAppends(o AppendObserver) { s.observeAppend = o }
 
 // Dial connects to the event store at url, e.g. esdb://127.0.0.1:2113?tls=false.
 // The client connects lazily, on the first call.
@@ -121,12 +140,26 @@ func (s *Store) Append(ctx context.Context, stream string, expected domain.Expec
 	}
 	opts := esdb.AppendToStreamOptions{ExpectedRevision: toExpected(expected)}
 	var res *esdb.WriteResult
+	began := time.Now()
 	err := s.retry(ctx, func(c *esdb.Client) error {
 		var err error
 		res, err = c.AppendToStream(ctx, stream, opts, data...)
 		return err
 	})
-	switch classify(err) {
+	class := classify(err)
+	if s.observeAppend != nil {
+		outcome := AppendFailed
+		switch class {
+		case nil:
+			outcome = AppendOK
+		case errConflict:
+			outcome = AppendConflict
+		case errRefused:
+			outcome = AppendRefused
+		}
+		s.observeAppend(outcome, time.Since(began))
+	}
+	switch class {
 	case nil:
 		return res.NextExpectedVersion, nil
 	case errConflict:

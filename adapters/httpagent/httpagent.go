@@ -15,6 +15,11 @@ import (
 	"unicode/utf8"
 
 	"github.com/cockroachdb/errors"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/domain/protocol"
@@ -29,7 +34,9 @@ const (
 	// ActionHeader says whether a call executes a step or compensates one:
 	// protocol.ActionExecute or protocol.ActionCompensate.
 	ActionHeader = "Saga-Action"
-	// TraceParentHeader carries the W3C trace context of the command.
+	// TraceParentHeader carries the W3C trace context of the call: its
+	// client span, a child of the agent's span of the command (the
+	// command's own traceparent when tracing is off).
 	TraceParentHeader = "traceparent"
 )
 
@@ -60,6 +67,10 @@ type Config struct {
 	// MaxResponseBytes bounds a response body; default
 	// domain.MaxResultBytes. A larger answer is a transient failure.
 	MaxResponseBytes int
+	// TracerProvider starts a client span for every call, whose context
+	// the call carries in its traceparent header; default the global
+	// TracerProvider.
+	TracerProvider trace.TracerProvider
 }
 
 // Defaults of Config.
@@ -75,7 +86,8 @@ const (
 // Handler is the built-in HTTP agent's step handler. It is safe for
 // concurrent use.
 type Handler struct {
-	cfg Config
+	cfg    Config
+	tracer trace.Tracer
 
 	mu       sync.Mutex
 	breakers map[string]*processes.Breaker
@@ -96,7 +108,10 @@ func New(cfg Config) *Handler {
 		cfg.MaxResponseBytes = domain.MaxResultBytes
 	}
 	cfg.BaseURL = strings.TrimRight(cfg.BaseURL, "/")
-	return &Handler{cfg: cfg, breakers: map[string]*processes.Breaker{}}
+	if cfg.TracerProvider == nil {
+		cfg.TracerProvider = otel.GetTracerProvider()
+	}
+	return &Handler{cfg: cfg, tracer: cfg.TracerProvider.Tracer(TracerName), breakers: map[string]*processes.Breaker{}}
 }
 
 // DefaultClient returns the client a Handler uses when given none: keep-alive
@@ -191,10 +206,30 @@ func (h *Handler) Handle(ctx context.Context, cmd protocol.ExecuteStep) (json.Ra
 	if err := breaker.Allow(); err != nil {
 		return nil, errors.Wrapf(err, "host %s", req.URL.Host)
 	}
+	ctx, span := h.tracer.Start(ctx, req.Method, trace.WithSpanKind(trace.SpanKindClient))
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("http.request.method", req.Method), attribute.String("server.address", req.URL.Hostname()),
+			attribute.String("url.full", req.URL.Scheme+"://"+req.URL.Host+req.URL.EscapedPath()),
+			processes.AttrTaskID.String(cmd.TaskID), processes.AttrStep.String(cmd.Step), processes.AttrAction.String(cmd.Action))
+	}
+	defer span.End()
+	req = req.WithContext(ctx)
+	// The call's own span when tracing is on; the span the handler runs
+	// in, or the command's traceparent (set by request), when it is off.
+	traceContext.Inject(ctx, propagation.HeaderCarrier(req.Header))
 	result, err := h.do(req, call)
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+	}
 	breaker.Record(err)
 	return result, err
 }
+
+// TracerName names the tracer of the HTTP agent's client spans.
+const TracerName = "github.com/sagaengine/saga/adapters/httpagent"
+
+// traceContext writes W3C trace context into a call's headers.
+var traceContext = propagation.TraceContext{}
 
 // request builds the request of a command.
 func (h *Handler) request(ctx context.Context, cmd protocol.ExecuteStep) (*http.Request, *domain.HTTPCall, error) {
@@ -332,6 +367,7 @@ func (h *Handler) do(req *http.Request, call *domain.HTTPCall) (json.RawMessage,
 		return nil, errors.Wrapf(err, "%s", target)
 	}
 	defer resp.Body.Close()
+	trace.SpanFromContext(req.Context()).SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
 	limit := h.cfg.MaxResponseBytes
 	body, err := io.ReadAll(io.LimitReader(resp.Body, int64(limit)+1))
 	class := Classify(resp.StatusCode, call)

@@ -18,7 +18,7 @@
 //	                              (and the projection has caught up)
 //	GET  /readyz                  readiness: 200 when every check passes, else
 //	                              503; each check named in the answer
-//	GET  /metrics                 counters in the Prometheus text format
+//	GET  /metrics                 metrics in the Prometheus text format
 //
 // The actions answer 202 once the request is recorded; the task's state
 // follows as the scheduler carries it out. The tasks' JSON is
@@ -77,7 +77,7 @@ func ViewOf(w *domain.Workflow) (WorkflowView, error) {
 // maxWorkflowBytes bounds a definition sent to the API.
 const maxWorkflowBytes = 1 << 20
 
-// Metrics writes counters in the Prometheus text format.
+// Metrics writes the process's metrics in the Prometheus text format.
 type Metrics interface {
 	WriteMetrics(w io.Writer)
 }

@@ -67,14 +67,14 @@ func (p *Producer) Record(topic, key, ceType string, body []byte) *kgo.Record {
 	return p.TracedRecord(topic, key, ceType, body, "")
 }
 
-// TracedRecord is Record with W3C trace context: a new span of parent's
-// trace, or a new trace when parent is empty.
+// TracedRecord is Record with W3C trace context: traceparent as given (the
+// sender's span), or a new trace when it is empty or invalid.
 func (p *Producer) TracedRecord(topic, key, ceType string, body []byte, parent string) *kgo.Record {
 	return NewRecord(topic, key, ceType, p.source, body, parent)
 }
 
 // NewRecord builds a saga message: a CloudEvents binary-mode record with a
-// JSON body and trace context continuing parent's trace.
+// JSON body and parent as its traceparent (protocol.Headers).
 func NewRecord(topic, key, ceType, source string, body []byte, parent string) *kgo.Record {
 	hs := protocol.Headers(ceType, source, key, parent, time.Now())
 	headers := make([]kgo.RecordHeader, len(hs))

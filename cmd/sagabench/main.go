@@ -187,7 +187,8 @@ func run(ctx context.Context, c config) error {
 		var b strings.Builder
 		embedded.WriteMetrics(&b)
 		for _, line := range strings.Split(b.String(), "\n") {
-			if line != "" && !strings.HasPrefix(line, "#") {
+			// saga's own samples; histograms by their count and sum.
+			if line != "" && strings.HasPrefix(line, "saga_") && !strings.Contains(line, "_bucket{") {
 				fmt.Fprintln(os.Stderr, "  "+line)
 			}
 		}

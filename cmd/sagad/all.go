@@ -102,6 +102,7 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	esListen := fs.String("eventstore-listen", "127.0.0.1:2113", "address of the embedded event store")
 	httpListen := fs.String("http-listen", "127.0.0.1:8080", "address of the HTTP API")
 	debugListen := fs.String("debug-listen", envOr("SAGA_DEBUG_LISTEN", ""), "serve Go's profiling endpoints (/debug/pprof/) on this address, apart from the API; off by default [$SAGA_DEBUG_LISTEN]")
+	metricsListen := fs.String("metrics-listen", envOr("SAGA_METRICS_LISTEN", ""), "serve /metrics on this address too, for processes that run without the api role; off by default [$SAGA_METRICS_LISTEN]")
 	brokers := fs.String("kafka-brokers", envOr("SAGA_KAFKA_BROKERS", ""), "use these Kafka brokers (comma-separated) and start no embedded broker [$SAGA_KAFKA_BROKERS]")
 	esURL := new(eventstore.URLFlag)
 	*esURL = eventstore.URLFlag(envOr("SAGA_EVENTSTORE", ""))
@@ -160,7 +161,7 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	started := time.Now()
 	a, err := engine.Start(engine.Config{
 		DataDir: *data, KafkaBrokers: kafka.SplitBrokers(*brokers), KafkaListen: *kafkaListen,
-		EventStoreURL: esConnection, EventStoreListen: *esListen, HTTPListen: *httpListen,
+		EventStoreURL: esConnection, EventStoreListen: *esListen, HTTPListen: *httpListen, MetricsListen: *metricsListen,
 		Partitions: int32(*partitions), Instance: *instance, DemoAgents: *demoAgents, Faults: faults, Logger: logger,
 		Roles: roles, SupervisorInterval: *supervisorInterval, CheckpointEvery: *checkpointEvery, KafkaFsync: *kafkaFsync, DemoServiceURLs: services,
 		WorkflowDirs: workflowDirs, HTTPAgents: httpAgents, KafkaSyncTopics: append([]string{}, kafka.SplitBrokers(*kafkaSyncTopics)...),

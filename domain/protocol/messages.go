@@ -77,7 +77,8 @@ type ExecuteStep struct {
 	Result json.RawMessage `json:"result,omitempty"`
 	// HTTP is the call to make, for steps run by the built-in HTTP agent.
 	HTTP *domain.HTTPCall `json:"http,omitempty"`
-	// TraceParent travels as the traceparent header, not in the body.
+	// TraceParent travels as the traceparent header, not in the body: the
+	// span of the dispatch that sent the command.
 	TraceParent string `json:"-"`
 }
 
@@ -124,7 +125,8 @@ type StepReply struct {
 	Reason  string             `json:"reason,omitempty"`
 	Agent   string             `json:"agent,omitempty"`
 	Result  json.RawMessage    `json:"result,omitempty"`
-	// TraceParent travels as the traceparent header, not in the body.
+	// TraceParent travels as the traceparent header, not in the body: the
+	// span of the agent's work on the command.
 	TraceParent string `json:"-"`
 }
 

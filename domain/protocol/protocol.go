@@ -44,11 +44,15 @@ type Header struct {
 
 // Headers are the headers of a saga message: CloudEvents binary mode with a
 // JSON body of type ceType from source about subject (the task id), and
-// trace context continuing parent's trace (a new trace when parent is not
-// a valid traceparent).
-func Headers(ceType, source, subject, parent string, now time.Time) []Header {
+// traceparent as the trace context, as it is: the sender names the span
+// that sends the message, so that the receiver's spans are its children.
+// An invalid or empty traceparent starts a new trace.
+func Headers(ceType, source, subject, traceparent string, now time.Time) []Header {
+	if !ValidTraceParent(traceparent) {
+		traceparent = NewTraceParent()
+	}
 	return []Header{
-		{HeaderTraceParent, ChildTraceParent(parent)},
+		{HeaderTraceParent, traceparent},
 		{HeaderSpecVersion, "1.0"},
 		{HeaderID, newID()},
 		{HeaderSource, source},

@@ -35,3 +35,24 @@ func TestHeadersAreCloudEventsBinaryMode(t *testing.T) {
 	assert.Len(t, got[protocol.HeaderID], 36)
 	assert.True(t, protocol.ValidTraceParent(got[protocol.HeaderTraceParent]))
 }
+
+// TestHeadersCarryTheSendersSpan keeps a valid traceparent as the sender
+// gave it, so that the span that sent a message is its receiver's parent,
+// and replaces an invalid one by a new trace.
+func TestHeadersCarryTheSendersSpan(t *testing.T) {
+	traceparent := func(tp string) string {
+		for _, h := range protocol.Headers("saga.step.execute", "saga/test", "o-1", tp, time.Now()) {
+			if h.Key == protocol.HeaderTraceParent {
+				return h.Value
+			}
+		}
+		return ""
+	}
+	const sent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	assert.Equal(t, sent, traceparent(sent))
+	for _, bad := range []string{"", "00-zz", sent + "0"} {
+		got := traceparent(bad)
+		assert.True(t, protocol.ValidTraceParent(got), got)
+		assert.NotEqual(t, sent[3:35], got[3:35])
+	}
+}

@@ -61,6 +61,8 @@ type LegView struct {
 	LastFailure    domain.FailureKind `json:"lastFailure,omitempty"`
 	LastError      string             `json:"lastError,omitempty"`
 	IdempotencyKey string             `json:"idempotencyKey,omitempty"`
+	// DispatchedAt is when the last attempt was dispatched.
+	DispatchedAt *time.Time `json:"dispatchedAt,omitempty"`
 	// AttemptBase is the attempt number when an operator last resubmitted;
 	// only attempts after it count against the limit.
 	AttemptBase int `json:"attemptBase,omitempty"`
@@ -119,12 +121,30 @@ func (v *TaskView) Task() *domain.Task {
 
 func legView(l *domain.Leg) LegView {
 	return LegView{State: l.State, Attempt: l.Attempt, LockedBy: l.LockedBy, CompleteBy: clonePtr(l.CompleteBy), NotBefore: clonePtr(l.NotBefore),
-		FailureCount: l.FailureCount, LastFailure: l.LastFailure, LastError: l.LastError, IdempotencyKey: l.IdempotencyKey, AttemptBase: l.AttemptBase}
+		FailureCount: l.FailureCount, LastFailure: l.LastFailure, LastError: l.LastError, IdempotencyKey: l.IdempotencyKey, AttemptBase: l.AttemptBase,
+		DispatchedAt: timePtr(l.DispatchedAt)}
 }
 
 func (l LegView) leg() domain.Leg {
 	return domain.Leg{State: l.State, Attempt: l.Attempt, LockedBy: l.LockedBy, CompleteBy: clonePtr(l.CompleteBy), NotBefore: clonePtr(l.NotBefore),
-		FailureCount: l.FailureCount, LastFailure: l.LastFailure, LastError: l.LastError, IdempotencyKey: l.IdempotencyKey, AttemptBase: l.AttemptBase}
+		FailureCount: l.FailureCount, LastFailure: l.LastFailure, LastError: l.LastError, IdempotencyKey: l.IdempotencyKey, AttemptBase: l.AttemptBase,
+		DispatchedAt: timeOf(l.DispatchedAt)}
+}
+
+// timePtr is t, nil when zero.
+func timePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+// timeOf is *p, zero when nil.
+func timeOf(p *time.Time) time.Time {
+	if p == nil {
+		return time.Time{}
+	}
+	return *p
 }
 
 func clonePtr[T any](p *T) *T {
