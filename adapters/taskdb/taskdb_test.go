@@ -300,3 +300,19 @@ func BenchmarkCommit(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*batch), "µs/task")
 }
+
+// TestNewFileHasPagesThatHoldARow: a new view file has 16 KiB pages, so a
+// task's row stays in the B-tree instead of spilling into an overflow page
+// (which made the file four times larger with SQLite's 4 KiB default).
+func TestNewFileHasPagesThatHoldARow(t *testing.T) {
+	db := open(t)
+	raw, err := sql.Open("sqlite", "file:"+db.Path()+"?mode=ro")
+	require.NoError(t, err)
+	defer raw.Close()
+	var size int
+	require.NoError(t, raw.QueryRow(`PRAGMA page_size`).Scan(&size))
+	assert.Equal(t, 16384, size)
+	var mode string
+	require.NoError(t, raw.QueryRow(`PRAGMA journal_mode`).Scan(&mode))
+	assert.Equal(t, "wal", mode, "the view still runs in WAL mode")
+}
