@@ -40,6 +40,7 @@ var commandHelp = map[string]struct{ usage, examples string }{
 		`  sagactl cancel o-1 --reason 'customer asked'
   sagactl cancel --workflow signup --step charge-card --older-than 1h --dry-run
   sagactl cancel --state Error --reason-contains 'card expired' --reason 'card expired' --yes -o json`},
+	"alerts":    {"sagactl alerts [flags]", "  sagactl alerts\n  sagactl alerts --open\n  sagactl alerts --since 24h -o json"},
 	"overdue":   {"sagactl overdue [flags]", "  sagactl overdue\n  sagactl overdue --workflow order --at-least 30s -o json"},
 	"watch":     {"sagactl watch [flags] ORDER_ID | --topic TOPIC", "  sagactl watch o-1 --timeout 30s\n  sagactl watch --topic saga.status -o json"},
 	"audit":     {"sagactl audit [flags] TASK_ID", "  sagactl audit o-1\n  sagactl audit o-1 --at 4\n  sagactl audit o-1 -o json"},

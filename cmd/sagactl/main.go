@@ -46,6 +46,8 @@ commands:
                            --dry-run lists them; over 5 asks, or --yes
   cancel TASK_ID           cancel a task: it compensates what it did
   cancel FILTERS           cancel every task the filters select (as for retry)
+  alerts                   alerts for tasks in Error, newest first, open or resolved
+                           (--open, --since)
   overdue                  attempts in flight past their completeBy, oldest first
   watch ORDER_ID           follow an order until it ends; exit code 0 processed,
                            2 compensated, 3 failed (Error), 4 --timeout passed,
@@ -137,7 +139,7 @@ func init() {
 	commands = map[string]func(context.Context, []string) error{
 		"submit": submit, "get": get, "tasks": tasks, "retry": retry, "cancel": cancel,
 		"watch": watch, "audit": audit, "replay": replay, "workflows": workflowsCmd,
-		"overdue": overdue,
+		"alerts": alerts, "overdue": overdue,
 	}
 }
 
