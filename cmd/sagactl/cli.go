@@ -40,7 +40,13 @@ var commandHelp = map[string]struct{ usage, examples string }{
 		`  sagactl cancel o-1 --reason 'customer asked'
   sagactl cancel --workflow signup --step charge-card --older-than 1h --dry-run
   sagactl cancel --state Error --reason-contains 'card expired' --reason 'card expired' --yes -o json`},
-	"alerts":    {"sagactl alerts [flags]", "  sagactl alerts\n  sagactl alerts --open\n  sagactl alerts --since 24h -o json"},
+	"alerts": {"sagactl alerts [flags]", "  sagactl alerts\n  sagactl alerts --open\n  sagactl alerts --since 24h -o json"},
+	"deadletters": {"sagactl deadletters [list] [flags] [ID...]\n       sagactl deadletters redrive [flags] ID... | FILTERS",
+		`  sagactl deadletters
+  sagactl deadletters --source-topic orders --since 1h -o json
+  sagactl deadletters redrive 0/17 --dry-run
+  sagactl deadletters redrive 0/17 --value-file fixed-order.json
+  sagactl deadletters redrive --reason-contains 'unknown workflow signup' --yes`},
 	"overdue":   {"sagactl overdue [flags]", "  sagactl overdue\n  sagactl overdue --workflow order --at-least 30s -o json"},
 	"watch":     {"sagactl watch [flags] ORDER_ID | --topic TOPIC", "  sagactl watch o-1 --timeout 30s\n  sagactl watch --topic saga.status -o json"},
 	"audit":     {"sagactl audit [flags] TASK_ID", "  sagactl audit o-1\n  sagactl audit o-1 --at 4\n  sagactl audit o-1 -o json"},
@@ -188,7 +194,8 @@ func completion(_ context.Context, args []string) error {
 
 // subcommands are the words that follow the commands that have them.
 var subcommands = map[string][]string{
-	"workflows": {"apply", "validate", "list", "get", "diff"},
+	"workflows":   {"apply", "validate", "list", "get", "diff"},
+	"deadletters": {"list", "redrive"},
 }
 
 // collecting, when set, makes flags() hand each command's flag set to it
@@ -216,6 +223,8 @@ func commandFlags(name string) []string {
 	switch name {
 	case "workflows":
 		run = workflowsList
+	case "deadletters":
+		run = deadlettersRedrive // its flags are list's and more
 	}
 	if run != nil {
 		_ = run(context.Background(), nil)

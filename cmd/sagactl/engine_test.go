@@ -13,12 +13,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sagaengine/saga/adapters/demo"
 	"github.com/sagaengine/saga/adapters/engine"
 	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/domain/protocol"
 )
 
 // TestMain lets the test binary be sagactl: a test runs it again with
@@ -132,4 +134,30 @@ func (s *saga) awaitStates(want map[string]domain.TaskState) {
 		}
 		return true
 	}, 60*time.Second, 20*time.Millisecond, "tasks in %v", want)
+}
+
+// TestHelpCompletionAndHostilePaging: every new command has help with
+// examples and is completed, a page too large is capped by the API, and a
+// server that is not there is reported within seconds.
+func TestHelpCompletionAndHostilePaging(t *testing.T) {
+	s := startSaga(t, engine.Config{Workflows: testWorkflows(time.Second)})
+	for _, cmd := range []string{"alerts", "deadletters", "overdue", "retry", "cancel"} {
+		out, errOut, code := s.run(cmd, "--help")
+		assert.Equal(t, 0, code, cmd)
+		assert.Contains(t, out+errOut, "examples:", cmd)
+	}
+	out, _, code := s.run("completion", "bash")
+	require.Equal(t, 0, code)
+	for _, want := range []string{"alerts", "deadletters) COMPREPLY=($(compgen -W \"list redrive", "overdue", "--reason-contains", "--dry-run"} {
+		assert.Contains(t, out, want)
+	}
+	var list protocol.TaskList
+	s.runJSON(&list, "tasks", "--limit", "100000000")
+	assert.Empty(t, list.Tasks)
+
+	began := time.Now()
+	_, errOut, code := s.runAt("http://127.0.0.1:1", "retry", "--state", "Error", "--dry-run")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, "is sagad running?")
+	assert.Less(t, time.Since(began), 5*time.Second)
 }

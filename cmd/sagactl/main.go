@@ -48,6 +48,11 @@ commands:
   cancel FILTERS           cancel every task the filters select (as for retry)
   alerts                   alerts for tasks in Error, newest first, open or resolved
                            (--open, --since)
+  deadletters [ID...]      what saga could not accept: reason, source, payload
+                           (--reason-contains, --source-topic, --key, --since)
+  deadletters redrive ID...|FILTERS
+                           re-publish dead letters to the topic they came from, once
+                           the cause is fixed (--dry-run, --value-file for a fixed payload)
   overdue                  attempts in flight past their completeBy, oldest first
   watch ORDER_ID           follow an order until it ends; exit code 0 processed,
                            2 compensated, 3 failed (Error), 4 --timeout passed,
@@ -139,7 +144,7 @@ func init() {
 	commands = map[string]func(context.Context, []string) error{
 		"submit": submit, "get": get, "tasks": tasks, "retry": retry, "cancel": cancel,
 		"watch": watch, "audit": audit, "replay": replay, "workflows": workflowsCmd,
-		"alerts": alerts, "overdue": overdue,
+		"alerts": alerts, "deadletters": deadletters, "overdue": overdue,
 	}
 }
 
