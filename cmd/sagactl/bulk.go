@@ -212,23 +212,30 @@ type outcome struct {
 
 // bulkReport is a bulk action's answer with -o json.
 type bulkReport struct {
-	Action    string    `json:"action"`
-	DryRun    bool      `json:"dryRun"`
-	Matched   int       `json:"matched"`
-	Succeeded int       `json:"succeeded"`
-	Failed    int       `json:"failed"`
-	Items     any       `json:"items"`
-	Outcomes  []outcome `json:"outcomes,omitempty"`
+	Action    string `json:"action"`
+	DryRun    bool   `json:"dryRun"`
+	Matched   int    `json:"matched"`
+	Succeeded int    `json:"succeeded"`
+	Failed    int    `json:"failed"`
+	// Interrupted counts the items not attempted after an interrupt.
+	Interrupted int       `json:"interrupted,omitempty"`
+	Items       any       `json:"items"`
+	Outcomes    []outcome `json:"outcomes,omitempty"`
 }
 
-// runBulk carries out act on each of n items, printing each outcome as it
-// comes (a table line) or all at the end (JSON), and fails if any failed.
-func runBulk(c *common, report bulkReport, ids []string, act func(i int) error) error {
+// runBulk carries out act on each of the items, printing each outcome as
+// it comes (a table line) or all at the end (JSON), and fails if any
+// failed. Interrupted, it stops between items.
+func runBulk(ctx context.Context, c *common, report bulkReport, ids []string, act func(i int) error) error {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	if *c.output == outputTable {
 		fmt.Fprintln(tw, "ID\tRESULT")
 	}
 	for i, id := range ids {
+		if ctx.Err() != nil {
+			report.Interrupted = len(ids) - i
+			break
+		}
 		o := outcome{ID: id, OK: true}
 		if err := act(i); err != nil {
 			o.OK, o.Error = false, err.Error()
@@ -253,7 +260,10 @@ func runBulk(c *common, report bulkReport, ids []string, act func(i int) error) 
 	} else {
 		fmt.Printf("%s: %d of %d done, %d failed\n", report.Action, report.Succeeded, report.Matched, report.Failed)
 	}
-	if report.Failed > 0 {
+	switch {
+	case report.Interrupted > 0:
+		return exitCode{exitError, fmt.Sprintf("%s interrupted: %d of %d not attempted", report.Action, report.Interrupted, report.Matched)}
+	case report.Failed > 0:
 		return exitCode{exitError, fmt.Sprintf("%s failed for %d of %d", report.Action, report.Failed, report.Matched)}
 	}
 	return nil
@@ -301,7 +311,7 @@ func bulkTasks(ctx context.Context, c *common, f *taskFilter, action string, sta
 	for i, t := range selected {
 		ids[i] = t.ID
 	}
-	return runBulk(c, report, ids, func(i int) error {
+	return runBulk(ctx, c, report, ids, func(i int) error {
 		return call(ctx, http.MethodPost, c.api+"/api/tasks/"+url.PathEscape(ids[i])+"/"+action, body, nil)
 	})
 }

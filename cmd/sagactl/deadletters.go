@@ -380,7 +380,7 @@ func deadlettersRedrive(ctx context.Context, args []string) error {
 		return err
 	}
 	defer producer.Close()
-	return runBulk(c, report, ids, func(i int) error {
+	return runBulk(ctx, c, report, ids, func(i int) error {
 		rec, err := redriveRecord(letters[i], value)
 		if err != nil {
 			return err
