@@ -24,18 +24,14 @@ const (
 
 // alertRow is an alert raised for a task in Error and what became of it.
 type alertRow struct {
-	TaskID   string `json:"taskId"`
-	Workflow string `json:"workflow"`
-	Step     string `json:"step,omitempty"`
-	Reason   string `json:"reason"`
-	// Revision is the task's revision when it was raised.
-	Revision int64     `json:"revision"`
-	RaisedAt time.Time `json:"raisedAt"`
+	// Alert is the raised alert (made from the task view when Note says
+	// so).
+	protocol.Alert
 	// Status is open or resolved.
-	Status           string     `json:"status"`
-	ResolvedAt       *time.Time `json:"resolvedAt,omitempty"`
-	ResolvedBy       string     `json:"resolvedBy,omitempty"`
-	ResolvedRevision int64      `json:"resolvedRevision,omitempty"`
+	Status string `json:"status"`
+	// Resolution is the resolved alert that resolved it, when one is on
+	// the topic.
+	Resolution *protocol.Alert `json:"resolution,omitempty"`
 	// Note says when the row comes from the task view rather than the
 	// alerts topic alone.
 	Note string `json:"note,omitempty"`
@@ -109,7 +105,7 @@ func alerts(ctx context.Context, args []string) error {
 	if *openOnly {
 		rows = slices.DeleteFunc(rows, func(r alertRow) bool { return r.Status != alertOpen })
 	}
-	slices.SortStableFunc(rows, func(a, b alertRow) int { return b.RaisedAt.Compare(a.RaisedAt) })
+	slices.SortStableFunc(rows, func(a, b alertRow) int { return b.At.Compare(a.At) })
 	if *limit > 0 && len(rows) > *limit {
 		rows = rows[:*limit]
 	}
@@ -128,17 +124,11 @@ func pairAlerts(raised map[string]map[int64]protocol.Alert, resolved map[string]
 	var rows []alertRow
 	for task, byRevision := range raised {
 		for _, a := range byRevision {
-			row := alertRow{TaskID: task, Workflow: a.Workflow, Step: a.Step, Reason: a.Reason, Revision: a.Revision, RaisedAt: a.At,
-				Status: alertOpen}
-			var by *protocol.Alert
+			row := alertRow{Alert: a, Status: alertOpen}
 			for i, r := range resolved[task] {
-				if r.Resolves(a) && (by == nil || r.Revision < by.Revision) {
-					by = &resolved[task][i]
+				if r.Resolves(a) && (row.Resolution == nil || r.Revision < row.Resolution.Revision) {
+					row.Status, row.Resolution = alertResolved, &resolved[task][i]
 				}
-			}
-			if by != nil {
-				at := by.At
-				row.Status, row.ResolvedAt, row.ResolvedBy, row.ResolvedRevision = alertResolved, &at, by.By, by.Revision
 			}
 			rows = append(rows, row)
 		}
@@ -167,8 +157,7 @@ func checkWithView(rows []alertRow, inError map[string]*protocol.TaskView, since
 		if covered[id] || t.UpdatedAt.Before(since) {
 			continue
 		}
-		rows = append(rows, alertRow{TaskID: id, Workflow: t.Workflow, Step: t.FailedStep, Reason: t.Reason, Revision: t.Revision,
-			RaisedAt: t.UpdatedAt, Status: alertOpen, Note: noteNoAlert})
+		rows = append(rows, alertRow{Alert: protocol.RaisedAlert(t.Task()), Status: alertOpen, Note: noteNoAlert})
 	}
 	return rows
 }
@@ -179,9 +168,9 @@ func printAlerts(rows []alertRow) error {
 	open := 0
 	notes := map[string]bool{}
 	for _, r := range rows {
-		resolvedAt, status := "-", r.Status
-		if r.ResolvedAt != nil {
-			resolvedAt = stamp(*r.ResolvedAt)
+		resolvedAt, by, status := "-", "-", r.Status
+		if r.Resolution != nil {
+			resolvedAt, by = stamp(r.Resolution.At), dash(r.Resolution.By)
 		}
 		if r.Status == alertOpen {
 			open++
@@ -190,8 +179,8 @@ func printAlerts(rows []alertRow) error {
 			status += "*"
 			notes[r.Note] = true
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.TaskID, r.Workflow, dash(r.Step), stamp(r.RaisedAt), status, resolvedAt,
-			dash(r.ResolvedBy), dash(truncate(r.Reason)))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.TaskID, r.Workflow, dash(r.Step), stamp(r.At), status, resolvedAt, by,
+			dash(truncate(r.Reason)))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -7,10 +7,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/sagaengine/saga/adapters/demo"
-	"github.com/sagaengine/saga/adapters/engine"
 	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/domain/protocol"
 )
@@ -22,17 +19,10 @@ import (
 // and every alert shows as resolved by the operator, from the resolved
 // alerts on saga.alerts.
 func TestAlertsAndBulkRetry(t *testing.T) {
-	s := startSaga(t, engine.Config{Workflows: testWorkflows(time.Second),
-		Faults: map[string][]demo.Fault{"payment": {{Mode: demo.FaultPermanent, Rate: 1}}}})
-	failing := map[string]domain.TaskState{}
-	var records []*kgo.Record
-	for _, id := range []string{"e-1", "e-2", "e-3", "e-4", "e-5", "e-6", "e-7"} {
-		failing[id] = domain.StateError
-		records = append(records, order(id, `{"orderId":"`+id+`","workflow":"strict"}`))
-	}
-	records = append(records, order("fine-1", `{"orderId":"fine-1","workflow":"quick"}`))
-	s.publish(protocol.OrdersTopic, records...)
-	s.awaitStates(failing)
+	s := refusingPayments(t, 0)
+	s.publish(protocol.OrdersTopic, order("fine-1", `{"orderId":"fine-1","workflow":"quick"}`))
+	ids := []string{"e-1", "e-2", "e-3", "e-4", "e-5", "e-6", "e-7"}
+	s.intoError(ids...)
 	s.awaitStates(map[string]domain.TaskState{"fine-1": domain.StateProcessed})
 
 	var rows []alertRow
@@ -75,7 +65,7 @@ func TestAlertsAndBulkRetry(t *testing.T) {
 		_, errOut, code := s.run(hostile...)
 		assert.NotEqual(t, 0, code, "%v: %s", hostile, errOut)
 	}
-	for id := range failing {
+	for _, id := range ids {
 		task, _, err := s.app.Tasks.Get(context.Background(), id)
 		require.NoError(t, err)
 		assert.Equal(t, domain.StateError, task.State, "%s: nothing was retried yet", id)
@@ -87,10 +77,11 @@ func TestAlertsAndBulkRetry(t *testing.T) {
 	assert.Equal(t, 7, done.Matched)
 	assert.Equal(t, 7, done.Succeeded)
 	assert.Zero(t, done.Failed)
-	for id := range failing {
-		failing[id] = domain.StateProcessed
+	processed := map[string]domain.TaskState{}
+	for _, id := range ids {
+		processed[id] = domain.StateProcessed
 	}
-	s.awaitStates(failing)
+	s.awaitStates(processed)
 
 	require.Eventually(t, func() bool {
 		s.runJSON(&rows, "alerts", "--no-view")
@@ -102,8 +93,10 @@ func TestAlertsAndBulkRetry(t *testing.T) {
 		return len(rows) == 7
 	}, 30*time.Second, 100*time.Millisecond, "the status publisher resolves each alert")
 	for _, r := range rows {
-		assert.Equal(t, "tester@sagactl", r.ResolvedBy, r.TaskID)
-		assert.Equal(t, r.Revision+1, r.ResolvedRevision, "%s: resolved by the event after the failure", r.TaskID)
+		require.NotNil(t, r.Resolution, r.TaskID)
+		assert.Equal(t, "tester@sagactl", r.Resolution.By, r.TaskID)
+		assert.Equal(t, r.Revision+1, r.Resolution.Revision, "%s: resolved by the event after the failure", r.TaskID)
+		assert.Equal(t, domain.StateProcessing, r.Resolution.State, r.TaskID)
 		assert.Empty(t, r.Note, "from the topic, not the view")
 	}
 	out, _, code = s.run("alerts", "--open")
@@ -119,15 +112,20 @@ func TestAlertsAndBulkRetry(t *testing.T) {
 // never scans) is listed as open from the view, and once an operator
 // retries it, it leaves the list of open alerts.
 func TestAlertsCompletedByTheTaskView(t *testing.T) {
-	s := startSaga(t, engine.Config{Workflows: testWorkflows(time.Second), SupervisorInterval: time.Hour,
-		Faults: map[string][]demo.Fault{"payment": {{Mode: demo.FaultPermanent, Rate: 1}}}})
-	s.publish(protocol.OrdersTopic, order("v-1", `{"orderId":"v-1","workflow":"strict"}`))
-	s.awaitStates(map[string]domain.TaskState{"v-1": domain.StateError})
+	s := refusingPayments(t, time.Hour)
+	s.intoError("v-1")
 	var rows []alertRow
 	s.runJSON(&rows, "alerts")
 	require.Len(t, rows, 1)
 	assert.Equal(t, alertOpen, rows[0].Status)
 	assert.Equal(t, noteNoAlert, rows[0].Note)
 	s.runJSON(&rows, "alerts", "--no-view")
+	assert.Empty(t, rows)
+
+	s.app.Services["payment"].SetFaults()
+	out, errOut, code := s.run("retry", "v-1")
+	require.Equal(t, 0, code, out+errOut)
+	s.awaitStates(map[string]domain.TaskState{"v-1": domain.StateProcessed})
+	s.runJSON(&rows, "alerts", "--open")
 	assert.Empty(t, rows)
 }

@@ -23,10 +23,8 @@ import (
 // refuses the retry of one task: the others are retried, the refused one
 // is reported with the API's answer, and sagactl exits 1.
 func TestBulkRetryReportsEachFailure(t *testing.T) {
-	s := startSaga(t, engine.Config{Workflows: testWorkflows(time.Second),
-		Faults: map[string][]demo.Fault{"payment": {{Mode: demo.FaultPermanent, Rate: 1}}}})
-	s.publish(protocol.OrdersTopic, order("r-1", `{"orderId":"r-1","workflow":"strict"}`), order("r-2", `{"orderId":"r-2","workflow":"strict"}`))
-	s.awaitStates(map[string]domain.TaskState{"r-1": domain.StateError, "r-2": domain.StateError})
+	s := refusingPayments(t, 0)
+	s.intoError("r-1", "r-2")
 	target, err := url.Parse(s.api)
 	require.NoError(t, err)
 	forward := httputil.NewSingleHostReverseProxy(target)

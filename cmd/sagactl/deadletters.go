@@ -70,9 +70,7 @@ func newDeadLetter(r *kgo.Record) *deadLetter {
 		d.ValueBase64 = base64.StdEncoding.EncodeToString(r.Value)
 	}
 	for _, h := range r.Headers {
-		switch h.Key {
-		case protocol.HeaderDeadLetterReason, protocol.HeaderDeadLetterSource, protocol.HeaderRedrivenFrom:
-		default:
+		if !ofDeadLetter(h.Key) {
 			if d.Headers == nil {
 				d.Headers = map[string]string{}
 			}
@@ -80,6 +78,12 @@ func newDeadLetter(r *kgo.Record) *deadLetter {
 		}
 	}
 	return d
+}
+
+// ofDeadLetter reports whether a header is the dead letters' own, not the
+// original record's.
+func ofDeadLetter(key string) bool {
+	return key == protocol.HeaderDeadLetterReason || key == protocol.HeaderDeadLetterSource || key == protocol.HeaderRedrivenFrom
 }
 
 func deadLetterID(partition int32, offset int64) string {
@@ -404,9 +408,7 @@ func redriveRecord(d *deadLetter, value []byte) (*kgo.Record, error) {
 	}
 	rec := &kgo.Record{Topic: d.SourceTopic, Key: d.record.Key, Value: value}
 	for _, h := range d.record.Headers {
-		switch h.Key {
-		case protocol.HeaderDeadLetterReason, protocol.HeaderDeadLetterSource, protocol.HeaderRedrivenFrom:
-		default:
+		if !ofDeadLetter(h.Key) {
 			rec.Headers = append(rec.Headers, h)
 		}
 	}

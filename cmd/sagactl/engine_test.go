@@ -78,6 +78,27 @@ func startSaga(t *testing.T, cfg engine.Config) *saga {
 	return &saga{t: t, app: app, api: "http://" + app.HTTPAddr}
 }
 
+// refusingPayments starts an engine whose payment service refuses every
+// charge, so that orders of the strict workflow stop in Error.
+func refusingPayments(t *testing.T, supervisorInterval time.Duration) *saga {
+	return startSaga(t, engine.Config{Workflows: testWorkflows(time.Second), SupervisorInterval: supervisorInterval,
+		Faults: map[string][]demo.Fault{"payment": {{Mode: demo.FaultPermanent, Rate: 1}}}})
+}
+
+// intoError submits an order of the strict workflow for each id and waits
+// until every one is in Error.
+func (s *saga) intoError(ids ...string) {
+	s.t.Helper()
+	want := map[string]domain.TaskState{}
+	var records []*kgo.Record
+	for _, id := range ids {
+		want[id] = domain.StateError
+		records = append(records, order(id, `{"orderId":"`+id+`","workflow":"strict"}`))
+	}
+	s.publish(protocol.OrdersTopic, records...)
+	s.awaitStates(want)
+}
+
 // run runs sagactl with args against the engine, stdin not a terminal.
 func (s *saga) run(args ...string) (stdout, stderr string, code int) {
 	return s.runAt(s.api, args...)
