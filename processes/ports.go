@@ -127,8 +127,11 @@ type Leadership interface {
 	IsLeader() bool
 }
 
-// Alerts tells operators about tasks that need them.
+// Alerts tells operators about tasks that need them, and about those that
+// no longer do (resolved alerts).
 type Alerts interface {
+	// RaiseAlert sends an alert, raised or resolved, and waits until it is
+	// delivered.
 	RaiseAlert(ctx context.Context, alert protocol.Alert) error
 }
 

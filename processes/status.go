@@ -18,20 +18,35 @@ import (
 // position, then saves that position. Delivery is at least once; after a
 // crash the messages since the last checkpoint are sent again, with the same
 // revisions, so consumers can drop them.
+//
+// With Alerts it also resolves alerts: for the event that takes a task out
+// of Error (an operator's retry or cancel) it sends a resolved alert
+// (protocol.ResolvedAlert), waiting until it is delivered before it goes
+// on, so the checkpoint never passes an event whose resolved alert was
+// lost. Like statuses they are at least once, with the event's revision.
+// The supervisor raises alerts; the publisher resolves them because
+// leaving Error is one event, and the publisher is what turns every event
+// into messages from a checkpoint.
 type StatusPublisher struct {
 	Store       EventStore
 	Checkpoints Checkpoints
 	Sink        StatusSink
-	Logger      *slog.Logger
+	// Alerts, when set, receives a resolved alert for every task that
+	// leaves Error.
+	Alerts Alerts
+	Logger *slog.Logger
 	// Name keys the checkpoint; publishers with one name share it.
 	Name string
 	// CheckpointEvery bounds the time between checkpoints. Default
 	// DefaultStatusCheckpointEvery.
 	CheckpointEvery time.Duration
 
-	tasks              map[string]*domain.Task
-	published, skipped atomic.Int64
+	tasks                        map[string]*domain.Task
+	published, skipped, resolved atomic.Int64
 }
+
+// Resolved counts the resolved alerts sent.
+func (p *StatusPublisher) Resolved() int64 { return p.resolved.Load() }
 
 // Published counts the status messages sent.
 func (p *StatusPublisher) Published() int64 { return p.published.Load() }
@@ -130,6 +145,7 @@ func (p *StatusPublisher) publish(ctx context.Context, e domain.RecordedEvent) e
 	if t == nil {
 		t = domain.NewTask(id)
 	}
+	wasError, failedStep := t.State == domain.StateError, t.FailedStep
 	ev, err := t.ApplyRecorded(&e)
 	switch {
 	case err != nil:
@@ -137,6 +153,13 @@ func (p *StatusPublisher) publish(ctx context.Context, e domain.RecordedEvent) e
 		return nil
 	case ev == nil:
 		return nil // published already
+	}
+	if wasError && t.State != domain.StateError && p.Alerts != nil {
+		if err := p.Alerts.RaiseAlert(ctx, protocol.ResolvedAlert(t, failedStep, ev, e.Revision)); err != nil {
+			// The round restarts from the checkpoint, before this event.
+			return errors.Wrapf(err, "resolve the alert of task %s", id)
+		}
+		p.resolved.Add(1)
 	}
 	// An event declared as having no status (protocol's status test) sends
 	// none.

@@ -440,7 +440,7 @@ func (s *Supervisor) timeOut(ctx context.Context, a dueAttempt, now time.Time) {
 
 func (s *Supervisor) alert(ctx context.Context, t *domain.Task) {
 	step := t.FailedStep
-	a := protocol.Alert{TaskID: t.ID, Workflow: t.Workflow, State: t.State, Step: step, Reason: t.Reason, Revision: t.Revision, At: t.UpdatedAt}
+	a := protocol.RaisedAlert(t)
 	log := taskLogger(withTraceParent(ctx, t.TraceParent), s.Logger, t.ID)
 	if err := s.Alerts.RaiseAlert(ctx, a); err != nil {
 		log.Error("raise alert", "err", err.Error())

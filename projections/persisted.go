@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,6 +36,14 @@ type TaskQuery struct {
 	// Since and Until bound the submission time when set: since inclusive,
 	// until exclusive.
 	Since, Until time.Time
+	// Step, when set, keeps the tasks at that step: one of their steps of
+	// that name is in flight, retrying, in Error or being compensated (its
+	// state is one of ActiveStepStates). For a task in Error it is the step
+	// that failed.
+	Step string
+	// Reason, when set, keeps the tasks whose reason contains it, ignoring
+	// ASCII case.
+	Reason string
 	// Limit is the page size: DefaultPageSize when 0, at most MaxPageSize.
 	Limit int
 	// Cursor continues after the page that returned it.
@@ -42,6 +52,47 @@ type TaskQuery struct {
 	// protocol.TaskView), not decoded: what an API that passes them on
 	// needs.
 	Raw bool
+}
+
+// ActiveStepStates are the states of a step that a task is at
+// (TaskQuery.Step): not waiting to start, not done.
+var ActiveStepStates = []domain.StepState{domain.StepStateProcessing, domain.StepStateRetrying, domain.StepStateError,
+	domain.StepStateCompensating}
+
+// MaxFilterLength bounds TaskQuery's Step and Reason.
+const MaxFilterLength = 1024
+
+// Matches reports whether a task passes the query's filters (not its
+// cursor or limit). A TaskStore filters as it does; callers that must not
+// act on a task outside the filter, whatever the server they asked, check
+// with it too.
+func (q TaskQuery) Matches(v *protocol.TaskView) bool {
+	switch {
+	case q.State != "" && v.State != q.State,
+		q.Workflow != "" && v.Workflow != q.Workflow,
+		!q.Since.IsZero() && v.SubmittedAt.Before(q.Since),
+		!q.Until.IsZero() && !v.SubmittedAt.Before(q.Until),
+		q.Reason != "" && !strings.Contains(asciiLower(v.Reason), asciiLower(q.Reason)):
+		return false
+	case q.Step == "":
+		return true
+	}
+	for _, s := range v.Steps {
+		if s.Name == q.Step && slices.Contains(ActiveStepStates, s.State) {
+			return true
+		}
+	}
+	return false
+}
+
+// asciiLower lowers ASCII letters only, as SQLite's lower() does.
+func asciiLower(s string) string {
+	return strings.Map(func(r rune) rune {
+		if 'A' <= r && r <= 'Z' {
+			return r + 'a' - 'A'
+		}
+		return r
+	}, s)
 }
 
 // TaskPage is one page of tasks.

@@ -508,7 +508,9 @@ func (a *App) startProcesses(ctx context.Context) error {
 			a.Submitter.HandleOrder)
 	}
 	if cfg.has(RoleStatus) {
-		a.Status = &processes.StatusPublisher{Store: a.followers.Register("status"), Checkpoints: a.Store, Sink: a.newProducer("status"), Logger: a.logger, Name: "status"}
+		statuses := a.newProducer("status")
+		a.Status = &processes.StatusPublisher{Store: a.followers.Register("status"), Checkpoints: a.Store, Sink: statuses, Alerts: statuses,
+			Logger: a.logger, Name: "status"}
 		a.run("status publisher", func() error { return a.Status.Run(ctx) })
 	}
 	if cfg.has(RoleAgents) {

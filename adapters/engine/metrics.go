@@ -67,6 +67,9 @@ func (a *App) registerMetrics() {
 		m.Register(metrics.Family{Name: "saga_statuses_published_total", Type: counter,
 			Help: "Status messages sent, repeats after a restart included.",
 			Read: func(emit func(float64, ...string)) { emit(float64(s.Published())) }})
+		m.Register(metrics.Family{Name: "saga_alerts_resolved_total", Type: counter,
+			Help: "Resolved alerts sent for tasks an operator took out of Error, repeats after a restart included.",
+			Read: func(emit func(float64, ...string)) { emit(float64(s.Resolved())) }})
 		if p, ok := s.Sink.(*kafka.Producer); ok {
 			m.Register(metrics.Family{Name: "saga_statuses_undeliverable_total", Type: counter,
 				Help: "Statuses an order's reply topic refused; each was dead-lettered.",

@@ -3,8 +3,10 @@
 //
 //	GET  /api/tasks/{id}          one task (a protocol.TaskView), 404 if unknown
 //	GET  /api/tasks               a page of tasks (a protocol.TaskList), newest first: ?state=S, &workflow=W,
+//	                              &step=S (tasks at that step), &reason=R (a substring),
 //	                              &since=T, &until=T (RFC 3339), &limit=N (100; at most
-//	                              1000), &cursor= the nextCursor of the page before
+//	                              1000), &cursor= the nextCursor of the page before;
+//	                              any other parameter is refused (400)
 //	POST /api/admin/task-view/rebuild  rebuild the task view from the store while it serves
 //	GET  /api/admin/task-view     whether a rebuild runs; how the last one went
 //	POST /api/tasks/{id}/retry    {"step": "...", "by": "..."}: retry a task in Error
@@ -35,7 +37,9 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sagaengine/saga/domain"
@@ -421,12 +425,24 @@ func writeWorkflowError(w http.ResponseWriter, err error) {
 	}
 }
 
-// taskQuery reads GET /api/tasks's parameters: state, workflow, since and
-// until (RFC 3339 submission times), limit (default 100, capped at 1000)
-// and cursor.
+// taskParams are the parameters of GET /api/tasks. Any other is refused:
+// a misspelt filter must not widen a list that a bulk action follows.
+var taskParams = []string{"state", "workflow", "step", "reason", "since", "until", "limit", "cursor"}
+
+// taskQuery reads GET /api/tasks's parameters: state, workflow, step (the
+// tasks at that step), reason (a substring), since and until (RFC 3339
+// submission times), limit (default 100, capped at 1000) and cursor.
 func taskQuery(r *http.Request) (projections.TaskQuery, error) {
 	params := r.URL.Query()
-	q := projections.TaskQuery{Workflow: params.Get("workflow"), Cursor: params.Get("cursor")}
+	for name := range params {
+		if !slices.Contains(taskParams, name) {
+			return projections.TaskQuery{}, errors.New("unknown parameter " + strconv.Quote(name) + "; the filters are " + strings.Join(taskParams, ", "))
+		}
+	}
+	q := projections.TaskQuery{Workflow: params.Get("workflow"), Step: params.Get("step"), Reason: params.Get("reason"), Cursor: params.Get("cursor")}
+	if len(q.Step) > projections.MaxFilterLength || len(q.Reason) > projections.MaxFilterLength {
+		return q, errors.New("step and reason are at most " + strconv.Itoa(projections.MaxFilterLength) + " bytes")
+	}
 	if s := params.Get("state"); s != "" {
 		var ok bool
 		if q.State, ok = domain.ParseTaskState(s); !ok {

@@ -123,6 +123,53 @@ func TestTasksArePagedWithACursor(t *testing.T) {
 	}
 }
 
+// TestTasksFilterByStepAndReasonAndRefuseUnknownFilters lists tasks in
+// Error by the step that failed and by their reason, and refuses what a
+// bulk action must never follow: a filter the API does not know (it would
+// list every task), or one too long.
+func TestTasksFilterByStepAndReasonAndRefuseUnknownFilters(t *testing.T) {
+	v := newView(t)
+	var tasks []*protocol.TaskView
+	for i, failed := range []string{"charge", "reserve", "charge"} {
+		task := domain.NewTask(fmt.Sprintf("e-%d", i))
+		task.Revision, task.Workflow, task.State, task.SubmittedAt = 4, "order", domain.StateError, time.Date(2026, 11, 22, 10, 0, i, 0, time.UTC)
+		task.Steps = []*domain.Step{{Name: "reserve", Leg: domain.Leg{State: domain.StepStateProcessed}}, {Name: "charge"}}
+		task.Step(failed).State = domain.StepStateError
+		task.FailedStep, task.Reason = failed, fmt.Sprintf("step %s failed: gateway answered 50%d", failed, i)
+		tasks = append(tasks, protocol.ViewOf(task))
+	}
+	require.NoError(t, v.Commit(context.Background(), tasks, 3))
+	srv := httptest.NewServer(httpapi.Handler(v, nil, nil, checks{}, checks{}, nil))
+	defer srv.Close()
+	list := func(query string) ([]string, int) {
+		resp, err := http.Get(srv.URL + "/api/tasks?" + query)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		var l protocol.TaskList
+		_ = json.NewDecoder(resp.Body).Decode(&l)
+		var ids []string
+		for _, task := range l.Tasks {
+			ids = append(ids, task.ID)
+		}
+		return ids, resp.StatusCode
+	}
+	for query, want := range map[string][]string{
+		"state=Error&step=charge":        {"e-2", "e-0"},
+		"step=reserve":                   {"e-1"},
+		"reason=GATEWAY+answered+500":    {"e-0"},
+		"step=charge&reason=answered+50": {"e-2", "e-0"},
+		"step=ship":                      nil,
+	} {
+		ids, code := list(query)
+		assert.Equal(t, http.StatusOK, code, query)
+		assert.Equal(t, want, ids, query)
+	}
+	for _, query := range []string{"stat=Error", "state=Error&steps=charge", "reason=" + strings.Repeat("x", 1025)} {
+		_, code := list(query)
+		assert.Equal(t, http.StatusBadRequest, code, query)
+	}
+}
+
 // ops records what operators did.
 type ops struct{ by []string }
 

@@ -133,14 +133,14 @@ func (p *Producer) produceSync(ctx context.Context, rec *kgo.Record) error {
 	return errors.Wrapf(p.client.ProduceSync(ctx, rec).FirstErr(), "produce to %s", rec.Topic)
 }
 
-// RaiseAlert produces an alert to the alerts topic and waits until the
-// broker has it.
+// RaiseAlert produces an alert, raised or resolved, to the alerts topic
+// and waits until the broker has it.
 func (p *Producer) RaiseAlert(ctx context.Context, a protocol.Alert) error {
 	body, err := json.Marshal(a)
 	if err != nil {
 		return errors.Wrap(err, "encode alert")
 	}
-	return p.produceSync(ctx, p.Record(protocol.AlertsTopic, a.TaskID, protocol.AlertMessageType, body))
+	return p.produceSync(ctx, p.Record(protocol.AlertsTopic, a.TaskID, a.MessageType(), body))
 }
 
 var _ processes.Alerts = (*Producer)(nil)

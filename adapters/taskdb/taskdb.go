@@ -322,6 +322,21 @@ func (d *DB) List(ctx context.Context, q projections.TaskQuery) (projections.Tas
 	if !q.Until.IsZero() {
 		where, args = append(where, "submitted_at < ?"), append(args, q.Until.UnixNano())
 	}
+	// Step and reason are read from the row's JSON: no index, so they cost
+	// a scan of the rows the other filters leave. The body is a BLOB, which
+	// SQLite's JSON functions would take for JSONB: it is cast to text.
+	if q.Step != "" {
+		states := make([]string, len(projections.ActiveStepStates))
+		for i, st := range projections.ActiveStepStates {
+			states[i] = "'" + string(st) + "'"
+		}
+		where = append(where, `EXISTS (SELECT 1 FROM json_each(CAST(body AS TEXT), '$.steps') WHERE json_extract(value, '$.name') = ?
+			AND json_extract(value, '$.state') IN (`+strings.Join(states, ", ")+`))`)
+		args = append(args, q.Step)
+	}
+	if q.Reason != "" {
+		where, args = append(where, "instr(lower(json_extract(CAST(body AS TEXT), '$.reason')), lower(?)) > 0"), append(args, q.Reason)
+	}
 	if q.Cursor != "" {
 		c, err := decodeCursor(q.Cursor)
 		if err != nil {

@@ -133,6 +133,48 @@ func TestListPagesNewestFirstWithFilters(t *testing.T) {
 	assert.Len(t, page.Tasks, 250, "a limit over MaxPageSize is capped, not refused")
 }
 
+// TestListFiltersByStepAndReasonAsMatchesSays fills the view with tasks at
+// every state of two steps, with reasons in mixed case and with SQL's own
+// wildcards, and checks that each query lists exactly the tasks
+// projections.TaskQuery.Matches keeps: the SQL and the Go agree.
+func TestListFiltersByStepAndReasonAsMatchesSays(t *testing.T) {
+	ctx := context.Background()
+	db := open(t)
+	stepStates := []domain.StepState{domain.StepStatePending, domain.StepStateProcessing, domain.StepStateRetrying, domain.StepStateProcessed,
+		domain.StepStateError, domain.StepStateCompensating, domain.StepStateCompensated}
+	reasons := []string{"", "Payment gateway answered 503", "payment REFUSED", "100% off_code", "it's quoted", "zahlung abgelehnt: Übergröße"}
+	var tasks []*protocol.TaskView
+	for i := range 7 * 7 * len(reasons) {
+		v := task(fmt.Sprintf("f-%03d", i), "order", domain.StateError, t0.Add(time.Duration(i)*time.Millisecond))
+		v.Steps = []*protocol.StepView{{Name: "reserve", LegView: protocol.LegView{State: stepStates[i%7]}},
+			{Name: "charge", LegView: protocol.LegView{State: stepStates[i/7%7]}}}
+		v.Reason = reasons[i/49]
+		tasks = append(tasks, v)
+	}
+	require.NoError(t, db.Commit(ctx, tasks, 1))
+	for _, q := range []projections.TaskQuery{
+		{Step: "charge"}, {Step: "reserve"}, {Step: "nope"}, {Reason: "payment"}, {Reason: "PAYMENT gateway"}, {Reason: "%"},
+		{Reason: "_"}, {Reason: "'"}, {Reason: "übergröße"}, {Reason: "Übergröße"}, {Step: "charge", Reason: "refused"}, {Step: "reserve", Reason: "off_"},
+	} {
+		var want []string
+		for i := len(tasks) - 1; i >= 0; i-- {
+			if q.Matches(tasks[i]) {
+				want = append(want, tasks[i].ID)
+			}
+		}
+		q.Limit = projections.MaxPageSize
+		page, err := db.List(ctx, q)
+		require.NoError(t, err)
+		var got []string
+		for _, v := range page.Tasks {
+			got = append(got, v.ID)
+		}
+		assert.Equal(t, want, got, "%+v", q)
+	}
+	assert.True(t, (projections.TaskQuery{Step: "charge"}).Matches(tasks[7*4]), "a task whose charge failed is at charge")
+	assert.False(t, (projections.TaskQuery{Reason: "übergröße"}).Matches(tasks[len(tasks)-1]), "case is ignored for ASCII only")
+}
+
 // TestStoredTasksFollowsTheStoreAndResumesFromItsCheckpoint folds a real
 // event store into the view, stops, appends more, and starts a new view on
 // the same file: it continues from its checkpoint, and a view whose file

@@ -4,10 +4,13 @@ import (
 	"bufio"
 	"crypto/tls"
 	"crypto/x509"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/cockroachdb/errors"
 )
@@ -70,21 +73,28 @@ func apiToken() (string, error) {
 	return os.Getenv("SAGA_API_TOKEN"), nil
 }
 
-// apiClient is the HTTP client for the API, trusting --api-ca when given.
-func apiClient() (*http.Client, error) {
-	if apiCAFile == "" {
-		return http.DefaultClient, nil
-	}
-	pem, err := os.ReadFile(apiCAFile)
-	if err != nil {
-		return nil, errors.Wrap(err, "read the API's CA file")
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, errors.Newf("%s holds no PEM certificate", apiCAFile)
-	}
+// apiDialTimeout bounds connecting to the API, so that an address that
+// does not answer fails within seconds rather than the system's minutes.
+const apiDialTimeout = 5 * time.Second
+
+// apiClient is the HTTP client for the API, trusting --api-ca when given;
+// made once, so that a bulk action's requests share connections.
+var apiClient = sync.OnceValues(newAPIClient)
+
+func newAPIClient() (*http.Client, error) {
 	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	t.DialContext = (&net.Dialer{Timeout: apiDialTimeout, KeepAlive: 30 * time.Second}).DialContext
+	if apiCAFile != "" {
+		pem, err := os.ReadFile(apiCAFile)
+		if err != nil {
+			return nil, errors.Wrap(err, "read the API's CA file")
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, errors.Newf("%s holds no PEM certificate", apiCAFile)
+		}
+		t.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
 	return &http.Client{Transport: t}, nil
 }
 

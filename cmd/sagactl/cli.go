@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -28,10 +29,25 @@ var commandHelp = map[string]struct{ usage, examples string }{
 	"submit": {"sagactl submit [flags] ORDER_ID [JSON]", `  sagactl submit o-1 '{"items":[{"sku":"book","qty":1}]}'
   sagactl submit u-1 '{"amount":12}' --workflow signup --wait
   sagactl submit o-2 --reply-to reply.shop -o json`},
-	"get":       {"sagactl get [flags] TASK_ID", "  sagactl get o-1\n  sagactl get o-1 -o json | jq .steps"},
-	"tasks":     {"sagactl tasks [flags]", "  sagactl tasks --state Error\n  sagactl tasks --workflow signup --since 2026-11-22T00:00:00Z -o json\n  sagactl tasks --cursor CURSOR_FROM_THE_LAST_PAGE"},
-	"retry":     {"sagactl retry [flags] TASK_ID [STEP]", "  sagactl retry o-1\n  sagactl retry o-1 charge-payment"},
-	"cancel":    {"sagactl cancel [flags] TASK_ID", "  sagactl cancel o-1 --reason 'customer asked'"},
+	"get":   {"sagactl get [flags] TASK_ID", "  sagactl get o-1\n  sagactl get o-1 -o json | jq .steps"},
+	"tasks": {"sagactl tasks [flags]", "  sagactl tasks --state Error\n  sagactl tasks --workflow signup --since 2026-11-22T00:00:00Z -o json\n  sagactl tasks --cursor CURSOR_FROM_THE_LAST_PAGE"},
+	"retry": {"sagactl retry [flags] TASK_ID [STEP]\n       sagactl retry [flags] --state Error [--workflow W] [--step S] [--reason-contains R] [--older-than D]",
+		`  sagactl retry o-1
+  sagactl retry o-1 charge-payment
+  sagactl retry --state Error --step charge-payment --dry-run
+  sagactl retry --state Error --reason-contains 'gateway answered 503' --older-than 10m --yes`},
+	"cancel": {"sagactl cancel [flags] TASK_ID\n       sagactl cancel [flags] [--state S] [--workflow W] [--step S] [--reason-contains R] [--older-than D]",
+		`  sagactl cancel o-1 --reason 'customer asked'
+  sagactl cancel --workflow signup --step charge-card --older-than 1h --dry-run
+  sagactl cancel --state Error --reason-contains 'card expired' --reason 'card expired' --yes -o json`},
+	"alerts": {"sagactl alerts [flags]", "  sagactl alerts\n  sagactl alerts --open\n  sagactl alerts --since 24h -o json"},
+	"deadletters": {"sagactl deadletters [list] [flags] [ID...]\n       sagactl deadletters redrive [flags] ID... | FILTERS",
+		`  sagactl deadletters
+  sagactl deadletters --source-topic orders --since 1h -o json
+  sagactl deadletters redrive 0/17 --dry-run
+  sagactl deadletters redrive 0/17 --value-file fixed-order.json
+  sagactl deadletters redrive --reason-contains 'unknown workflow signup' --yes`},
+	"overdue":   {"sagactl overdue [flags]", "  sagactl overdue\n  sagactl overdue --workflow order --at-least 30s -o json"},
 	"watch":     {"sagactl watch [flags] ORDER_ID | --topic TOPIC", "  sagactl watch o-1 --timeout 30s\n  sagactl watch --topic saga.status -o json"},
 	"audit":     {"sagactl audit [flags] TASK_ID", "  sagactl audit o-1\n  sagactl audit o-1 --at 4\n  sagactl audit o-1 -o json"},
 	"replay":    {"sagactl replay [flags]", "  sagactl replay"},
@@ -168,15 +184,18 @@ func completion(_ context.Context, args []string) error {
 	b.WriteString("  if [ \"$COMP_CWORD\" -eq 1 ]; then COMPREPLY=($(compgen -W \"" + strings.Join(append(commands, "completion", "help"), " ") + "\" -- \"$cur\")); return; fi\n")
 	b.WriteString("  case \"$cmd\" in\n")
 	for _, name := range commands {
-		words := flagsOf[name]
-		if name == "workflows" {
-			words = append([]string{"apply", "validate", "list", "get", "diff"}, words...)
-		}
+		words := slices.Concat(subcommands[name], flagsOf[name])
 		fmt.Fprintf(&b, "    %s) COMPREPLY=($(compgen -W %q -- \"$cur\")) ;;\n", name, strings.Join(words, " "))
 	}
 	b.WriteString("  esac\n}\ncomplete -o default -F _sagactl sagactl\n")
 	fmt.Print(b.String())
 	return nil
+}
+
+// subcommands are the words that follow the commands that have them.
+var subcommands = map[string][]string{
+	"workflows":   {"apply", "validate", "list", "get", "diff"},
+	"deadletters": {"list", "redrive"},
 }
 
 // collecting, when set, makes flags() hand each command's flag set to it
@@ -201,8 +220,11 @@ func commandFlags(name string) []string {
 	}
 	defer func() { collecting = nil }()
 	run := commands[name]
-	if name == "workflows" {
-		run = func(ctx context.Context, args []string) error { return workflowsList(ctx, args) }
+	switch name {
+	case "workflows":
+		run = workflowsList
+	case "deadletters":
+		run = deadlettersRedrive // its flags are list's and more
 	}
 	if run != nil {
 		_ = run(context.Background(), nil)

@@ -17,7 +17,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sagaengine/saga/adapters/eventstore"
-	"github.com/sagaengine/saga/adapters/kafka"
 	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/domain/protocol"
 	"github.com/sagaengine/saga/projections"
@@ -142,21 +141,11 @@ func watchOrder(ctx context.Context, c *common, orderID string) error {
 }
 
 func watchTopic(ctx context.Context, c *common, topic string) error {
-	kafkaOpts, err := c.kafkaOpts()
-	if err != nil {
-		return err
-	}
-	client, err := kafka.NewClient(kafka.SplitBrokers(c.brokers), append(kafkaOpts, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
+	client, err := openKafka(ctx, c, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		return err
 	}
 	defer client.Close()
-	probe, cancel := context.WithTimeout(ctx, 5*time.Second)
-	err = client.Ping(probe)
-	cancel()
-	if err != nil {
-		return errors.Wrapf(err, "no answer from Kafka at %s within 5s; is sagad running", c.brokers)
-	}
 	for {
 		fetches := client.PollFetches(ctx)
 		if ctx.Err() != nil {

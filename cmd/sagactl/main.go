@@ -22,6 +22,7 @@ import (
 	"github.com/sagaengine/saga/adapters/eventstore"
 	"github.com/sagaengine/saga/adapters/kafka"
 	"github.com/sagaengine/saga/cmd/internal/buildinfo"
+	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/domain/protocol"
 )
 
@@ -37,9 +38,22 @@ commands:
                            code 5 if saga rejects it
   get TASK_ID              show a task's current state
   tasks [--state STATE]    list tasks, newest first, a page at a time (--workflow,
-                           --since, --until, --limit, --cursor)
+                           --step, --reason-contains, --since, --until, --limit, --cursor)
   retry TASK_ID [STEP]     retry a task in Error (its failed step or compensation)
+  retry --state Error FILTERS
+                           retry every task in Error the filters select (--workflow,
+                           --step, --reason-contains, --older-than, --since, --until);
+                           --dry-run lists them; over 5 asks, or --yes
   cancel TASK_ID           cancel a task: it compensates what it did
+  cancel FILTERS           cancel every task the filters select (as for retry)
+  alerts                   alerts for tasks in Error, newest first, open or resolved
+                           (--open, --since)
+  deadletters [ID...]      what saga could not accept: reason, source, payload
+                           (--reason-contains, --source-topic, --key, --since)
+  deadletters redrive ID...|FILTERS
+                           re-publish dead letters to the topic they came from, once
+                           the cause is fixed (--dry-run, --value-file for a fixed payload)
+  overdue                  attempts in flight past their completeBy, oldest first
   watch ORDER_ID           follow an order until it ends; exit code 0 processed,
                            2 compensated, 3 failed (Error), 4 --timeout passed,
                            5 rejected, 1 error
@@ -130,6 +144,7 @@ func init() {
 	commands = map[string]func(context.Context, []string) error{
 		"submit": submit, "get": get, "tasks": tasks, "retry": retry, "cancel": cancel,
 		"watch": watch, "audit": audit, "replay": replay, "workflows": workflowsCmd,
+		"alerts": alerts, "deadletters": deadletters, "overdue": overdue,
 	}
 }
 
@@ -284,6 +299,8 @@ func tasks(ctx context.Context, args []string) error {
 	fs, c := flags("tasks")
 	state := fs.String("state", "", "only tasks in this state")
 	workflow := fs.String("workflow", "", "only tasks of this workflow")
+	step := fs.String("step", "", "only tasks at this step (in flight, retrying, failed or being compensated there)")
+	reason := fs.String("reason-contains", "", "only tasks whose reason contains this (ignoring ASCII case)")
 	since := fs.String("since", "", "only tasks submitted at or after this RFC 3339 time")
 	until := fs.String("until", "", "only tasks submitted before this RFC 3339 time")
 	limit := fs.Int("limit", 100, "tasks per page (at most 1000)")
@@ -292,7 +309,8 @@ func tasks(ctx context.Context, args []string) error {
 		return err
 	}
 	q := url.Values{}
-	for name, v := range map[string]string{"state": *state, "workflow": *workflow, "since": *since, "until": *until, "cursor": *cursor} {
+	for name, v := range map[string]string{"state": *state, "workflow": *workflow, "step": *step, "reason": *reason, "since": *since,
+		"until": *until, "cursor": *cursor} {
 		if v != "" {
 			q.Set(name, v)
 		}
@@ -318,31 +336,64 @@ func operatorName() string {
 	return "sagactl"
 }
 
+// retry retries one task in Error, or with filters every task in Error
+// they select.
 func retry(ctx context.Context, args []string) error {
 	fs, c := flags("retry")
 	by := fs.String("by", operatorName(), "who retries, recorded in the task's events")
+	f := filterFlags(fs, true)
 	if err := parseInterspersed(fs, args); err != nil {
 		return err
 	}
-	if fs.NArg() < 1 || fs.NArg() > 2 {
-		return errors.New("usage: sagactl retry [flags] TASK_ID [STEP]")
+	if err := oneOrFiltered(fs, f, 2, "sagactl retry [flags] TASK_ID [STEP], or sagactl retry --state Error [filters]"); err != nil {
+		return err
+	}
+	if fs.NArg() == 0 {
+		states, err := f.states("retry", domain.StateError)
+		if err != nil {
+			return err
+		}
+		body, _ := json.Marshal(map[string]string{"by": *by})
+		return bulkTasks(ctx, c, f, "retry", states, body, nil)
 	}
 	body, _ := json.Marshal(map[string]string{"step": fs.Arg(1), "by": *by})
 	return act(ctx, c, "retry", fs.Arg(0), body)
 }
 
+// cancel cancels one task, or with filters every task they select that
+// can be cancelled.
 func cancel(ctx context.Context, args []string) error {
 	fs, c := flags("cancel")
 	by := fs.String("by", operatorName(), "who cancels, recorded in the task's events")
 	reason := fs.String("reason", "", "why")
+	f := filterFlags(fs, true)
 	if err := parseInterspersed(fs, args); err != nil {
 		return err
 	}
-	if fs.NArg() != 1 {
-		return errors.New("usage: sagactl cancel [flags] TASK_ID")
+	if err := oneOrFiltered(fs, f, 1, "sagactl cancel [flags] TASK_ID, or sagactl cancel FILTERS"); err != nil {
+		return err
 	}
 	body, _ := json.Marshal(map[string]string{"by": *by, "reason": *reason})
+	if fs.NArg() == 0 {
+		states, err := f.states("cancel", domain.StatePending, domain.StateProcessing, domain.StateError)
+		if err != nil {
+			return err
+		}
+		return bulkTasks(ctx, c, f, "cancel", states, body, func(t *protocol.TaskView) bool { return t.Compensating })
+	}
 	return act(ctx, c, "cancel", fs.Arg(0), body)
+}
+
+// oneOrFiltered checks that a command got either a task id (and at most
+// maxArgs arguments) or filters, not both.
+func oneOrFiltered(fs *flag.FlagSet, f *taskFilter, maxArgs int, usage string) error {
+	switch {
+	case fs.NArg() > maxArgs, fs.NArg() == 0 && !f.given():
+		return errors.New("usage: " + usage)
+	case fs.NArg() > 0 && (f.given() || f.dryRun || f.yes || f.max > 0):
+		return errors.New("give a task id or filters, not both; usage: " + usage)
+	}
+	return nil
 }
 
 // act asks the API for an operator's action on a task.

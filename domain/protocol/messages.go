@@ -158,15 +158,90 @@ func (r StepReply) Reply() domain.Reply {
 		Succeeded: r.Outcome == OutcomeSucceeded, Failure: r.Failure, Reason: r.Reason, Result: r.Result}
 }
 
-// Alert tells operators that a task stopped in Error and needs them. Alerts
-// are delivered at least once: Revision (of the TaskFailed event) lets a
-// consumer drop repeats.
+// Alert kinds: an alert is raised when a task stops in Error and resolved
+// when an operator's retry or cancel takes the task out of Error.
+const (
+	AlertRaised   = "raised"
+	AlertResolved = "resolved"
+)
+
+// Alert tells operators that a task stopped in Error and needs them
+// (Kind AlertRaised), or that it left Error (AlertResolved). Alerts are
+// delivered at least once: a consumer drops repeats by TaskID, Kind and
+// Revision.
 type Alert struct {
-	TaskID   string           `json:"taskId"`
-	Workflow string           `json:"workflow"`
-	State    domain.TaskState `json:"state"`
-	Step     string           `json:"step,omitempty"`
-	Reason   string           `json:"reason"`
-	Revision int64            `json:"revision"`
-	At       time.Time        `json:"at"`
+	TaskID   string `json:"taskId"`
+	Workflow string `json:"workflow"`
+	// State is the task's state: Error when raised; when resolved, the
+	// state the operator's action took it to (Processing or Compensating).
+	State domain.TaskState `json:"state"`
+	// Step is the step whose failure, or failed compensation, put the
+	// task in Error.
+	Step   string `json:"step,omitempty"`
+	Reason string `json:"reason"`
+	// Revision is the task's revision when raised (its failure's); when
+	// resolved, the revision of the event that took the task out of Error,
+	// which is greater than the revision of every alert it resolves.
+	Revision int64     `json:"revision"`
+	At       time.Time `json:"at"`
+	// Kind is AlertRaised or AlertResolved; alerts sent before there were
+	// resolved alerts have none and are raised ones (ParseAlert says so).
+	Kind string `json:"kind,omitempty"`
+	// By is, on a resolved alert, the operator who retried or cancelled.
+	By string `json:"by,omitempty"`
+}
+
+// RaisedAlert is the alert for a task in Error.
+func RaisedAlert(t *domain.Task) Alert {
+	return Alert{TaskID: t.ID, Workflow: t.Workflow, State: t.State, Step: t.FailedStep, Reason: t.Reason,
+		Revision: t.Revision, At: t.UpdatedAt, Kind: AlertRaised}
+}
+
+// ResolvedAlert is the alert that resolves those raised for a task in
+// Error, for the event e, at revision, that took it out: an operator's
+// domain.StepResubmitted or domain.TaskCancelled. t is the task after e;
+// failedStep is the step that had failed, which e clears.
+func ResolvedAlert(t *domain.Task, failedStep string, e domain.Event, revision uint64) Alert {
+	a := Alert{TaskID: t.ID, Workflow: t.Workflow, State: t.State, Step: failedStep, Revision: int64(revision), At: t.UpdatedAt,
+		Kind: AlertResolved}
+	switch e := e.(type) {
+	case domain.StepResubmitted:
+		a.By, a.Reason = e.By, "retried by "+e.By
+	case domain.TaskCancelled:
+		a.By, a.Reason = e.By, t.Reason
+	}
+	return a
+}
+
+// MessageType is the alert's CloudEvents type: AlertMessageType, or
+// AlertResolvedMessageType for a resolved one.
+func (a Alert) MessageType() string {
+	if a.Kind == AlertResolved {
+		return AlertResolvedMessageType
+	}
+	return AlertMessageType
+}
+
+// Resolves reports whether a is a resolved alert that resolves raised:
+// about the same task, and after it.
+func (a Alert) Resolves(raised Alert) bool {
+	return a.Kind == AlertResolved && raised.Kind != AlertResolved && a.TaskID == raised.TaskID && a.Revision > raised.Revision
+}
+
+// ParseAlert decodes an alert from AlertsTopic. An alert without a kind
+// (from a sender before resolved alerts) is a raised one; a kind this
+// version does not know is kept as it is, for the caller to pass over, as
+// the wire contract may grow. Errors are domain.ErrInvalidMessage.
+func ParseAlert(body []byte) (Alert, error) {
+	var a Alert
+	if err := strictDecode(body, &a); err != nil {
+		return a, invalidf("alert: %v", err)
+	}
+	if a.TaskID == "" {
+		return a, invalidf("alert lacks taskId")
+	}
+	if a.Kind == "" {
+		a.Kind = AlertRaised
+	}
+	return a, nil
 }

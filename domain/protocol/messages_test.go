@@ -2,6 +2,7 @@ package protocol_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -43,5 +44,51 @@ func TestParseStepReply(t *testing.T) {
 		`{"taskId":1,"step":"s","attempt":1,"outcome":"succeeded"}`} {
 		_, err := protocol.ParseStepReply([]byte(body))
 		assert.ErrorIs(t, err, domain.ErrInvalidMessage, body)
+	}
+}
+
+// TestAlertsRaisedAndResolved follows a task into Error and out of it
+// twice: a retry, then a cancel. Each resolved alert resolves the raised
+// alerts before it and none after, and an alert of an earlier sender (no
+// kind) reads as raised.
+func TestAlertsRaisedAndResolved(t *testing.T) {
+	at := time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
+	task := domain.NewTask("o-1")
+	task.Apply(domain.TaskSubmitted{TaskID: "o-1", Workflow: "order", Steps: []string{"charge"}, SubmittedAt: at})
+	task.Apply(domain.TaskFailed{TaskID: "o-1", Step: "charge", Reason: "card refused", At: at})
+	first := protocol.RaisedAlert(task)
+	assert.Equal(t, protocol.Alert{TaskID: "o-1", Workflow: "order", State: domain.StateError, Step: "charge", Reason: "card refused",
+		Revision: 1, At: at, Kind: protocol.AlertRaised}, first)
+	assert.Equal(t, protocol.AlertMessageType, first.MessageType())
+
+	retried := domain.StepResubmitted{TaskID: "o-1", Step: "charge", By: "ann", At: at.Add(time.Minute)}
+	task.Apply(retried)
+	resolved := protocol.ResolvedAlert(task, "charge", retried, 2)
+	assert.Equal(t, protocol.Alert{TaskID: "o-1", Workflow: "order", State: domain.StateProcessing, Step: "charge", Reason: "retried by ann",
+		Revision: 2, At: at.Add(time.Minute), Kind: protocol.AlertResolved, By: "ann"}, resolved)
+	assert.Equal(t, protocol.AlertResolvedMessageType, resolved.MessageType())
+	assert.True(t, resolved.Resolves(first))
+	assert.False(t, first.Resolves(resolved), "a raised alert resolves nothing")
+
+	task.Apply(domain.TaskFailed{TaskID: "o-1", Step: "charge", Reason: "refused again", At: at})
+	second := protocol.RaisedAlert(task)
+	assert.False(t, resolved.Resolves(second), "a resolution does not resolve a later failure")
+	cancelled := domain.TaskCancelled{TaskID: "o-1", By: "bob", Reason: "customer left", At: at}
+	task.Apply(cancelled)
+	again := protocol.ResolvedAlert(task, "charge", cancelled, 4)
+	assert.Equal(t, "bob", again.By)
+	assert.Equal(t, "cancelled by bob: customer left", again.Reason)
+	assert.Equal(t, domain.StateCompensating, again.State)
+	assert.True(t, again.Resolves(second))
+
+	old, err := protocol.ParseAlert([]byte(`{"taskId":"o-1","workflow":"order","state":"Error","reason":"r","revision":9,"at":"2026-11-21T10:00:00Z"}`))
+	require.NoError(t, err)
+	assert.Equal(t, protocol.AlertRaised, old.Kind)
+	future, err := protocol.ParseAlert([]byte(`{"taskId":"o-1","kind":"acknowledged","revision":9}`))
+	require.NoError(t, err, "a kind from a later version is kept for the caller to pass over")
+	assert.Equal(t, "acknowledged", future.Kind)
+	for _, bad := range []string{``, `[]`, `{"workflow":"order"}`, "\x00\xff"} {
+		_, err := protocol.ParseAlert([]byte(bad))
+		assert.ErrorIs(t, err, domain.ErrInvalidMessage, "%q", bad)
 	}
 }

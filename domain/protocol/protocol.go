@@ -35,6 +35,11 @@ const (
 	HeaderDeadLetterReason = "saga_deadletter_reason"
 	// HeaderDeadLetterSource is topic/partition/offset of the original record.
 	HeaderDeadLetterSource = "saga_deadletter_source"
+	// HeaderRedrivenFrom is on a record an operator re-published from the
+	// dead letters (sagactl deadletters redrive): the dead letter's
+	// saga.deadletter/partition/offset. A redriven record that is
+	// dead-lettered again keeps it.
+	HeaderRedrivenFrom = "saga_redriven_from"
 )
 
 // Header is one record header.

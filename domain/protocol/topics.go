@@ -37,6 +37,9 @@ const (
 	DeadLetteredMessageType = "saga.deadlettered"
 	// StatusMessageType is the type of task status messages.
 	StatusMessageType = "saga.task.status"
-	// AlertMessageType is the type of alerts on AlertsTopic.
+	// AlertMessageType is the type of raised alerts on AlertsTopic.
 	AlertMessageType = "saga.alert.raised"
+	// AlertResolvedMessageType is the type of resolved alerts on
+	// AlertsTopic: a task left Error.
+	AlertResolvedMessageType = "saga.alert.resolved"
 )

@@ -27,6 +27,8 @@ func TestMessagesKeepTheirJSON(t *testing.T) {
 	status := protocol.TaskStatus{OrderID: "o-1", Status: protocol.StatusStepSucceeded, State: domain.StateProcessing, Step: "charge", Attempt: 1,
 		Reason: "r", Workflow: "order", WorkflowVersion: 2, Result: json.RawMessage(`{"p":2}`), Revision: 7, Time: at, ReplyTo: "reply.x", TraceParent: "tp"}
 	alert := protocol.Alert{TaskID: "o-1", Workflow: "order", State: domain.StateError, Step: "charge", Reason: "r", Revision: 9, At: at}
+	resolved := protocol.Alert{TaskID: "o-1", Workflow: "order", State: domain.StateProcessing, Step: "charge", Reason: "retried by ann",
+		Revision: 10, At: at, Kind: protocol.AlertResolved, By: "ann"}
 	for _, c := range []struct {
 		message any
 		want    string
@@ -35,6 +37,7 @@ func TestMessagesKeepTheirJSON(t *testing.T) {
 		{reply, `{"taskId":"o-1","step":"charge","action":"execute","attempt":1,"outcome":"failed","failure":"transient","reason":"busy","agent":"payment","result":{}}`},
 		{status, `{"orderId":"o-1","status":"step-succeeded","state":"Processing","step":"charge","attempt":1,"reason":"r","workflow":"order","workflowVersion":2,"result":{"p":2},"revision":7,"time":"2026-11-21T10:00:00.000000005Z"}`},
 		{alert, `{"taskId":"o-1","workflow":"order","state":"Error","step":"charge","reason":"r","revision":9,"at":"2026-11-21T10:00:00.000000005Z"}`},
+		{resolved, `{"taskId":"o-1","workflow":"order","state":"Processing","step":"charge","reason":"retried by ann","revision":10,"at":"2026-11-21T10:00:00.000000005Z","kind":"resolved","by":"ann"}`},
 	} {
 		got, err := json.Marshal(c.message)
 		require.NoError(t, err)
