@@ -89,8 +89,43 @@ func (p partitionCut) newStart(r Retention) int64 {
 	return to
 }
 
-// applyRetention runs one retention pass over every non-internal topic and
-// reports the number of records removed.
+// deletableTopics are the topics a pass may cut: not kfake's internal ones,
+// and not compacted ones, whose newest record per key is their content (a
+// count or an age would remove live keys; a compacted topic keeps its own
+// size in check).
+func deletableTopics(ctx context.Context, adm *kadm.Client, names []string) ([]string, error) {
+	var topics []string
+	for _, name := range names {
+		if !strings.HasPrefix(name, "__") {
+			topics = append(topics, name)
+		}
+	}
+	if len(topics) == 0 {
+		return nil, nil
+	}
+	configs, err := adm.DescribeTopicConfigs(ctx, topics...)
+	if err != nil {
+		return nil, errors.Wrap(err, "describe topic configs")
+	}
+	compacted := map[string]bool{}
+	for _, rc := range configs {
+		for _, c := range rc.Configs {
+			if c.Key == "cleanup.policy" && c.Value != nil && strings.Contains(*c.Value, "compact") {
+				compacted[rc.Name] = true
+			}
+		}
+	}
+	kept := topics[:0]
+	for _, name := range topics {
+		if !compacted[name] {
+			kept = append(kept, name)
+		}
+	}
+	return kept, nil
+}
+
+// applyRetention runs one retention pass over every topic but kfake's
+// internal and compacted ones, and reports the number of records removed.
 func applyRetention(ctx context.Context, adm *kadm.Client, r Retention, now time.Time, logger *slog.Logger) (int64, error) {
 	if !r.Enabled() {
 		return 0, nil
@@ -99,9 +134,9 @@ func applyRetention(ctx context.Context, adm *kadm.Client, r Retention, now time
 	if err != nil {
 		return 0, errors.Wrap(err, "list topics")
 	}
-	topics := listed.Names()
-	if len(topics) == 0 {
-		return 0, nil
+	topics, err := deletableTopics(ctx, adm, listed.Names())
+	if err != nil || len(topics) == 0 {
+		return 0, err
 	}
 	cuts := map[string]map[int32]*partitionCut{}
 	starts, err := adm.ListStartOffsets(ctx, topics...)
@@ -162,9 +197,6 @@ func applyRetention(ctx context.Context, adm *kadm.Client, r Retention, now time
 	remove := kadm.Offsets{}
 	var removed int64
 	for topic, partitions := range cuts {
-		if strings.HasPrefix(topic, "__") {
-			continue
-		}
 		for partition, c := range partitions {
 			to := c.newStart(r)
 			if to <= c.start {

@@ -136,3 +136,21 @@ func TestRetentionRunsByItself(t *testing.T) {
 	produceN(t, ctx, client, protocol.StatusTopic, 20, time.Now())
 	require.Eventually(t, func() bool { return startOffset(t, ctx, adm, protocol.StatusTopic) == 15 }, 10*time.Second, 10*time.Millisecond)
 }
+
+// TestRetentionLeavesCompactedTopicsAlone: a compacted topic's newest record
+// per key is its content, so no count or age removes from it.
+func TestRetentionLeavesCompactedTopicsAlone(t *testing.T) {
+	b := startRetainingBroker(t, t.TempDir())
+	t.Cleanup(b.Close)
+	ctx := testContext(t)
+	client := newClient(t, b)
+	adm := kadm.NewClient(client)
+	policy := "compact"
+	_, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"cleanup.policy": &policy}, "agents")
+	require.NoError(t, err)
+	produceN(t, ctx, client, "agents", 20, time.Now().Add(-30*24*time.Hour))
+
+	_, err = b.RetainOnce(ctx, kafka.Retention{MaxRecords: 5, MaxAge: time.Hour})
+	require.NoError(t, err)
+	assert.Equal(t, int64(0), startOffset(t, ctx, adm, "agents"))
+}
