@@ -181,7 +181,7 @@ func completion(_ context.Context, args []string) error {
 	var b strings.Builder
 	b.WriteString("# bash completion for sagactl: source <(sagactl completion bash)\n_sagactl() {\n")
 	b.WriteString("  local cur=\"${COMP_WORDS[COMP_CWORD]}\" cmd=\"${COMP_WORDS[1]}\"\n")
-	b.WriteString("  if [ \"$COMP_CWORD\" -eq 1 ]; then COMPREPLY=($(compgen -W \"" + strings.Join(append(commands, "completion", "help"), " ") + "\" -- \"$cur\")); return; fi\n")
+	b.WriteString("  if [ \"$COMP_CWORD\" -eq 1 ]; then COMPREPLY=($(compgen -W \"" + strings.Join(append(commands, "completion", "help", "version"), " ") + "\" -- \"$cur\")); return; fi\n")
 	b.WriteString("  case \"$cmd\" in\n")
 	for _, name := range commands {
 		words := slices.Concat(subcommands[name], flagsOf[name])
