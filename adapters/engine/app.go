@@ -24,6 +24,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sagaengine/saga/adapters/agent"
+	"github.com/sagaengine/saga/adapters/console"
 	"github.com/sagaengine/saga/adapters/demo"
 	"github.com/sagaengine/saga/adapters/esdbserver"
 	"github.com/sagaengine/saga/adapters/eventstore"
@@ -597,7 +598,10 @@ func (a *App) startAPI(ctx context.Context) error {
 	a.HTTPAddr = lis.Addr().String()
 	// Timeouts and a header limit, so that slow or hostile clients cannot
 	// hold connections and memory: bodies are small (1 MiB at most).
-	a.http = &http.Server{Handler: httpapi.Handler(a.Tasks, a.Operator, registering{a.Workflows, a}, a, a, tokens),
+	ui := console.Handler(console.Config{Tasks: a.Tasks, History: a.Store, Tokens: tokens})
+	a.http = &http.Server{Handler: httpapi.Handler(a.Tasks, a.Operator, registering{a.Workflows, a}, a, a, tokens,
+		httpapi.Mount{Pattern: console.Pattern, Handler: ui},
+		httpapi.Mount{Pattern: "GET /ui", Handler: http.RedirectHandler(console.Pattern, http.StatusMovedPermanently)}),
 		ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second,
 		IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
 	a.run("http api", func() error {

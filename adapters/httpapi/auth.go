@@ -130,20 +130,54 @@ func identity(r *http.Request) (string, bool) {
 	return id, ok
 }
 
+// SessionCookie is the cookie in which a browser presents its token: the
+// console's login form sets it (HttpOnly, SameSite=Strict) and the guard
+// reads it when a request has no Authorization header.
+const SessionCookie = "saga_token"
+
+// CSRFHeader is the header that a request authenticated by the session
+// cookie must carry to act, holding CSRFToken of the cookie's secret.
+const CSRFHeader = "X-Saga-CSRF"
+
+// LoginPath is where the console's login form posts; the guard lets it
+// through without a token (it is how a browser gets one) but, as every
+// request that acts, only from the API's own origin.
+const LoginPath = "/ui/login"
+
+// CSRFToken is the anti-forgery token of a session: derived from the
+// secret, so nothing is stored, and unknown to another origin, which can
+// read neither the HttpOnly cookie nor the console's pages.
+func CSRFToken(secret string) string {
+	sum := sha256.Sum256([]byte("saga-csrf\x00" + secret))
+	return hex.EncodeToString(sum[:16])
+}
+
+// Identify returns the token whose secret this is, if any.
+func (t *Tokens) Identify(secret string) (Token, bool) {
+	if !t.Enabled() {
+		return Token{}, false
+	}
+	return t.lookup(secret)
+}
+
 // guard checks every request before the API's handlers:
 //   - a POST must say Content-Type: application/json (415), which a
 //     cross-origin form or text/plain request cannot, and must come from no
 //     other origin than the API's own (403): browsers' simple requests
-//     cannot act;
-//   - with tokens on, every request but /healthz and /readyz needs a valid
-//     bearer token (401), and a POST one of role operator (403).
+//     cannot act; the console's login form is the one form allowed;
+//   - with tokens on, every request but /healthz, /readyz, the login and
+//     the console's static files needs a valid bearer token or session
+//     cookie (401; a page of the console redirects to the login instead),
+//     and a POST one of role operator (403); a POST authenticated by the
+//     cookie also needs CSRFHeader (403).
 //
 // No CORS headers are ever sent, so browsers keep other origins out.
 func guard(tokens *Tokens, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		open := r.URL.Path == "/healthz" || r.URL.Path == "/readyz"
-		if r.Method != http.MethodGet && r.Method != http.MethodHead && !open {
-			if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		open := r.URL.Path == "/healthz" || r.URL.Path == "/readyz" || r.URL.Path == LoginPath || strings.HasPrefix(r.URL.Path, "/ui/static/")
+		acts := r.Method != http.MethodGet && r.Method != http.MethodHead
+		if acts && r.URL.Path != "/healthz" && r.URL.Path != "/readyz" {
+			if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); r.URL.Path != LoginPath && (err != nil || mt != "application/json") {
 				writeError(w, http.StatusUnsupportedMediaType, "a request that acts must send Content-Type: application/json")
 				return
 			}
@@ -157,13 +191,28 @@ func guard(tokens *Tokens, next http.Handler) http.Handler {
 			return
 		}
 		secret, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		tok, known := tokens.lookup(strings.TrimSpace(secret))
+		fromCookie := false
+		if !ok {
+			if c, err := r.Cookie(SessionCookie); err == nil {
+				secret, ok, fromCookie = c.Value, true, true
+			}
+		}
+		secret = strings.TrimSpace(secret)
+		tok, known := tokens.lookup(secret)
 		if !ok || !known {
+			if !acts && strings.HasPrefix(r.URL.Path, "/ui") {
+				http.Redirect(w, r, LoginPath+"?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+				return
+			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="saga"`)
 			writeError(w, http.StatusUnauthorized, "a valid bearer token is required")
 			return
 		}
-		if r.Method != http.MethodGet && r.Method != http.MethodHead && tok.Role != RoleOperator {
+		if acts && fromCookie && subtle.ConstantTimeCompare([]byte(r.Header.Get(CSRFHeader)), []byte(CSRFToken(secret))) != 1 {
+			writeError(w, http.StatusForbidden, "a request that acts with the session cookie must send "+CSRFHeader)
+			return
+		}
+		if acts && tok.Role != RoleOperator {
 			writeError(w, http.StatusForbidden, "token of "+tok.Identity+" may read, not act (role viewer)")
 			return
 		}

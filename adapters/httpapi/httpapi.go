@@ -163,8 +163,13 @@ func writeTaskList(w http.ResponseWriter, l rawTaskList) {
 // Handler returns the API's handler over the task view. With tokens (nil
 // for none), every request but /healthz and /readyz needs a bearer token,
 // and acting needs an operator's; see guard.
-func Handler(tasks Tasks, ops Operations, workflows Workflows, metrics Metrics, ready Readiness, tokens *Tokens) http.Handler {
+//
+// Mounts add handlers behind the same guard (the console at /ui/).
+func Handler(tasks Tasks, ops Operations, workflows Workflows, metrics Metrics, ready Readiness, tokens *Tokens, mounts ...Mount) http.Handler {
 	mux := http.NewServeMux()
+	for _, m := range mounts {
+		mux.Handle(m.Pattern, m.Handler)
+	}
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		checks := ready.Readiness(r.Context())
 		code, status := http.StatusOK, "ready"
@@ -259,6 +264,15 @@ func Handler(tasks Tasks, ops Operations, workflows Workflows, metrics Metrics, 
 	})
 	return guard(tokens, mux)
 }
+
+// Mount is a handler served under the API's guard at a ServeMux pattern.
+type Mount struct {
+	Pattern string
+	Handler http.Handler
+}
+
+// Identity is who the request's token belongs to, when tokens are on.
+func Identity(r *http.Request) (string, bool) { return identity(r) }
 
 // operator names who acts: with tokens on, the token's identity, whatever
 // the request says; else the body's "by", the X-Saga-Operator header, or
