@@ -59,6 +59,7 @@ func Handler(cfg Config) http.Handler {
 	}
 	pages := template.Must(template.New("").Funcs(template.FuncMap{
 		"ago":   func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000") },
+		"ms":    func(d time.Duration) time.Duration { return d.Round(time.Millisecond) },
 		"lower": func(s any) string { return strings.ToLower(toString(s)) },
 	}).ParseFS(templateFiles, "templates/*.html"))
 	c := &console{cfg: cfg, pages: pages}

@@ -141,7 +141,11 @@ func (tl Timeline) SVG() template.HTML {
 	for i := 0; i <= 4; i++ {
 		at := tl.Start.Add(span * time.Duration(i) / 4)
 		fmt.Fprintf(&b, `<line class="grid" x1="%.1f" y1="%d" x2="%.1f" y2="%d"/>`, x(at), axisHeight-4, x(at), height)
-		fmt.Fprintf(&b, `<text class="axis" x="%.1f" y="14" text-anchor="middle">+%s</text>`, x(at), (span * time.Duration(i) / 4).Round(time.Millisecond))
+		anchor := map[int]string{0: "start", 4: "end"}[i]
+		if anchor == "" {
+			anchor = "middle"
+		}
+		fmt.Fprintf(&b, `<text class="axis" x="%.1f" y="14" text-anchor="%s">+%s</text>`, x(at), anchor, (span * time.Duration(i) / 4).Round(time.Millisecond))
 	}
 	for i, l := range tl.Lanes {
 		y := axisHeight + i*laneHeight
