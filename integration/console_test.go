@@ -21,8 +21,8 @@ import (
 )
 
 // chromium finds a Chromium or Chrome binary ($SAGA_CHROMIUM first), or
-// skips the test: the console's browser tests need one (.ci/run installs
-// Debian's chromium).
+// skips the test (fails it when SAGA_REQUIRE_TOOLS is set): the console's
+// browser tests need one, and .ci/run installs Debian's chromium.
 func chromium(t *testing.T) string {
 	t.Helper()
 	if p := os.Getenv("SAGA_CHROMIUM"); p != "" {
@@ -32,6 +32,9 @@ func chromium(t *testing.T) string {
 		if p, err := exec.LookPath(name); err == nil {
 			return p
 		}
+	}
+	if os.Getenv("SAGA_REQUIRE_TOOLS") != "" {
+		t.Fatal("no Chromium binary found, and SAGA_REQUIRE_TOOLS is set (.ci/run installs Debian's chromium)")
 	}
 	t.Skip("no Chromium binary found (install Debian's chromium, or set SAGA_CHROMIUM): the console's browser tests need one")
 	return ""

@@ -1,0 +1,200 @@
+package console_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sagaengine/saga/adapters/console"
+	"github.com/sagaengine/saga/adapters/httpapi"
+	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/domain/protocol"
+	"github.com/sagaengine/saga/projections"
+	"github.com/sagaengine/saga/projections/audittest"
+)
+
+// oneTask is a task view and event store holding audittest's compensated
+// task o-1.
+type oneTask struct{ view *protocol.TaskView }
+
+func newOneTask(t *testing.T) oneTask {
+	a, err := projections.BuildAudit("o-1", audittest.History(), projections.Cut{})
+	require.NoError(t, err)
+	return oneTask{a.State}
+}
+
+func (o oneTask) Get(_ context.Context, id string) (*protocol.TaskView, bool, error) {
+	return o.view, id == o.view.ID, nil
+}
+func (o oneTask) List(context.Context, projections.TaskQuery) (projections.TaskPage, error) {
+	return projections.TaskPage{Tasks: []*protocol.TaskView{o.view}}, nil
+}
+func (o oneTask) Counts(context.Context) (map[domain.TaskState]int, error) { return nil, nil }
+func (o oneTask) Ready() <-chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}
+func (o oneTask) ReadStream(_ context.Context, stream string) ([]domain.RecordedEvent, error) {
+	if stream != domain.TaskStream("o-1") {
+		return nil, nil
+	}
+	return audittest.History(), nil
+}
+
+type recorder struct{ by []string }
+
+func (r *recorder) Retry(_ context.Context, _, _, by string) error  { r.by = append(r.by, by); return nil }
+func (r *recorder) Cancel(_ context.Context, _, by, _ string) error { r.by = append(r.by, by); return nil }
+
+type noChecks struct{}
+
+func (noChecks) Readiness(context.Context) []httpapi.Check { return nil }
+func (noChecks) WriteMetrics(io.Writer)                    {}
+
+func serve(t *testing.T, tokens *httpapi.Tokens, ops httpapi.Operations) *httptest.Server {
+	tasks := newOneTask(t)
+	ui := console.Handler(console.Config{Tasks: tasks, History: tasks, Tokens: tokens})
+	srv := httptest.NewServer(httpapi.Handler(tasks, ops, nil, noChecks{}, noChecks{}, tokens, httpapi.Mount{Pattern: console.Pattern, Handler: ui}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func get(t *testing.T, c *http.Client, u string) (int, string) {
+	t.Helper()
+	resp, err := c.Get(u)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, string(body)
+}
+
+func TestTaskPageDrawsTheTimelineFromTheHistory(t *testing.T) {
+	srv := serve(t, nil, &recorder{})
+	code, body := get(t, srv.Client(), srv.URL+"/ui/tasks/o-1")
+	require.Equal(t, http.StatusOK, code, body)
+	assert.Contains(t, body, `<svg class="timeline"`)
+	assert.Contains(t, body, `data-step="schedule-shipping"`)
+	assert.Equal(t, 3, strings.Count(body, `class="bar timeout"`), "shipping hung three times")
+	assert.Contains(t, body, `class="bar ok comp"`, "the undone steps")
+	assert.Contains(t, body, "TaskCompensated")
+	code, _ = get(t, srv.Client(), srv.URL+"/ui/tasks/nope")
+	assert.Equal(t, http.StatusNotFound, code)
+	code, body = get(t, srv.Client(), srv.URL+"/ui/?state=Nonsense")
+	assert.Equal(t, http.StatusBadRequest, code)
+	assert.Contains(t, body, "unknown state")
+}
+
+func TestTimelineEscapesWhatItShows(t *testing.T) {
+	rows := []projections.AuditRow{
+		{Event: domain.StepDispatchedType, Step: "<script>", Attempt: 1, Details: `"><img src=x>`},
+		{Event: domain.StepFailedType, Step: "<script>", Attempt: 1},
+	}
+	svg := string(console.BuildTimeline(rows).SVG())
+	assert.NotContains(t, svg, "<script>")
+	assert.NotContains(t, svg, "<img")
+	assert.Contains(t, svg, `class="bar failed"`)
+}
+
+// TestLoginSetsAStrictCookieAndActionsNeedTheCSRFHeader follows a browser:
+// the console sends it to the login, the login sets an HttpOnly,
+// SameSite=Strict cookie, the cookie reads, and acting with it needs the
+// CSRF header the page carries.
+func TestLoginSetsAStrictCookieAndActionsNeedTheCSRFHeader(t *testing.T) {
+	secret, line, err := httpapi.NewToken("olga", httpapi.RoleOperator)
+	require.NoError(t, err)
+	file := filepath.Join(t.TempDir(), "tokens")
+	require.NoError(t, os.WriteFile(file, []byte(line+"\n"), 0o600))
+	tokens, err := httpapi.LoadTokens(file)
+	require.NoError(t, err)
+	ops := &recorder{}
+	srv := serve(t, tokens, ops)
+	jar, err := cookiejar.New(nil)
+	require.NoError(t, err)
+	c := &http.Client{Jar: jar}
+
+	code, body := get(t, c, srv.URL+"/ui/tasks/o-1")
+	require.Equal(t, http.StatusOK, code)
+	assert.Contains(t, body, `name="token"`, "redirected to the login")
+	assert.Contains(t, body, `value="/ui/tasks/o-1"`, "and back after it")
+
+	resp, err := c.PostForm(srv.URL+"/ui/login", url.Values{"token": {"saga_wrong"}})
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+
+	noFollow := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err = noFollow.PostForm(srv.URL+"/ui/login", url.Values{"token": {secret}, "next": {"//evil.example/"}})
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	assert.Equal(t, "/ui/", resp.Header.Get("Location"), "no redirect out of the console")
+	cookies := resp.Cookies()
+	require.Len(t, cookies, 1)
+	assert.Equal(t, httpapi.SessionCookie, cookies[0].Name)
+	assert.True(t, cookies[0].HttpOnly)
+	assert.Equal(t, http.SameSiteStrictMode, cookies[0].SameSite)
+
+	code, body = get(t, c, srv.URL+"/ui/tasks/o-1")
+	require.Equal(t, http.StatusOK, code)
+	assert.Contains(t, body, "Signed in as <strong>olga</strong>")
+	assert.Contains(t, body, `name="saga-csrf" content="`+httpapi.CSRFToken(secret)+`"`)
+	code, _ = get(t, c, srv.URL+"/api/tasks/o-1")
+	assert.Equal(t, http.StatusOK, code, "the cookie reads the API")
+
+	retry := func(csrf, origin string) int {
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"/api/tasks/o-1/retry", strings.NewReader(`{}`))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		if csrf != "" {
+			req.Header.Set(httpapi.CSRFHeader, csrf)
+		}
+		if origin != "" {
+			req.Header.Set("Origin", origin)
+		}
+		resp, err := c.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	assert.Equal(t, http.StatusForbidden, retry("", ""), "no CSRF header")
+	assert.Equal(t, http.StatusForbidden, retry("0123", ""), "a wrong one")
+	assert.Equal(t, http.StatusForbidden, retry(httpapi.CSRFToken(secret), "https://evil.example"))
+	assert.Empty(t, ops.by)
+	assert.Equal(t, http.StatusAccepted, retry(httpapi.CSRFToken(secret), srv.URL))
+	assert.Equal(t, []string{"olga"}, ops.by)
+
+	resp, err = c.PostForm(srv.URL+"/ui/login", url.Values{"token": {secret}})
+	require.NoError(t, err)
+	resp.Body.Close()
+	req, err := http.NewRequest(http.MethodPost, srv.URL+"/ui/login", strings.NewReader("token="+secret))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", "https://evil.example")
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusForbidden, resp.StatusCode, "no login from another origin")
+}
+
+func TestStaticFilesAndPagesCarryAStrictPolicy(t *testing.T) {
+	srv := serve(t, nil, &recorder{})
+	for _, path := range []string{"/ui/static/console.js", "/ui/static/console.css", "/ui/"} {
+		resp, err := srv.Client().Get(srv.URL + path)
+		require.NoError(t, err)
+		resp.Body.Close()
+		assert.Equal(t, http.StatusOK, resp.StatusCode, path)
+		assert.Contains(t, resp.Header.Get("Content-Security-Policy"), "default-src 'self'", path)
+	}
+}
