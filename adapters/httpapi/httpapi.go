@@ -21,6 +21,8 @@
 //	GET  /readyz                  readiness: 200 when every check passes, else
 //	                              503; each check named in the answer
 //	GET  /metrics                 metrics in the Prometheus text format
+//	/ui/...                       the web console (adapters/console), mounted
+//	                              by the caller behind the same guard
 //
 // The actions answer 202 once the request is recorded; the task's state
 // follows as the scheduler carries it out. The tasks' JSON is
