@@ -54,8 +54,14 @@ func (o oneTask) ReadStream(_ context.Context, stream string) ([]domain.Recorded
 
 type recorder struct{ by []string }
 
-func (r *recorder) Retry(_ context.Context, _, _, by string) error  { r.by = append(r.by, by); return nil }
-func (r *recorder) Cancel(_ context.Context, _, by, _ string) error { r.by = append(r.by, by); return nil }
+func (r *recorder) Retry(_ context.Context, _, _, by string) error {
+	r.by = append(r.by, by)
+	return nil
+}
+func (r *recorder) Cancel(_ context.Context, _, by, _ string) error {
+	r.by = append(r.by, by)
+	return nil
+}
 
 type noChecks struct{}
 
