@@ -4,6 +4,7 @@ import (
 	"context"
 	"embed"
 	"encoding/json"
+	"fmt"
 	"html/template"
 	"io/fs"
 	"net/http"
@@ -60,7 +61,7 @@ func Handler(cfg Config) http.Handler {
 	pages := template.Must(template.New("").Funcs(template.FuncMap{
 		"ago":   func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000") },
 		"ms":    func(d time.Duration) time.Duration { return d.Round(time.Millisecond) },
-		"lower": func(s any) string { return strings.ToLower(toString(s)) },
+		"lower": func(s any) string { return strings.ToLower(fmt.Sprint(s)) },
 	}).ParseFS(templateFiles, "templates/*.html"))
 	c := &console{cfg: cfg, pages: pages}
 	mux := http.NewServeMux()
@@ -297,16 +298,4 @@ func secureHeaders(h http.Handler) http.Handler {
 		w.Header().Set("Referrer-Policy", "same-origin")
 		h.ServeHTTP(w, r)
 	})
-}
-
-func toString(v any) string {
-	switch v := v.(type) {
-	case string:
-		return v
-	case domain.TaskState:
-		return string(v)
-	case domain.StepState:
-		return string(v)
-	}
-	return ""
 }
