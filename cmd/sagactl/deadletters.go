@@ -1,23 +1,19 @@
 package main
 
 import (
-	"cmp"
 	"context"
-	"encoding/base64"
 	"flag"
 	"fmt"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/cockroachdb/errors"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/sagaengine/saga/adapters/topics"
 	"github.com/sagaengine/saga/domain/protocol"
 )
 
@@ -28,100 +24,7 @@ An ID is PARTITION/OFFSET in saga.deadletter, as the list shows it.
 `
 
 // deadLetter is a record of saga.deadletter as deadletters shows it.
-type deadLetter struct {
-	// ID is the dead letter's PARTITION/OFFSET in saga.deadletter.
-	ID        string    `json:"id"`
-	Partition int32     `json:"partition"`
-	Offset    int64     `json:"offset"`
-	Time      time.Time `json:"time"`
-	Key       string    `json:"key"`
-	Reason    string    `json:"reason"`
-	// Source is where the record came from, as its header says:
-	// topic/partition/offset, or status/TOPIC for a status its reply topic
-	// refused.
-	Source          string `json:"source"`
-	SourceTopic     string `json:"sourceTopic,omitempty"`
-	SourcePartition *int32 `json:"sourcePartition,omitempty"`
-	SourceOffset    *int64 `json:"sourceOffset,omitempty"`
-	// RedriveOf is the dead letter this one is a redrive of, when a redrive
-	// was dead-lettered again.
-	RedriveOf string `json:"redriveOf,omitempty"`
-	Size      int    `json:"size"`
-	// Value is the payload when it is UTF-8 text, else ValueBase64.
-	Value       *string `json:"value,omitempty"`
-	ValueBase64 string  `json:"valueBase64,omitempty"`
-	// Headers are the record's other headers.
-	Headers map[string]string `json:"headers,omitempty"`
-
-	record *kgo.Record
-}
-
-func newDeadLetter(r *kgo.Record) *deadLetter {
-	d := &deadLetter{ID: deadLetterID(r.Partition, r.Offset), Partition: r.Partition, Offset: r.Offset, Time: r.Timestamp, Key: string(r.Key),
-		Reason: header(r, protocol.HeaderDeadLetterReason), Source: header(r, protocol.HeaderDeadLetterSource), Size: len(r.Value), record: r}
-	d.SourceTopic, d.SourcePartition, d.SourceOffset = parseSource(d.Source)
-	if from := header(r, protocol.HeaderRedrivenFrom); from != "" {
-		d.RedriveOf = strings.TrimPrefix(from, protocol.DeadLetterTopic+"/")
-	}
-	if utf8.Valid(r.Value) {
-		text := string(r.Value)
-		d.Value = &text
-	} else {
-		d.ValueBase64 = base64.StdEncoding.EncodeToString(r.Value)
-	}
-	for _, h := range r.Headers {
-		if !ofDeadLetter(h.Key) {
-			if d.Headers == nil {
-				d.Headers = map[string]string{}
-			}
-			d.Headers[h.Key] = string(h.Value)
-		}
-	}
-	return d
-}
-
-// ofDeadLetter reports whether a header is the dead letters' own, not the
-// original record's.
-func ofDeadLetter(key string) bool {
-	return key == protocol.HeaderDeadLetterReason || key == protocol.HeaderDeadLetterSource || key == protocol.HeaderRedrivenFrom
-}
-
-func deadLetterID(partition int32, offset int64) string {
-	return strconv.Itoa(int(partition)) + "/" + strconv.FormatInt(offset, 10)
-}
-
-// parseSource reads a dead letter's source header: topic/partition/offset,
-// or status/TOPIC (a status for the reply topic TOPIC). Topic names hold
-// no slash.
-func parseSource(s string) (topic string, partition *int32, offset *int64) {
-	parts := strings.Split(s, "/")
-	switch {
-	case len(parts) == 2 && parts[0] == "status":
-		return parts[1], nil, nil
-	case len(parts) != 3:
-		return "", nil, nil
-	}
-	p, perr := strconv.ParseInt(parts[1], 10, 32)
-	o, oerr := strconv.ParseInt(parts[2], 10, 64)
-	if perr != nil || oerr != nil {
-		return "", nil, nil
-	}
-	p32 := int32(p)
-	return parts[0], &p32, &o
-}
-
-// parseDeadLetterID accepts PARTITION/OFFSET, with or without the topic
-// before it.
-func parseDeadLetterID(s string) (string, error) {
-	rest := strings.TrimPrefix(s, protocol.DeadLetterTopic+"/")
-	p, o, ok := strings.Cut(rest, "/")
-	pn, perr := strconv.ParseInt(p, 10, 32)
-	on, oerr := strconv.ParseInt(o, 10, 64)
-	if !ok || perr != nil || oerr != nil || pn < 0 || on < 0 {
-		return "", errors.Newf("%q is not a dead letter id: want PARTITION/OFFSET, as sagactl deadletters lists them", s)
-	}
-	return deadLetterID(int32(pn), on), nil
-}
+type deadLetter = topics.DeadLetter
 
 // letterFilter selects dead letters.
 type letterFilter struct {
@@ -148,7 +51,7 @@ func (f *letterFilter) given() bool {
 // setIDs takes the ids among a command's arguments.
 func (f *letterFilter) setIDs(args []string) error {
 	for _, a := range args {
-		id, err := parseDeadLetterID(a)
+		id, err := topics.ParseDeadLetterID(a)
 		if err != nil {
 			return err
 		}
@@ -176,33 +79,9 @@ func (f *letterFilter) read(ctx context.Context, c *common, keep int) (letters [
 	}
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
-	newestFirst := func(a, b *deadLetter) int {
-		if c := b.Time.Compare(a.Time); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(b.Partition, a.Partition); c != 0 {
-			return c
-		}
-		return cmp.Compare(b.Offset, a.Offset)
-	}
-	redriven = map[string]bool{}
-	err = readTopic(ctx, c, protocol.DeadLetterTopic, since, func(r *kgo.Record) {
-		d := newDeadLetter(r)
-		if d.RedriveOf != "" {
-			redriven[d.RedriveOf] = true
-		}
-		if !f.matches(d) {
-			return
-		}
-		letters = append(letters, d)
-		if keep > 0 && len(letters) > 2*keep {
-			slices.SortStableFunc(letters, newestFirst)
-			letters = letters[:keep]
-		}
-	})
-	slices.SortStableFunc(letters, newestFirst)
-	if keep > 0 && len(letters) > keep {
-		letters = letters[:keep]
+	letters, redriven, err = topics.ReadDeadLetters(ctx, c.opener(), since, f.matches, keep)
+	if errors.Is(err, topics.ErrNoTopic) {
+		return nil, nil, errors.Newf("Kafka at %s has no topic %s: is it saga's?", c.brokers, protocol.DeadLetterTopic)
 	}
 	return letters, redriven, err
 }
@@ -255,38 +134,14 @@ func deadlettersList(ctx context.Context, args []string) error {
 		if d.RedriveOf != "" {
 			source += " (redrive of " + d.RedriveOf + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", d.ID, stamp(d.Time), dash(preview([]byte(d.Key), 40)), source,
-			dash(preview([]byte(d.Reason), 80)), d.Size, dash(preview(d.record.Value, 60)))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", d.ID, stamp(d.Time), dash(topics.Preview([]byte(d.Key), 40)), source,
+			dash(topics.Preview([]byte(d.Reason), 80)), d.Size, dash(topics.Preview(d.Record.Value, 60)))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	fmt.Printf("\n%d dead letters; the whole of each: -o json; re-publish: sagactl deadletters redrive ID\n", len(letters))
 	return nil
-}
-
-// preview shows the start of a payload on one line: printable text as it
-// is, anything else escaped (\n, \x00, \u200b), cut at max runes.
-func preview(b []byte, max int) string {
-	var out strings.Builder
-	for n := 0; len(b) > 0; n++ {
-		if n == max {
-			out.WriteString("…")
-			break
-		}
-		r, size := utf8.DecodeRune(b)
-		switch {
-		case r == utf8.RuneError && size <= 1:
-			fmt.Fprintf(&out, `\x%02x`, b[0])
-		case unicode.IsPrint(r):
-			out.WriteRune(r)
-		default:
-			q := strconv.QuoteRune(r)
-			out.WriteString(q[1 : len(q)-1])
-		}
-		b = b[size:]
-	}
-	return out.String()
 }
 
 // redriveItem is a dead letter a redrive selected, with -o json.
@@ -368,7 +223,7 @@ func deadlettersRedrive(ctx context.Context, args []string) error {
 		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintf(tw, "would re-publish %d dead letters (dry run):\nID\tKEY\tTO\tREASON\n", len(letters))
 		for _, it := range items {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", it.ID, dash(preview([]byte(it.Key), 40)), dash(it.Target), dash(preview([]byte(it.Reason), 80)))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", it.ID, dash(topics.Preview([]byte(it.Key), 40)), dash(it.Target), dash(topics.Preview([]byte(it.Reason), 80)))
 		}
 		return tw.Flush()
 	}
@@ -404,11 +259,11 @@ func redriveRecord(d *deadLetter, value []byte) (*kgo.Record, error) {
 		return nil, errors.New("its source is the dead letters themselves")
 	}
 	if value == nil {
-		value = d.record.Value
+		value = d.Record.Value
 	}
-	rec := &kgo.Record{Topic: d.SourceTopic, Key: d.record.Key, Value: value}
-	for _, h := range d.record.Headers {
-		if !ofDeadLetter(h.Key) {
+	rec := &kgo.Record{Topic: d.SourceTopic, Key: d.Record.Key, Value: value}
+	for _, h := range d.Record.Headers {
+		if !topics.OfDeadLetter(h.Key) {
 			rec.Headers = append(rec.Headers, h)
 		}
 	}
