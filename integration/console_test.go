@@ -18,6 +18,7 @@ import (
 	"github.com/sagaengine/saga/adapters/engine"
 	"github.com/sagaengine/saga/adapters/httpapi"
 	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/domain/protocol"
 )
 
 // chromium finds a Chromium or Chrome binary ($SAGA_CHROMIUM first), or
@@ -125,7 +126,8 @@ func (b *browser) screenshot(name string) {
 // TestConsoleInABrowser loads the console in headless Chromium against a
 // running saga, with API tokens off and on: orders submitted by a client
 // appear and move to Processed without a reload, a compensated task shows
-// its timeline, and Retry on a task in Error brings it back.
+// its timeline, Retry on a task in Error brings it back, and a dead letter
+// shows with its reason, source and payload.
 func TestConsoleInABrowser(t *testing.T) {
 	chromium(t)
 	if testing.Short() {
@@ -202,4 +204,21 @@ func consoleScenario(t *testing.T, name string, auth bool) {
 	b.await("the task recovered to Compensated", `document.getElementById("task-state") && document.getElementById("task-state").textContent === "Compensated"`, 60*time.Second)
 	b.await("the operator's retry on the timeline", `document.querySelectorAll('#timeline .mark.operator').length >= 1`, 10*time.Second)
 	b.screenshot("task-retried")
+
+	// A message saga cannot take lands in saga.deadletter, and on its page.
+	s.publish("ui-dead-1", []byte("not json"))
+	b.run(chromedp.Navigate(b.base + "/ui/deadletters"))
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		var found bool
+		b.run(chromedp.WaitVisible("#deadletters", chromedp.ByID),
+			chromedp.Evaluate(`!!document.querySelector('#deadletters tr[data-key="ui-dead-1"]')`, &found))
+		if found {
+			break
+		}
+		require.False(t, time.Now().After(deadline), "the dead letter did not show on its page")
+		b.run(chromedp.Reload())
+	}
+	b.await("the dead letter's reason and payload", `(() => { const r = document.querySelector('#deadletters tr[data-key="ui-dead-1"]');
+		return r.textContent.includes("not json") && r.textContent.includes("`+protocol.OrdersTopic+`/") })()`, 5*time.Second)
+	b.screenshot("deadletters")
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sagaengine/saga/adapters/httpapi"
+	"github.com/sagaengine/saga/adapters/topics"
 	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/domain/protocol"
 	"github.com/sagaengine/saga/projections"
@@ -42,9 +43,15 @@ type Config struct {
 	History History
 	// Tokens are the API's; nil or empty when authentication is off.
 	Tokens *httpapi.Tokens
+	// Kafka reads saga.deadletter for the dead letters page; nil leaves
+	// the page saying it has no Kafka.
+	Kafka topics.Open
 	// PageSize is how many tasks a page lists; default 50.
 	PageSize int
 }
+
+// deadLetterLimit is how many dead letters the page shows, newest first.
+const deadLetterLimit = 100
 
 // Pattern is where Handler is mounted in the API's ServeMux.
 const Pattern = "/ui/"
@@ -69,6 +76,7 @@ func Handler(cfg Config) http.Handler {
 	mux.Handle("GET /ui/static/", http.StripPrefix("/ui/static/", cacheFor(http.FileServerFS(static))))
 	mux.HandleFunc("GET /ui/{$}", c.tasks)
 	mux.HandleFunc("GET /ui/tasks/{id}", c.task)
+	mux.HandleFunc("GET /ui/deadletters", c.deadLetters)
 	mux.HandleFunc("GET /ui/login", c.loginForm)
 	mux.HandleFunc("POST /ui/login", c.login)
 	mux.HandleFunc("POST /ui/logout", c.logout)
@@ -233,6 +241,38 @@ func indent(data []byte) string {
 	}
 	out, _ := json.MarshalIndent(v, "", "  ")
 	return string(out)
+}
+
+// letterRow is a dead letter as the page shows it.
+type letterRow struct {
+	*topics.DeadLetter
+	Preview string
+}
+
+type letterPage struct {
+	Letters []letterRow
+	Limit   int
+	Error   string
+}
+
+// deadLetters reads saga.deadletter without a consumer group on each
+// view, within ten seconds, and shows the newest deadLetterLimit.
+func (c *console) deadLetters(w http.ResponseWriter, r *http.Request) {
+	d := letterPage{Limit: deadLetterLimit}
+	if c.cfg.Kafka == nil {
+		d.Error = "This process has no Kafka to read dead letters from."
+	} else {
+		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+		defer cancel()
+		letters, _, err := topics.ReadDeadLetters(ctx, c.cfg.Kafka, time.Time{}, nil, deadLetterLimit)
+		if err != nil {
+			d.Error = "saga.deadletter cannot be read: " + err.Error()
+		}
+		for _, l := range letters {
+			d.Letters = append(d.Letters, letterRow{DeadLetter: l, Preview: topics.Preview(l.Record.Value, 200)})
+		}
+	}
+	c.render(w, r, "deadletters.html", "Dead letters", d)
 }
 
 func (c *console) loginForm(w http.ResponseWriter, r *http.Request) {

@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/sagaengine/saga/adapters/kafka"
 	"github.com/sagaengine/saga/domain/protocol"
 )
 
@@ -266,4 +267,23 @@ func Header(r *kgo.Record, key string) string {
 		}
 	}
 	return ""
+}
+
+// Dial is an Open for brokers with opts (security) on every client; it
+// pings Kafka within five seconds, so that a reader never waits silently
+// on brokers that are not there.
+func Dial(brokers []string, opts ...kgo.Opt) Open {
+	return func(ctx context.Context, more ...kgo.Opt) (*kgo.Client, error) {
+		client, err := kafka.NewClient(brokers, append(slices.Clone(opts), more...)...)
+		if err != nil {
+			return nil, err
+		}
+		probe, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		if err := client.Ping(probe); err != nil {
+			client.Close()
+			return nil, errors.Wrapf(err, "no answer from Kafka at %s within 5s", strings.Join(brokers, ","))
+		}
+		return client, nil
+	}
 }
