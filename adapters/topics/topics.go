@@ -269,10 +269,11 @@ func Header(r *kgo.Record, key string) string {
 	return ""
 }
 
-// Dial is an Open for brokers with opts (security) on every client; it
+// Dial is an Open for brokers with opts (security) on every client. It
 // pings Kafka within five seconds, so that a reader never waits silently
-// on brokers that are not there.
-func Dial(brokers []string, opts ...kgo.Opt) Open {
+// on brokers that are not there; explain (nil: none) may say more about a
+// ping that fails, as kafka.Security.Explain does.
+func Dial(brokers []string, explain func(error) error, opts ...kgo.Opt) Open {
 	return func(ctx context.Context, more ...kgo.Opt) (*kgo.Client, error) {
 		client, err := kafka.NewClient(brokers, append(slices.Clone(opts), more...)...)
 		if err != nil {
@@ -282,7 +283,10 @@ func Dial(brokers []string, opts ...kgo.Opt) Open {
 		defer cancel()
 		if err := client.Ping(probe); err != nil {
 			client.Close()
-			return nil, errors.Wrapf(err, "no answer from Kafka at %s within 5s", strings.Join(brokers, ","))
+			if explain != nil {
+				err = explain(err)
+			}
+			return nil, errors.Wrapf(err, "no answer from Kafka at %s within 5s; is sagad running", strings.Join(brokers, ","))
 		}
 		return client, nil
 	}

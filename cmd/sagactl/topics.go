@@ -19,17 +19,7 @@ func openKafka(ctx context.Context, c *common, opts ...kgo.Opt) (*kgo.Client, er
 	if err != nil {
 		return nil, err
 	}
-	client, err := kafka.NewClient(kafka.SplitBrokers(c.brokers), append(kafkaOpts, opts...)...)
-	if err != nil {
-		return nil, err
-	}
-	probe, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if err := client.Ping(probe); err != nil {
-		client.Close()
-		return nil, errors.Wrapf(c.security.Explain(err), "no answer from Kafka at %s within 5s; is sagad running", c.brokers)
-	}
-	return client, nil
+	return topics.Dial(kafka.SplitBrokers(c.brokers), c.security.Explain, kafkaOpts...)(ctx, opts...)
 }
 
 // readTopic hands fn every record of topic from its oldest (or the first
