@@ -126,8 +126,9 @@ func (b *browser) screenshot(name string) {
 // TestConsoleInABrowser loads the console in headless Chromium against a
 // running saga, with API tokens off and on: orders submitted by a client
 // appear and move to Processed without a reload, a compensated task shows
-// its timeline, Retry on a task in Error brings it back, and a dead letter
-// shows with its reason, source and payload.
+// its timeline, Retry on a task in Error brings it back, a dead letter
+// shows with its reason, source and payload, and the overview counts the
+// orders and the agents' commands.
 func TestConsoleInABrowser(t *testing.T) {
 	chromium(t)
 	if testing.Short() {
@@ -221,4 +222,12 @@ func consoleScenario(t *testing.T, name string, auth bool) {
 	b.await("the dead letter's reason and payload", `(() => { const r = document.querySelector('#deadletters tr[data-key="ui-dead-1"]');
 		return r.textContent.includes("not json") && r.textContent.includes("`+protocol.OrdersTopic+`/") })()`, 5*time.Second)
 	b.screenshot("deadletters")
+
+	// The overview counts what this process saw, its agents included.
+	b.run(chromedp.Navigate(b.base + "/ui/overview"))
+	b.await("processed orders and the agents on the overview", `(() => {
+		const row = document.querySelector('#orders tbody tr');
+		return !!row && Number(row.querySelectorAll('td')[1].textContent) >= 3 &&
+			!!document.querySelector('#agents tr[data-agent="payment"]') })()`, 30*time.Second)
+	b.screenshot("overview")
 }

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sagaengine/saga/adapters/httpapi"
 	"github.com/sagaengine/saga/adapters/topics"
 	"github.com/sagaengine/saga/domain"
@@ -46,6 +48,11 @@ type Config struct {
 	// Kafka reads saga.deadletter for the dead letters page; nil leaves
 	// the page saying it has no Kafka.
 	Kafka topics.Open
+	// Metrics are the process's metrics for the overview (nil: none);
+	// while Context lasts, they are sampled every few seconds to show the
+	// last minutes.
+	Metrics prometheus.Gatherer
+	Context context.Context
 	// PageSize is how many tasks a page lists; default 50.
 	PageSize int
 }
@@ -68,15 +75,24 @@ func Handler(cfg Config) http.Handler {
 	pages := template.Must(template.New("").Funcs(template.FuncMap{
 		"ago":   func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000") },
 		"ms":    func(d time.Duration) time.Duration { return d.Round(time.Millisecond) },
+		"num":   func(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) },
+		"rate":  func(f float64) string { return strconv.FormatFloat(f, 'f', 2, 64) },
 		"lower": func(s any) string { return strings.ToLower(fmt.Sprint(s)) },
 	}).ParseFS(templateFiles, "templates/*.html"))
 	c := &console{cfg: cfg, pages: pages}
+	if cfg.Metrics != nil {
+		c.samples = &sampler{gather: cfg.Metrics, now: time.Now}
+		if cfg.Context != nil {
+			go c.samples.run(cfg.Context)
+		}
+	}
 	mux := http.NewServeMux()
 	static, _ := fs.Sub(staticFiles, "static")
 	mux.Handle("GET /ui/static/", http.StripPrefix("/ui/static/", cacheFor(http.FileServerFS(static))))
 	mux.HandleFunc("GET /ui/{$}", c.tasks)
 	mux.HandleFunc("GET /ui/tasks/{id}", c.task)
 	mux.HandleFunc("GET /ui/deadletters", c.deadLetters)
+	mux.HandleFunc("GET /ui/overview", c.overview)
 	mux.HandleFunc("GET /ui/login", c.loginForm)
 	mux.HandleFunc("POST /ui/login", c.login)
 	mux.HandleFunc("POST /ui/logout", c.logout)
@@ -84,8 +100,9 @@ func Handler(cfg Config) http.Handler {
 }
 
 type console struct {
-	cfg   Config
-	pages *template.Template
+	cfg     Config
+	pages   *template.Template
+	samples *sampler
 }
 
 // page is what every template gets.

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -203,4 +204,36 @@ func TestStaticFilesAndPagesCarryAStrictPolicy(t *testing.T) {
 		assert.Equal(t, http.StatusOK, resp.StatusCode, path)
 		assert.Contains(t, resp.Header.Get("Content-Security-Policy"), "default-src 'self'", path)
 	}
+}
+
+func TestOverviewShowsWhatTheMetricsCountedBetweenSamples(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	orders := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "saga_orders_total"}, []string{"outcome"})
+	took := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "saga_order_duration_seconds", Buckets: []float64{.1, .5, 1}}, []string{"workflow", "outcome"})
+	agents := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "saga_agent_commands_total"}, []string{"agent", "outcome"})
+	reg.MustRegister(orders, took, agents)
+	orders.WithLabelValues("accepted").Add(10) // before the first sample: not shown
+	tasks := newOneTask(t)
+	srv := httptest.NewServer(console.Handler(console.Config{Tasks: tasks, History: tasks, Metrics: reg}))
+	defer srv.Close()
+
+	code, body := get(t, srv.Client(), srv.URL+"/ui/overview")
+	require.Equal(t, http.StatusOK, code)
+	assert.Contains(t, body, "Collecting the first samples")
+	orders.WithLabelValues("accepted").Add(4)
+	for range 3 {
+		took.WithLabelValues("order", "processed").Observe(0.2)
+	}
+	took.WithLabelValues("order", "compensated").Observe(0.8)
+	agents.WithLabelValues("payment", "succeeded").Add(3)
+	agents.WithLabelValues("payment", "failed").Add(1)
+
+	code, body = get(t, srv.Client(), srv.URL+"/ui/overview")
+	require.Equal(t, http.StatusOK, code)
+	row := body[strings.Index(body, "last minute"):]
+	row = row[:strings.Index(row, "</tr>")]
+	assert.Contains(t, row, "<td>3</td><td>1</td><td>0</td>", "processed, compensated, failed")
+	assert.Contains(t, row, "<td>350ms</td>", "the mean of 0.2, 0.2, 0.2 and 0.8 s")
+	assert.Contains(t, body, `<tr data-agent="payment"><th scope="row">payment</th><td>3</td><td>1</td>`)
+	assert.Contains(t, body, `<svg class="series"`)
 }

@@ -599,7 +599,8 @@ func (a *App) startAPI(ctx context.Context) error {
 	a.HTTPAddr = lis.Addr().String()
 	// Timeouts and a header limit, so that slow or hostile clients cannot
 	// hold connections and memory: bodies are small (1 MiB at most).
-	ui := console.Handler(console.Config{Tasks: a.Tasks, History: a.Store, Tokens: tokens, Kafka: topics.Dial(a.KafkaBrokers, a.cfg.KafkaSecurity.Explain, a.kafkaOpts...)})
+	ui := console.Handler(console.Config{Tasks: a.Tasks, History: a.Store, Tokens: tokens, Kafka: topics.Dial(a.KafkaBrokers, a.cfg.KafkaSecurity.Explain, a.kafkaOpts...),
+		Metrics: a.Metrics.Registry, Context: ctx})
 	a.http = &http.Server{Handler: httpapi.Handler(a.Tasks, a.Operator, registering{a.Workflows, a}, a, a, tokens,
 		httpapi.Mount{Pattern: console.Pattern, Handler: ui},
 		httpapi.Mount{Pattern: "GET /ui", Handler: http.RedirectHandler(console.Pattern, http.StatusMovedPermanently)}),

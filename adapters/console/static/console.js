@@ -116,6 +116,13 @@
     });
   }
 
+  // The overview reloads itself: it is one server-rendered page of a few
+  // numbers, drawn from samples the server keeps.
+  var overview = document.getElementById("overview");
+  if (overview) {
+    setInterval(function () { if (!document.hidden) location.reload(); }, 1000 * Number(overview.dataset.refresh || 5));
+  }
+
   var logout = document.getElementById("logout");
   if (logout) {
     logout.addEventListener("click", function () {
