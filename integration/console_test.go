@@ -91,7 +91,12 @@ func (b *browser) await(what, expr string, timeout time.Duration) {
 			return
 		}
 		if time.Now().After(deadline) {
-			b.screenshot("failed-" + strings.ReplaceAll(what, " ", "-"))
+			b.screenshot("failed-" + strings.Map(func(r rune) rune {
+				if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+					return r
+				}
+				return '-'
+			}, what))
 			b.t.Fatalf("the page did not show %s within %s (last error %v)", what, timeout, err)
 		}
 		select {
@@ -230,4 +235,14 @@ func consoleScenario(t *testing.T, name string, auth bool) {
 		return !!row && Number(row.querySelectorAll('td')[1].textContent) >= 3 &&
 			!!document.querySelector('#agents tr[data-agent="payment"]') })()`, 30*time.Second)
 	b.screenshot("overview")
+
+	// On a phone's width the pages scroll their wide parts, not the page.
+	b.run(chromedp.EmulateViewport(390, 844))
+	for _, page := range []string{"/ui/", "/ui/tasks/ui-comp-1", "/ui/overview"} {
+		b.run(chromedp.Navigate(b.base + page))
+		b.await("no sideways scrolling on "+page, `document.readyState === "complete" && document.documentElement.scrollWidth <= window.innerWidth`, 10*time.Second)
+	}
+	b.run(chromedp.Navigate(b.base + "/ui/tasks/ui-comp-1"))
+	b.await("the timeline on a narrow window", `!!document.querySelector('#timeline svg')`, 10*time.Second)
+	b.screenshot("narrow-task")
 }
