@@ -55,6 +55,7 @@ func Submit(order Order, wf *Workflow, traceParent string, now time.Time) TaskSu
 	return TaskSubmitted{
 		TaskID: order.ID, Workflow: wf.Name, WorkflowVersion: wf.Version, Steps: wf.StepNames(),
 		ReplyTo: order.ReplyTo, Order: order.Body, SubmittedAt: now, TraceParent: traceParent,
+		Priority: order.Priority.recorded(),
 	}
 }
 

@@ -218,7 +218,7 @@ type stepDefaults struct {
 }
 
 func (p *defParser) workflow(doc any) *Workflow {
-	m := p.object("", doc, "name", "description", "trigger", "defaults", "steps")
+	m := p.object("", doc, "name", "description", "trigger", "priority", "defaults", "steps")
 	w := &Workflow{}
 	if m == nil {
 		return w
@@ -231,6 +231,9 @@ func (p *defParser) workflow(doc any) *Workflow {
 	}
 	if v, ok := m["trigger"]; ok {
 		w.Trigger = p.trigger("trigger", v)
+	}
+	if v, ok := m["priority"]; ok {
+		w.Priority = Priority(p.str("priority", v))
 	}
 	defaults := stepDefaults{budget: DefaultStepBudget, attempts: DefaultStepAttempts, backoff: DefaultBackoff, onExhausted: CompensateOnExhausted}
 	if v, ok := m["defaults"]; ok {
@@ -256,14 +259,15 @@ func (p *defParser) workflow(doc any) *Workflow {
 
 func (p *defParser) trigger(path string, v any) Trigger {
 	var t Trigger
-	m := p.object(path, v, "topics", "type", "typeField", "idField", "replyToField")
+	m := p.object(path, v, "topics", "type", "typeField", "idField", "replyToField", "priorityField")
 	if m == nil {
 		return t
 	}
 	if v, ok := m["topics"]; ok {
 		t.Topics = p.strings(join(path, "topics"), v)
 	}
-	for field, into := range map[string]*string{"type": &t.Type, "typeField": &t.TypeField, "idField": &t.IDField, "replyToField": &t.ReplyToField} {
+	for field, into := range map[string]*string{"type": &t.Type, "typeField": &t.TypeField, "idField": &t.IDField, "replyToField": &t.ReplyToField,
+		"priorityField": &t.PriorityField} {
 		if v, ok := m[field]; ok {
 			*into = p.str(join(path, field), v)
 		}
@@ -407,6 +411,9 @@ func (w *Workflow) Validate() error {
 		add("name", "%q must be 1 to 100 letters, digits, _ or - and start with a letter or digit", truncate(w.Name))
 	}
 	validateTrigger(w.Trigger, add)
+	if _, err := ParsePriority(string(w.Priority)); err != nil {
+		add("priority", "%q is not high, normal or low", truncate(string(w.Priority)))
+	}
 	if len(w.Steps) == 0 {
 		add("steps", "a workflow needs at least one step")
 	}
@@ -431,6 +438,8 @@ func (w *Workflow) Validate() error {
 			add(path+".agent", "is required: name the agent that runs the step, or give an http call")
 		case !agentPattern.MatchString(s.Agent):
 			add(path+".agent", "%q must be 1 to 100 letters, digits, ., _ or - and start with a letter or digit", truncate(s.Agent))
+		case bandSuffix(s.Agent):
+			add(path+".agent", "%q ends in .high or .low, which name the priority bands of an agent's commands", truncate(s.Agent))
 		}
 		validateTiming(path, s.Budget, s.MaxAttempts, s.Backoff, add)
 		switch s.OnExhausted {
@@ -471,7 +480,7 @@ func validateTrigger(t Trigger, add func(string, string, ...any)) {
 			add(fmt.Sprintf("trigger.topics[%d]", i), "%q is one of saga's own topics or a reply topic; a workflow starts on the application's topics", topic)
 		}
 	}
-	for field, value := range map[string]string{"typeField": t.TypeField, "replyToField": t.ReplyToField} {
+	for field, value := range map[string]string{"typeField": t.TypeField, "replyToField": t.ReplyToField, "priorityField": t.PriorityField} {
 		if value != "" && !validPointer(value) {
 			add("trigger."+field, "%q is not a JSON pointer such as /order/id", truncate(value))
 		}
@@ -555,13 +564,19 @@ func (w *Workflow) MarshalDefinition() ([]byte, error) {
 	if len(w.Trigger.Topics) > 0 {
 		trigger["topics"] = w.Trigger.Topics
 	}
-	for field, value := range map[string]string{"type": w.Trigger.Type, "typeField": w.Trigger.TypeField, "idField": w.Trigger.IDField, "replyToField": w.Trigger.ReplyToField} {
+	for field, value := range map[string]string{"type": w.Trigger.Type, "typeField": w.Trigger.TypeField, "idField": w.Trigger.IDField, "replyToField": w.Trigger.ReplyToField,
+		"priorityField": w.Trigger.PriorityField} {
 		if value != "" {
 			trigger[field] = value
 		}
 	}
 	if len(trigger) > 0 {
 		doc["trigger"] = trigger
+	}
+	if p := w.Priority.recorded(); p != "" {
+		// Normal is left out, so that a definition that names it is equal
+		// to one written before priorities.
+		doc["priority"] = string(p)
 	}
 	steps := make([]any, 0, len(w.Steps))
 	for _, s := range w.Steps {

@@ -109,7 +109,7 @@ func TestTriggerReadsApplicationEvents(t *testing.T) {
 	assert.False(t, doc.Matches(w.Trigger, "orders", ""))
 	o, err := doc.Order(w, "")
 	require.NoError(t, err)
-	assert.Equal(t, domain.Order{ID: "A-17", Workflow: "ship", WorkflowVersion: 3, ReplyTo: "reply.shop", Body: o.Body}, o)
+	assert.Equal(t, domain.Order{ID: "A-17", Workflow: "ship", WorkflowVersion: 3, ReplyTo: "reply.shop", Priority: domain.PriorityNormal, Body: o.Body}, o)
 
 	other, err := domain.ParseOrderDocument([]byte(`{"type":"OrderCancelled","order":{"id":"A-17"}}`), 0)
 	require.NoError(t, err)

@@ -69,6 +69,9 @@ type TaskSubmitted struct {
 	// TraceParent is the W3C trace context of the order; the task's
 	// commands and status messages continue its trace.
 	TraceParent string `json:"traceparent,omitempty"`
+	// Priority is the task's priority, high or low; absent for normal,
+	// and in tasks recorded before priorities, which read as normal.
+	Priority Priority `json:"priority,omitempty"`
 }
 
 // StepDispatched records that an attempt was sent to an agent, which must

@@ -33,6 +33,9 @@ type Order struct {
 	Workflow        string
 	WorkflowVersion int
 	ReplyTo         string
+	// Priority is the task's priority: the message's, at its trigger's
+	// PriorityField, else its workflow's default; never empty.
+	Priority Priority
 	// Body is the whole message body.
 	Body json.RawMessage
 }
@@ -164,7 +167,9 @@ func (d OrderDocument) Matches(tr Trigger, topic, ceType string) bool {
 }
 
 // Order reads the order as the workflow's trigger says: the task id from
-// IDField (or the record key), the reply topic from ReplyToField.
+// IDField (or the record key), the reply topic from ReplyToField, the
+// priority from PriorityField (default /priority; absent or null means the
+// workflow's default priority, else normal).
 func (d OrderDocument) Order(wf *Workflow, key string) (Order, error) {
 	o := Order{Workflow: wf.Name, WorkflowVersion: wf.Version, Body: d.raw}
 	var err error
@@ -195,6 +200,9 @@ func (d OrderDocument) Order(wf *Workflow, key string) (Order, error) {
 	if o.ReplyTo, err = d.text(replyField, "replyTo"); err != nil {
 		return o, err
 	}
+	if o.Priority, err = d.priority(wf); err != nil {
+		return o, err
+	}
 	switch {
 	case len(o.ID) > MaxOrderIDLength || !idPattern.MatchString(o.ID):
 		return o, invalidf("orderId %q must be 1 to %d letters, digits or ._:@- and start with a letter or digit", truncate(o.ID), MaxOrderIDLength)
@@ -202,6 +210,32 @@ func (d OrderDocument) Order(wf *Workflow, key string) (Order, error) {
 		return o, invalidf("replyTo %q is not a valid topic name", truncate(o.ReplyTo))
 	}
 	return o, nil
+}
+
+// priority reads the order's priority at the trigger's PriorityField,
+// falling back to the workflow's default.
+func (d OrderDocument) priority(wf *Workflow) (Priority, error) {
+	pointer := wf.Trigger.PriorityField
+	if pointer == "" {
+		pointer = DefaultPriorityField
+	}
+	v, _ := d.Lookup(pointer)
+	switch v := v.(type) {
+	case nil:
+		return wf.Priority.OrNormal(), nil
+	case string:
+		p, err := ParsePriority(v)
+		if err != nil || v == "" {
+			return "", invalidf("priority at %s must be high, normal or low, not %q", pointer, truncate(v))
+		}
+		return p, nil
+	}
+	return "", invalidf("priority at %s must be high, normal or low (a string), not %v", pointer, truncate(fmtValue(v)))
+}
+
+func fmtValue(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
 }
 
 func truncate(s string) string {

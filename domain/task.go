@@ -142,6 +142,8 @@ type Task struct {
 	Compensating bool
 	CancelledBy  string
 	TraceParent  string
+	// Priority is the task's priority; never empty once submitted.
+	Priority Priority
 	// Revision is the revision of the last event folded, -1 for none.
 	Revision    int64
 	SubmittedAt time.Time
@@ -197,6 +199,7 @@ func (t *Task) Apply(e Event) {
 	case TaskSubmitted:
 		t.Workflow, t.ReplyTo, t.Order, t.TraceParent = e.Workflow, e.ReplyTo, e.Order, e.TraceParent
 		t.WorkflowVersion = max(e.WorkflowVersion, 1)
+		t.Priority = e.Priority.OrNormal()
 		t.State, t.SubmittedAt, t.UpdatedAt = StatePending, e.SubmittedAt, e.SubmittedAt
 		t.Steps = make([]*Step, len(e.Steps))
 		for i, name := range e.Steps {

@@ -43,7 +43,10 @@ type Workflow struct {
 	Description string
 	// Trigger says which messages start a task of this workflow.
 	Trigger Trigger
-	Steps   []StepDefinition
+	// Priority is the priority of tasks whose message names none; empty
+	// means PriorityNormal.
+	Priority Priority
+	Steps    []StepDefinition
 }
 
 // DefaultTriggerTopic is the topic of a trigger that names none: saga's
@@ -66,6 +69,9 @@ type Trigger struct {
 	IDField string
 	// ReplyToField is a JSON pointer to the reply topic; default /replyTo.
 	ReplyToField string
+	// PriorityField is a JSON pointer to the task's priority (high, normal
+	// or low); default /priority.
+	PriorityField string
 }
 
 // KeyIDField makes the record key the task id.
