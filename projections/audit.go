@@ -98,6 +98,9 @@ func describe(e domain.Event) (string, int, string) {
 		if e.ReplyTo != "" {
 			d += "; replyTo " + e.ReplyTo
 		}
+		if e.Priority != "" {
+			d += "; priority " + string(e.Priority)
+		}
 		return "", 0, d
 	case domain.StepDispatched:
 		return e.Step, e.Attempt, "to " + e.Agent + ", completeBy " + e.CompleteBy.UTC().Format(stamp) + ", key " + e.IdempotencyKey

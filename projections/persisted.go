@@ -33,6 +33,9 @@ type TaskQuery struct {
 	// State and Workflow filter when set.
 	State    domain.TaskState
 	Workflow string
+	// Priority, when set, keeps the tasks of that priority (a view stored
+	// without one is normal).
+	Priority domain.Priority
 	// Since and Until bound the submission time when set: since inclusive,
 	// until exclusive.
 	Since, Until time.Time
@@ -70,6 +73,7 @@ func (q TaskQuery) Matches(v *protocol.TaskView) bool {
 	switch {
 	case q.State != "" && v.State != q.State,
 		q.Workflow != "" && v.Workflow != q.Workflow,
+		q.Priority != "" && v.Priority.OrNormal() != q.Priority,
 		!q.Since.IsZero() && v.SubmittedAt.Before(q.Since),
 		!q.Until.IsZero() && !v.SubmittedAt.Before(q.Until),
 		q.Reason != "" && !strings.Contains(asciiLower(v.Reason), asciiLower(q.Reason)):

@@ -3,6 +3,7 @@
 //
 //	GET  /api/tasks/{id}          one task (a protocol.TaskView), 404 if unknown
 //	GET  /api/tasks               a page of tasks (a protocol.TaskList), newest first: ?state=S, &workflow=W,
+//	                              &priority=high|normal|low,
 //	                              &step=S (tasks at that step), &reason=R (a substring),
 //	                              &since=T, &until=T (RFC 3339), &limit=N (100; at most
 //	                              1000), &cursor= the nextCursor of the page before;
@@ -443,7 +444,7 @@ func writeWorkflowError(w http.ResponseWriter, err error) {
 
 // taskParams are the parameters of GET /api/tasks. Any other is refused:
 // a misspelt filter must not widen a list that a bulk action follows.
-var taskParams = []string{"state", "workflow", "step", "reason", "since", "until", "limit", "cursor"}
+var taskParams = []string{"state", "workflow", "priority", "step", "reason", "since", "until", "limit", "cursor"}
 
 // taskQuery reads GET /api/tasks's parameters: state, workflow, step (the
 // tasks at that step), reason (a substring), since and until (RFC 3339
@@ -463,6 +464,12 @@ func taskQuery(r *http.Request) (projections.TaskQuery, error) {
 		var ok bool
 		if q.State, ok = domain.ParseTaskState(s); !ok {
 			return q, errors.New("unknown state " + strconv.Quote(s) + "; one of Pending, Processing, Processed, Error, Compensating, Compensated")
+		}
+	}
+	if p := params.Get("priority"); p != "" {
+		var err error
+		if q.Priority, err = domain.ParsePriority(p); err != nil {
+			return q, err
 		}
 	}
 	for name, into := range map[string]*time.Time{"since": &q.Since, "until": &q.Until} {

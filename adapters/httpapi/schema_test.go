@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sagaengine/saga/adapters/httpapi"
+	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/domain/protocol"
 )
 
@@ -36,7 +37,9 @@ func busyTask(t *testing.T) *protocol.TaskView {
 // /api/tasks serve against docs/task.schema.json.
 func TestServedTasksMatchTheSchema(t *testing.T) {
 	v := newView(t)
-	require.NoError(t, v.Commit(context.Background(), []*protocol.TaskView{busyTask(t)}, 1))
+	high := busyTask(t)
+	high.ID, high.Priority = "o-2", domain.PriorityHigh
+	require.NoError(t, v.Commit(context.Background(), []*protocol.TaskView{busyTask(t), high}, 1))
 	srv := httptest.NewServer(httpapi.Handler(v, nil, nil, checks{}, checks{}, nil))
 	defer srv.Close()
 
@@ -46,7 +49,7 @@ func TestServedTasksMatchTheSchema(t *testing.T) {
 	require.NoError(t, err)
 	list, err := c.Compile(schemaFile + "#/$defs/taskList")
 	require.NoError(t, err)
-	for path, schema := range map[string]*jsonschema.Schema{"/api/tasks/o-1": task, "/api/tasks": list, "/api/tasks?state=Processed": list} {
+	for path, schema := range map[string]*jsonschema.Schema{"/api/tasks/o-1": task, "/api/tasks": list, "/api/tasks?state=Processed": list, "/api/tasks/o-2": task, "/api/tasks?priority=high": list} {
 		resp, err := http.Get(srv.URL + path)
 		require.NoError(t, err)
 		doc, err := jsonschema.UnmarshalJSON(resp.Body)
@@ -59,7 +62,8 @@ func TestServedTasksMatchTheSchema(t *testing.T) {
 	// The schema refuses what the API must not serve.
 	for _, bad := range []string{`{"id":"o-1"}`, strings.Replace(mustJSON(t, busyTask(t)), `"state":"Compensating"`, `"state":"Lost"`, 1),
 		strings.Replace(mustJSON(t, busyTask(t)), `"id":`, `"extra":1,"id":`, 1),
-		strings.Replace(mustJSON(t, busyTask(t)), `"lockedBy":"s-1"`, `"lockedBy":"s-1","nope":true`, 1)} {
+		strings.Replace(mustJSON(t, busyTask(t)), `"lockedBy":"s-1"`, `"lockedBy":"s-1","nope":true`, 1),
+		strings.Replace(mustJSON(t, high), `"priority":"high"`, `"priority":"urgent"`, 1)} {
 		doc, err := jsonschema.UnmarshalJSON(strings.NewReader(bad))
 		require.NoError(t, err)
 		assert.Error(t, task.Validate(doc), bad)

@@ -334,6 +334,10 @@ func (d *DB) List(ctx context.Context, q projections.TaskQuery) (projections.Tas
 			AND json_extract(value, '$.state') IN (`+strings.Join(states, ", ")+`))`)
 		args = append(args, q.Step)
 	}
+	if q.Priority != "" {
+		// Rows stored before priorities have none: they are normal.
+		where, args = append(where, "coalesce(json_extract(CAST(body AS TEXT), '$.priority'), 'normal') = ?"), append(args, string(q.Priority))
+	}
 	if q.Reason != "" {
 		where, args = append(where, "instr(lower(json_extract(CAST(body AS TEXT), '$.reason')), lower(?)) > 0"), append(args, q.Reason)
 	}

@@ -77,6 +77,9 @@ type ExecuteStep struct {
 	Result json.RawMessage `json:"result,omitempty"`
 	// HTTP is the call to make, for steps run by the built-in HTTP agent.
 	HTTP *domain.HTTPCall `json:"http,omitempty"`
+	// Priority is the task's priority, which chose the command's topic
+	// (CommandTopicFor); absent for normal.
+	Priority domain.Priority `json:"priority,omitempty"`
 	// TraceParent travels as the traceparent header, not in the body: the
 	// span of the dispatch that sent the command.
 	TraceParent string `json:"-"`

@@ -43,6 +43,8 @@ type TaskStatus struct {
 	// Workflow and WorkflowVersion name what the task runs (on received).
 	Workflow        string `json:"workflow,omitempty"`
 	WorkflowVersion int    `json:"workflowVersion,omitempty"`
+	// Priority is the task's priority (on received): high, normal or low.
+	Priority domain.Priority `json:"priority,omitempty"`
 	// Result is a step's result (on step-succeeded).
 	Result   json.RawMessage `json:"result,omitempty"`
 	Revision uint64          `json:"revision"`
@@ -75,7 +77,7 @@ func StatusOf(t *domain.Task, e domain.Event, revision uint64, at time.Time) Tas
 	s := TaskStatus{OrderID: t.ID, State: t.State, Revision: revision, Time: at, ReplyTo: t.ReplyTo, TraceParent: t.TraceParent}
 	switch e := e.(type) {
 	case domain.TaskSubmitted:
-		s.Status, s.Workflow, s.WorkflowVersion = StatusReceived, e.Workflow, e.WorkflowVersion
+		s.Status, s.Workflow, s.WorkflowVersion, s.Priority = StatusReceived, e.Workflow, e.WorkflowVersion, e.Priority.OrNormal()
 	case domain.StepDispatched:
 		s.Status, s.Step, s.Attempt = StatusStepDispatched, e.Step, e.Attempt
 	case domain.StepSucceeded:

@@ -20,6 +20,9 @@ type TaskView struct {
 	WorkflowVersion int              `json:"workflowVersion"`
 	State           domain.TaskState `json:"state"`
 	Steps           []*StepView      `json:"steps"`
+	// Priority is the task's priority: high, normal or low; absent in rows
+	// stored before priorities, which are normal.
+	Priority domain.Priority `json:"priority,omitempty"`
 	// ReplyTo is the topic that receives the task's statuses.
 	ReplyTo string `json:"replyTo,omitempty"`
 	// Reason says why the task compensates or stopped in Error.
@@ -83,7 +86,7 @@ type TaskList struct {
 // ViewOf is the view of a task's state. It shares only the steps' results
 // with t, which neither changes.
 func ViewOf(t *domain.Task) *TaskView {
-	v := &TaskView{ID: t.ID, Workflow: t.Workflow, WorkflowVersion: t.WorkflowVersion, State: t.State,
+	v := &TaskView{ID: t.ID, Workflow: t.Workflow, WorkflowVersion: t.WorkflowVersion, State: t.State, Priority: t.Priority,
 		ReplyTo: t.ReplyTo, Reason: t.Reason, FailedStep: t.FailedStep, Compensating: t.Compensating,
 		CancelledBy: t.CancelledBy, TraceParent: t.TraceParent, Revision: t.Revision, SubmittedAt: t.SubmittedAt, UpdatedAt: t.UpdatedAt}
 	if t.Steps != nil {
@@ -103,7 +106,7 @@ func ViewOf(t *domain.Task) *TaskView {
 // (the task view does) or asking it what a domain.Task answers. Order is
 // empty: the view does not carry the order's body.
 func (v *TaskView) Task() *domain.Task {
-	t := &domain.Task{ID: v.ID, Workflow: v.Workflow, WorkflowVersion: v.WorkflowVersion, State: v.State,
+	t := &domain.Task{ID: v.ID, Workflow: v.Workflow, WorkflowVersion: v.WorkflowVersion, State: v.State, Priority: v.Priority.OrNormal(),
 		ReplyTo: v.ReplyTo, Reason: v.Reason, FailedStep: v.FailedStep, Compensating: v.Compensating,
 		CancelledBy: v.CancelledBy, TraceParent: v.TraceParent, Revision: v.Revision, SubmittedAt: v.SubmittedAt, UpdatedAt: v.UpdatedAt}
 	if v.Steps != nil {

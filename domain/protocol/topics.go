@@ -21,8 +21,41 @@ const (
 	AlertsTopic = "saga.alerts"
 )
 
-// CommandTopic names the topic an agent consumes.
+// CommandTopic names the topic of an agent's normal-priority commands: the
+// topic agents consumed before priorities, and still the only one an agent
+// that knows nothing of priorities must consume.
 func CommandTopic(agent string) string { return CommandTopicPrefix + agent }
+
+// CommandTopicFor names the topic of an agent's commands of priority p,
+// its band: CommandTopic(agent) for normal (and empty), with the suffix
+// .high or .low for the others (saga.cmd.payment.high).
+func CommandTopicFor(agent string, p domain.Priority) string {
+	if p = p.OrNormal(); p == domain.PriorityNormal {
+		return CommandTopic(agent)
+	}
+	return CommandTopic(agent) + "." + string(p)
+}
+
+// CommandTopics lists an agent's command topics, one per priority band,
+// highest first.
+func CommandTopics(agent string) []string {
+	out := make([]string, 0, 3)
+	for _, p := range domain.Priorities() {
+		out = append(out, CommandTopicFor(agent, p))
+	}
+	return out
+}
+
+// PriorityOfCommandTopic is the priority of an agent's command topic
+// (normal for one without a band suffix).
+func PriorityOfCommandTopic(topic string) domain.Priority {
+	for _, p := range []domain.Priority{domain.PriorityHigh, domain.PriorityLow} {
+		if len(topic) > len(p)+1 && topic[len(topic)-len(p)-1:] == "."+string(p) {
+			return p
+		}
+	}
+	return domain.PriorityNormal
+}
 
 // CloudEvents types of the messages saga puts on Kafka (the ce_type header).
 // Like event wire names they are stable.
