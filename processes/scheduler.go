@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -445,14 +446,20 @@ func (sh *shard) resend(ctx context.Context, t *domain.Task) {
 	}
 }
 
-// wake decides for the tasks whose retries fell due.
+// wake decides for the tasks whose retries fell due, higher priorities
+// first when several are due at once (then in the order they fell due).
 func (sh *shard) wake(ctx context.Context) {
 	now := sh.s.Clock.Now()
+	var due []*domain.Task
 	for len(sh.wakes) > 0 && !sh.wakes[0].at.After(now) {
 		w := heap.Pop(&sh.wakes).(wakeEntry)
 		if t := sh.tasks[w.taskID]; t != nil && sh.live && sh.s.owns(t.ID) {
-			sh.advance(withTraceParent(ctx, t.TraceParent), t, "retry-due")
+			due = append(due, t)
 		}
+	}
+	slices.SortStableFunc(due, func(a, b *domain.Task) int { return a.Priority.Rank() - b.Priority.Rank() })
+	for _, t := range due {
+		sh.advance(withTraceParent(ctx, t.TraceParent), t, "retry-due")
 	}
 	sh.armTimer()
 }
@@ -721,7 +728,7 @@ func (sh *shard) send(ctx context.Context, t *domain.Task, a domain.InFlightAtte
 	setAttributes(span, func() []attribute.KeyValue {
 		return []attribute.KeyValue{AttrTaskID.String(t.ID), AttrWorkflow.String(t.Workflow), AttrStep.String(cmd.Step), AttrAgent.String(cmd.Agent),
 			AttrAction.String(cmd.Action), AttrAttempt.Int(cmd.Attempt),
-			attribute.String("messaging.system", "kafka"), attribute.String("messaging.destination.name", protocol.CommandTopic(cmd.Agent))}
+			attribute.String("messaging.system", "kafka"), attribute.String("messaging.destination.name", protocol.CommandTopicFor(cmd.Agent, cmd.Priority))}
 	})
 	defer span.End()
 	cmd.TraceParent = outgoingTraceParent(ctx, t.TraceParent)
@@ -743,7 +750,10 @@ func commandFor(ctx context.Context, workflows Workflows, t *domain.Task, a doma
 	cmd := protocol.ExecuteStep{
 		TaskID: t.ID, Workflow: t.Workflow, WorkflowVersion: t.WorkflowVersion, Step: st.Name, Agent: st.Agent,
 		Action: protocol.ActionExecute, Attempt: a.Attempt, CompleteBy: a.CompleteBy, IdempotencyKey: st.IdempotencyKey,
-		Order: t.Order, Results: t.Results(st.Name),
+		Order: t.Order, Results: t.Results(st.Name), Priority: t.Priority,
+	}
+	if cmd.Priority == domain.PriorityNormal {
+		cmd.Priority = "" // as before priorities: agents that know none see the same command
 	}
 	wf, err := workflows.Workflow(ctx, t.Workflow, t.WorkflowVersion)
 	if err != nil {

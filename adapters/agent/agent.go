@@ -18,8 +18,12 @@
 //		})
 //
 // The agent consumes the workflow steps' commands from Kafka
-// (saga.cmd.<name>), in a consumer group shared by every instance of the
-// agent, and does everything saga's own agents do: it gives the handler a
+// (saga.cmd.<name>, and saga.cmd.<name>.high and .low, the priority bands),
+// in a consumer group shared by every instance of the agent, and does
+// everything saga's own agents do: it takes higher-priority commands first
+// when more wait than it handles at once (MaxInFlight), a command's
+// priority rising one band for every PriorityAging it has waited, so that
+// none starves; it gives the handler a
 // context that ends at the command's complete-by deadline, retries
 // transient errors with backoff and jitter inside it, guards the service
 // with a circuit breaker, replies to the scheduler, stays silent once the
@@ -150,8 +154,13 @@ type Config struct {
 	// BreakerOpenFor is how long the circuit breaker stays open once the
 	// service fails too often; default 2 s; negative means no breaker.
 	BreakerOpenFor time.Duration
-	// MaxInFlight bounds the commands handled at once; default 1024.
+	// MaxInFlight bounds the commands handled at once; default 1024. Past
+	// it, commands wait, and higher priorities go first.
 	MaxInFlight int
+	// PriorityAging is how long a command waits before it competes as if
+	// it had the next higher priority (domain.AgedRank); default
+	// domain.DefaultPriorityAging (2 s).
+	PriorityAging time.Duration
 	Logger      *slog.Logger
 	// Clock tells the time; default time.Now. Tests may control it.
 	Clock func() time.Time
@@ -174,6 +183,9 @@ func (c Config) Validate(name string) error {
 	}
 	if c.MaxInFlight < 0 {
 		errs = errors.CombineErrors(errs, errors.New("agent: MaxInFlight must not be negative"))
+	}
+	if c.PriorityAging < 0 {
+		errs = errors.CombineErrors(errs, errors.New("agent: PriorityAging must not be negative"))
 	}
 	return errs
 }
@@ -265,7 +277,8 @@ func (a *Agent) Group() string { return a.cfg.Group }
 func (a *Agent) Run(ctx context.Context) error {
 	defer a.client.Close()
 	return kafka.Consume(ctx, kafka.ConsumerConfig{Brokers: a.cfg.Brokers, Group: a.cfg.Group,
-		Topics: []string{protocol.CommandTopic(a.name)}, MaxInFlight: a.cfg.MaxInFlight, Logger: a.cfg.Logger, Opts: a.cfg.KafkaOptions},
+		Topics: protocol.CommandTopics(a.name), MaxInFlight: a.cfg.MaxInFlight, Logger: a.cfg.Logger, Opts: a.cfg.KafkaOptions,
+		Band: protocol.PriorityOfCommandTopic, Aging: a.cfg.PriorityAging, Now: a.cfg.Clock},
 		a.runtime.HandleCommand)
 }
 

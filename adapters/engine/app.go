@@ -405,7 +405,7 @@ func (r registering) Apply(ctx context.Context, w *domain.Workflow, by string) (
 	}
 	topics := w.Trigger.TopicsOrDefault()
 	for _, agent := range w.Agents() {
-		topics = append(topics, protocol.CommandTopic(agent))
+		topics = append(topics, protocol.CommandTopics(agent)...)
 	}
 	return registered, changed, errors.Wrap(kafka.EnsureTopics(ctx, r.app.client, r.app.cfg.Partitions, topics...), "create the workflow's topics")
 }
@@ -415,8 +415,10 @@ func (a *App) Topics() []string {
 	topics := []string{protocol.RepliesTopic, protocol.StatusTopic, protocol.DeadLetterTopic, protocol.AlertsTopic}
 	topics = append(topics, a.triggerTopics...)
 	for _, agent := range append(append([]string{domain.HTTPAgent}, a.cfg.HTTPAgents...), a.agents...) {
-		if !slices.Contains(topics, protocol.CommandTopic(agent)) {
-			topics = append(topics, protocol.CommandTopic(agent))
+		for _, topic := range protocol.CommandTopics(agent) {
+			if !slices.Contains(topics, topic) {
+				topics = append(topics, topic)
+			}
 		}
 	}
 	return topics

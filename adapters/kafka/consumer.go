@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/processes"
 )
 
@@ -40,6 +41,20 @@ type ConsumerConfig struct {
 	// topics).
 	MoreTopics     func(ctx context.Context) ([]string, error)
 	TopicsInterval time.Duration
+	// Band, when set, makes the loop prefer records of higher priority: it
+	// names the priority of a topic's records (an agent's command topics,
+	// protocol.PriorityOfCommandTopic). Records polled are then held, at
+	// most MaxInFlight per band, and each free place goes to the record
+	// of the best aged rank (domain.AgedRank over its time in Kafka;
+	// ties to the one waiting longest). A band whose held records reach
+	// MaxInFlight is paused until they fall below, so that a burst of low
+	// records never keeps high ones from being polled.
+	Band func(topic string) domain.Priority
+	// Aging is the aging interval of Band's rule; default
+	// domain.DefaultPriorityAging.
+	Aging time.Duration
+	// Now tells the time for aging; default time.Now.
+	Now func() time.Time
 }
 
 // commitInterval is how often finished records' offsets are committed.
@@ -90,6 +105,11 @@ type consumer struct {
 	queues   map[string][]*kgo.Record // per key; present while a worker runs
 	inflight int
 	workers  sync.WaitGroup
+	// held are the records polled and not started yet, per band (by
+	// domain.Priority.Rank), in the order polled; only with Band.
+	held [3][]*kgo.Record
+	// paused are the topics paused because their band is full.
+	paused map[string]bool
 }
 
 // Consume runs handler over the topics as a member of the consumer group
@@ -141,13 +161,17 @@ func Consume(ctx context.Context, cfg ConsumerConfig, handler Handler) error {
 		if room == 0 {
 			break
 		}
+		if cfg.Band != nil {
+			if !c.pollBands(ctx, room) {
+				break
+			}
+			continue
+		}
 		fetches := client.PollRecords(ctx, room)
 		if ctx.Err() != nil || fetches.IsClientClosed() {
 			break
 		}
-		fetches.EachError(func(topic string, p int32, err error) {
-			cfg.Logger.Warn("kafka fetch", "group", cfg.Group, "topic", topic, "partition", p, "err", err.Error())
-		})
+		c.logErrors(fetches)
 		fetches.EachRecord(c.start)
 	}
 	// Stopping: handlers see ctx end; what they finished is committed, what
@@ -159,6 +183,112 @@ func Consume(ctx context.Context, cfg ConsumerConfig, handler Handler) error {
 	cancel()
 	client.Close()
 	return nil
+}
+
+func (c *consumer) logErrors(fetches kgo.Fetches) {
+	fetches.EachError(func(topic string, p int32, err error) {
+		c.cfg.Logger.Warn("kafka fetch", "group", c.cfg.Group, "topic", topic, "partition", p, "err", err.Error())
+	})
+}
+
+// pollBands polls what is there (waiting for records only when none is
+// held), holds it by band, and starts up to room held records, best aged
+// rank first. It reports false once the loop must stop.
+func (c *consumer) pollBands(ctx context.Context, room int) bool {
+	c.mu.Lock()
+	held := c.heldCount()
+	c.mu.Unlock()
+	pollCtx := ctx
+	if held > 0 {
+		pollCtx = nil // only what is buffered: do not wait with records to start
+	}
+	// Everything buffered: the client holds it in memory already, and
+	// a higher band's records must be seen to be preferred. Paused bands
+	// bound what is buffered.
+	fetches := c.client.PollRecords(pollCtx, 0)
+	if ctx.Err() != nil || fetches.IsClientClosed() {
+		return false
+	}
+	c.logErrors(fetches)
+	c.mu.Lock()
+	fetches.EachRecord(func(r *kgo.Record) {
+		c.track(r)
+		rank := c.cfg.Band(r.Topic).Rank()
+		c.held[rank] = append(c.held[rank], r)
+	})
+	var next []*kgo.Record
+	for ; room > 0; room-- {
+		r := c.nextHeld()
+		if r == nil {
+			break
+		}
+		next = append(next, r)
+	}
+	pause, resume := c.fullBands()
+	c.mu.Unlock()
+	if len(pause) > 0 {
+		c.client.PauseFetchTopics(pause...)
+	}
+	if len(resume) > 0 {
+		c.client.ResumeFetchTopics(resume...)
+	}
+	for _, r := range next {
+		c.start(r)
+	}
+	return true
+}
+
+// heldCount counts the held records. The caller holds mu.
+func (c *consumer) heldCount() int {
+	return len(c.held[0]) + len(c.held[1]) + len(c.held[2])
+}
+
+// nextHeld takes the held record to start next: the head of the band
+// whose head has the best aged rank, the one waiting longest on a tie
+// (the higher band if they wait alike). The caller holds mu.
+func (c *consumer) nextHeld() *kgo.Record {
+	now := time.Now()
+	if c.cfg.Now != nil {
+		now = c.cfg.Now()
+	}
+	best, bestRank := -1, 0
+	for band, rs := range c.held {
+		if len(rs) == 0 {
+			continue
+		}
+		rank := domain.AgedRank(c.cfg.Band(rs[0].Topic), now.Sub(rs[0].Timestamp), c.cfg.Aging)
+		if best < 0 || rank < bestRank || (rank == bestRank && rs[0].Timestamp.Before(c.held[best][0].Timestamp)) {
+			best, bestRank = band, rank
+		}
+	}
+	if best < 0 {
+		return nil
+	}
+	r := c.held[best][0]
+	c.held[best][0] = nil
+	c.held[best] = c.held[best][1:]
+	return r
+}
+
+// fullBands returns the topics to pause, of bands holding MaxInFlight
+// records or more, and those to resume, of bands holding fewer. The
+// caller holds mu.
+func (c *consumer) fullBands() (pause, resume []string) {
+	if c.paused == nil {
+		c.paused = map[string]bool{}
+	}
+	for _, topic := range c.cfg.Topics {
+		full := len(c.held[c.cfg.Band(topic).Rank()]) >= c.cfg.MaxInFlight
+		switch {
+		case full && !c.paused[topic]:
+			c.paused[topic] = true
+			pause = append(pause, topic)
+		case !full && c.paused[topic]:
+			delete(c.paused, topic)
+			resume = append(resume, topic)
+		}
+	}
+	return pause, resume
 }
 
 // followTopics adds the topics MoreTopics names to the consumer as they
@@ -218,9 +348,10 @@ func (c *consumer) awaitRoom(ctx context.Context) int {
 	return c.cfg.MaxInFlight - c.inflight
 }
 
-func (c *consumer) start(r *kgo.Record) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+// track notes a polled record in its partition's tracker, so that the
+// committed offset stays below it until it is handled. The caller holds
+// mu.
+func (c *consumer) track(r *kgo.Record) *tracker {
 	p := partition{r.Topic, r.Partition}
 	t := c.tracks[p]
 	if t == nil {
@@ -228,10 +359,17 @@ func (c *consumer) start(r *kgo.Record) {
 		c.tracks[p] = t
 	}
 	t.inflight[r.Offset] = r.LeaderEpoch
-	t.working++
 	if r.Offset+1 > t.next.Offset {
 		t.next = kgo.EpochOffset{Epoch: r.LeaderEpoch, Offset: r.Offset + 1}
 	}
+	return t
+}
+
+func (c *consumer) start(r *kgo.Record) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := c.track(r)
+	t.working++
 	c.inflight++
 	key := r.Topic + "\x00" + string(r.Key)
 	if q, busy := c.queues[key]; busy {
@@ -381,6 +519,17 @@ func (c *consumer) release(ctx context.Context, m map[string][]int32, revoked bo
 	c.mu.Lock()
 	for p := range gone {
 		delete(c.tracks, p)
+	}
+	// Held records of those partitions are the next owner's now.
+	for band, rs := range c.held {
+		kept := rs[:0]
+		for _, r := range rs {
+			if !gone[partition{r.Topic, r.Partition}] {
+				kept = append(kept, r)
+			}
+		}
+		clear(rs[len(kept):])
+		c.held[band] = kept
 	}
 	c.mu.Unlock()
 	if c.cfg.OnRevoked != nil {

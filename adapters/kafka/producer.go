@@ -84,7 +84,8 @@ func NewRecord(topic, key, ceType, source string, body []byte, parent string) *k
 	return &kgo.Record{Topic: topic, Key: []byte(key), Value: body, Headers: headers}
 }
 
-// SendCommand produces cmd to its agent's topic without waiting: the
+// SendCommand produces cmd to its agent's topic of the command's priority
+// (protocol.CommandTopicFor) without waiting: the
 // dispatch is already recorded, and a lost command is re-sent on restart or
 // retried once its CompleteBy passes.
 func (p *Producer) SendCommand(_ context.Context, cmd protocol.ExecuteStep) error {
@@ -92,7 +93,7 @@ func (p *Producer) SendCommand(_ context.Context, cmd protocol.ExecuteStep) erro
 	if err != nil {
 		return errors.Wrap(err, "encode command")
 	}
-	rec := p.TracedRecord(protocol.CommandTopic(cmd.Agent), cmd.TaskID, protocol.ExecuteStepMessageType, body, cmd.TraceParent)
+	rec := p.TracedRecord(protocol.CommandTopicFor(cmd.Agent, cmd.Priority), cmd.TaskID, protocol.ExecuteStepMessageType, body, cmd.TraceParent)
 	p.client.Produce(context.Background(), rec, func(r *kgo.Record, err error) {
 		if err != nil {
 			p.logger.Error("produce command", "topic", r.Topic, "task", cmd.TaskID, "step", cmd.Step, "err", err.Error())
