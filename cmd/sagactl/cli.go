@@ -15,6 +15,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 
+	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/domain/protocol"
 )
 
@@ -91,7 +92,11 @@ func printJSON(v any) error {
 
 // printTask prints a task's state as a table.
 func printTask(t *protocol.TaskView) error {
-	fmt.Printf("Task %s  workflow %s v%d  state %s\n", t.ID, t.Workflow, t.WorkflowVersion, t.State)
+	fmt.Printf("Task %s  workflow %s v%d  state %s", t.ID, t.Workflow, t.WorkflowVersion, t.State)
+	if p := t.Priority.OrNormal(); p != domain.PriorityNormal {
+		fmt.Printf("  priority %s", p)
+	}
+	fmt.Println()
 	fmt.Printf("submitted %s  updated %s\n", stamp(t.SubmittedAt), stamp(t.UpdatedAt))
 	if t.Reason != "" {
 		fmt.Println("reason:", t.Reason)

@@ -216,6 +216,7 @@ func submit(ctx context.Context, args []string) error {
 	fs, c := flags("submit")
 	workflow := fs.String("workflow", "", "workflow to run (default: chosen by the topic's triggers, else order)")
 	version := fs.Int("version", 0, "workflow version to run (default the newest)")
+	priority := fs.String("priority", "", "the task's priority: high, normal or low (default the workflow's, else normal)")
 	replyTo := fs.String("reply-to", "", "topic to receive the task's status messages, reply.<name> or saga.reply.<name> by default (default a private one, deleted after)")
 	topic := fs.String("topic", protocol.OrdersTopic, "orders topic")
 	wait := fs.Bool("wait", false, "wait until the task ends and print its statuses; exit codes as for watch")
@@ -237,6 +238,9 @@ func submit(ctx context.Context, args []string) error {
 	}
 	if *version > 0 {
 		order["workflowVersion"] = *version
+	}
+	if *priority != "" {
+		order["priority"] = *priority
 	}
 	waitCtx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
@@ -299,6 +303,7 @@ func tasks(ctx context.Context, args []string) error {
 	fs, c := flags("tasks")
 	state := fs.String("state", "", "only tasks in this state")
 	workflow := fs.String("workflow", "", "only tasks of this workflow")
+	priority := fs.String("priority", "", "only tasks of this priority: high, normal or low")
 	step := fs.String("step", "", "only tasks at this step (in flight, retrying, failed or being compensated there)")
 	reason := fs.String("reason-contains", "", "only tasks whose reason contains this (ignoring ASCII case)")
 	since := fs.String("since", "", "only tasks submitted at or after this RFC 3339 time")
@@ -309,7 +314,7 @@ func tasks(ctx context.Context, args []string) error {
 		return err
 	}
 	q := url.Values{}
-	for name, v := range map[string]string{"state": *state, "workflow": *workflow, "step": *step, "reason": *reason, "since": *since,
+	for name, v := range map[string]string{"state": *state, "workflow": *workflow, "priority": *priority, "step": *step, "reason": *reason, "since": *since,
 		"until": *until, "cursor": *cursor} {
 		if v != "" {
 			q.Set(name, v)
