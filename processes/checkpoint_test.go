@@ -125,6 +125,8 @@ type history struct {
 	t     *testing.T
 	store *eventstore.Store
 	now   time.Time
+	// priority is that of the tasks written; empty for normal.
+	priority domain.Priority
 }
 
 // task writes a task of wf, with its first dispatch if dispatch, then the
@@ -133,7 +135,7 @@ func (h history) task(id string, wf *domain.Workflow, dispatch bool, replies ...
 	t := domain.NewTask(id)
 	d := domain.Decision{Now: h.now, Actor: "history"}
 	events := []domain.Event{domain.TaskSubmitted{TaskID: id, Workflow: wf.Name, WorkflowVersion: wf.Version, Steps: wf.StepNames(),
-		Order: json.RawMessage(`{}`), SubmittedAt: h.now}}
+		Order: json.RawMessage(`{}`), SubmittedAt: h.now, Priority: h.priority}}
 	t.Apply(events[0])
 	decide := func(more []domain.Event) {
 		for _, e := range more {
