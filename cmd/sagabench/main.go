@@ -44,6 +44,7 @@ type config struct {
 	kafkaFsync, secure                 bool
 	cpuProfile, syncTopics             string
 	security                           *kafka.Security
+	priorities                         priorityMix
 }
 
 // Result is what a run measured.
@@ -57,6 +58,9 @@ type Result struct {
 	OrdersPerSec  float64            `json:"ordersPerSecond"`
 	StepsPerSec   float64            `json:"stepsPerSecond"`
 	LatencyMillis map[string]float64 `json:"latencyMillis"`
+	// LatencyByPriority are the percentiles of each priority's orders,
+	// with --priority-mix.
+	LatencyByPriority map[domain.Priority]map[string]float64 `json:"latencyByPriority,omitempty"`
 	Outcomes      map[string]int     `json:"outcomes"`
 	CPUs          int                `json:"cpus"`
 	Embedded      bool               `json:"embedded"`
@@ -82,8 +86,14 @@ func main() {
 	flag.BoolVar(&c.kafkaFsync, "kafka-fsync", false, "make the embedded Kafka fsync every batch too (the event store always does)")
 	flag.StringVar(&c.syncTopics, "kafka-sync-topics", strings.Join(kafka.DefaultSyncTopics, ","), "topics (or prefix*) the embedded Kafka fsyncs before acknowledging, as sagad's flag")
 	flag.BoolVar(&c.secure, "secure", false, "run the embedded system in secure mode (TLS and SASL/SCRAM on Kafka, TLS and users on the event store)")
+	mix := flag.String("priority-mix", "", "give the orders priorities in these shares, e.g. high=10,normal=60,low=30, and report latency per priority")
 	c.security = kafka.RegisterFlags(flag.CommandLine)
 	flag.Parse()
+	var err error
+	if c.priorities, err = parsePriorityMix(*mix); err != nil {
+		fmt.Fprintln(os.Stderr, "sagabench:", err)
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	engine.TuneGC() // the embedded system runs in this process, as in sagad
@@ -181,6 +191,7 @@ func run(ctx context.Context, c config) error {
 	res.OrdersPerSec = float64(c.orders) / elapsed.Seconds()
 	res.StepsPerSec = res.OrdersPerSec * float64(c.steps)
 	res.LatencyMillis = percentiles(latencies)
+	res.LatencyByPriority = latencyByPriority(c.priorities, latencies)
 	report(os.Stdout, res)
 	if embedded != nil {
 		fmt.Fprintln(os.Stderr, "metrics of the embedded system:")
@@ -254,7 +265,11 @@ func load(ctx context.Context, cl *client.Client, c config, prefix string, n int
 			waitCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 			defer cancel()
 			t0 := time.Now()
-			out, err := cl.Run(waitCtx, id, map[string]any{"workflow": c.workflow, "items": []string{"book"}})
+			fields := map[string]any{"workflow": c.workflow, "items": []string{"book"}}
+			if p := c.priorities.of(i); p != "" {
+				fields["priority"] = string(p)
+			}
+			out, err := cl.Run(waitCtx, id, fields)
 			latencies[i] = time.Since(t0)
 			done.Add(1)
 			mu.Lock()
@@ -308,6 +323,7 @@ func report(w io.Writer, r *Result) {
 	fmt.Fprintf(w, "orders %d (%s), %d steps each, service latency %s, %d CPUs\n", r.Orders, paceOf(r), r.Steps, r.ServiceDelay, r.CPUs)
 	fmt.Fprintf(w, "  %.1f s: %.0f orders/s, %.0f steps/s\n", r.Seconds, r.OrdersPerSec, r.StepsPerSec)
 	fmt.Fprintf(w, "  latency ms: p50 %.2f  p90 %.2f  p99 %.2f  max %.2f\n", r.LatencyMillis["p50"], r.LatencyMillis["p90"], r.LatencyMillis["p99"], r.LatencyMillis["max"])
+	reportByPriority(w, r)
 	fmt.Fprintf(w, "  outcomes: %v\n", r.Outcomes)
 }
 
