@@ -187,6 +187,9 @@ func Consume(ctx context.Context, cfg ConsumerConfig, handler Handler) error {
 
 func (c *consumer) logErrors(fetches kgo.Fetches) {
 	fetches.EachError(func(topic string, p int32, err error) {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return // a poll that waited its time (pollBands)
+		}
 		c.cfg.Logger.Warn("kafka fetch", "group", c.cfg.Group, "topic", topic, "partition", p, "err", err.Error())
 	})
 }
@@ -198,7 +201,11 @@ func (c *consumer) pollBands(ctx context.Context, room int) bool {
 	c.mu.Lock()
 	held := c.heldCount()
 	c.mu.Unlock()
-	pollCtx := ctx
+	// Waiting for records is bounded, so that a band paused while it was
+	// full is resumed within a second of a rebalance taking its held
+	// records away.
+	pollCtx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
 	if held > 0 {
 		pollCtx = nil // only what is buffered: do not wait with records to start
 	}
