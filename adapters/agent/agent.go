@@ -278,7 +278,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer a.client.Close()
 	return kafka.Consume(ctx, kafka.ConsumerConfig{Brokers: a.cfg.Brokers, Group: a.cfg.Group,
 		Topics: protocol.CommandTopics(a.name), MaxInFlight: a.cfg.MaxInFlight, Logger: a.cfg.Logger, Opts: a.cfg.KafkaOptions,
-		Band: protocol.PriorityOfCommandTopic, Aging: a.cfg.PriorityAging, Now: a.cfg.Clock},
+		Band: func(topic string) domain.Priority { return protocol.CommandTopicPriority(a.name, topic) }, Aging: a.cfg.PriorityAging, Now: a.cfg.Clock},
 		a.runtime.HandleCommand)
 }
 

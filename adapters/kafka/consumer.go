@@ -43,7 +43,7 @@ type ConsumerConfig struct {
 	TopicsInterval time.Duration
 	// Band, when set, makes the loop prefer records of higher priority: it
 	// names the priority of a topic's records (an agent's command topics,
-	// protocol.PriorityOfCommandTopic). Records polled are then held, at
+	// protocol.CommandTopicPriority). Records polled are then held, at
 	// most MaxInFlight per band, and each free place goes to the record
 	// of the best aged rank (domain.AgedRank over its time in Kafka;
 	// ties to the one waiting longest). A band whose held records reach

@@ -25,6 +25,7 @@ import (
 // the first (which the loop started before it could see the others).
 func consumeBands(t *testing.T, aging time.Duration) []domain.Priority {
 	topics := protocol.CommandTopics("slow")
+	band := func(topic string) domain.Priority { return protocol.CommandTopicPriority("slow", topic) }
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topics...))
 	require.NoError(t, err)
 	t.Cleanup(cluster.Close)
@@ -52,10 +53,10 @@ func consumeBands(t *testing.T, aging time.Duration) []domain.Priority {
 	done := make(chan error, 1)
 	go func() {
 		done <- kafka.Consume(consumeCtx, kafka.ConsumerConfig{Brokers: cluster.ListenAddrs(), Group: "g", Topics: topics, MaxInFlight: 1,
-			Logger: slog.New(slog.DiscardHandler), Band: protocol.PriorityOfCommandTopic, Aging: aging},
+			Logger: slog.New(slog.DiscardHandler), Band: band, Aging: aging},
 			func(_ context.Context, msg processes.Inbound) error {
 				mu.Lock()
-				order = append(order, protocol.PriorityOfCommandTopic(msg.Topic))
+				order = append(order, band(msg.Topic))
 				first := len(order) == 1
 				n := len(order)
 				mu.Unlock()

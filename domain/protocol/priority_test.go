@@ -17,8 +17,9 @@ func TestCommandTopicPerPriorityBand(t *testing.T) {
 	assert.Equal(t, "saga.cmd.payment.low", protocol.CommandTopicFor("payment", domain.PriorityLow))
 	assert.Equal(t, []string{"saga.cmd.payment.high", "saga.cmd.payment", "saga.cmd.payment.low"}, protocol.CommandTopics("payment"))
 	for _, p := range domain.Priorities() {
-		assert.Equal(t, p, protocol.PriorityOfCommandTopic(protocol.CommandTopicFor("pay.ment", p)))
+		assert.Equal(t, p, protocol.CommandTopicPriority("pay.ment", protocol.CommandTopicFor("pay.ment", p)))
 	}
+	assert.Equal(t, domain.PriorityNormal, protocol.CommandTopicPriority("high", "saga.cmd.high"), "an agent named high has a normal topic too")
 }
 
 func TestReceivedStatusCarriesThePriority(t *testing.T) {

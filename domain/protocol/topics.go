@@ -46,11 +46,11 @@ func CommandTopics(agent string) []string {
 	return out
 }
 
-// PriorityOfCommandTopic is the priority of an agent's command topic
-// (normal for one without a band suffix).
-func PriorityOfCommandTopic(topic string) domain.Priority {
-	for _, p := range []domain.Priority{domain.PriorityHigh, domain.PriorityLow} {
-		if len(topic) > len(p)+1 && topic[len(topic)-len(p)-1:] == "."+string(p) {
+// CommandTopicPriority is the priority of the agent's command topic:
+// normal for any topic that is not one of its bands.
+func CommandTopicPriority(agent, topic string) domain.Priority {
+	for _, p := range domain.Priorities() {
+		if topic == CommandTopicFor(agent, p) {
 			return p
 		}
 	}
