@@ -161,7 +161,7 @@ type Config struct {
 	// it had the next higher priority (domain.AgedRank); default
 	// domain.DefaultPriorityAging (2 s).
 	PriorityAging time.Duration
-	Logger      *slog.Logger
+	Logger        *slog.Logger
 	// Clock tells the time; default time.Now. Tests may control it.
 	Clock func() time.Time
 	// KafkaOptions are extra franz-go options for the agent's clients

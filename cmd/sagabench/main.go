@@ -58,15 +58,16 @@ type Result struct {
 	OrdersPerSec  float64            `json:"ordersPerSecond"`
 	StepsPerSec   float64            `json:"stepsPerSecond"`
 	LatencyMillis map[string]float64 `json:"latencyMillis"`
-	// LatencyByPriority are the percentiles of each priority's orders,
-	// with --priority-mix.
-	LatencyByPriority map[domain.Priority]map[string]float64 `json:"latencyByPriority,omitempty"`
 	Outcomes      map[string]int     `json:"outcomes"`
 	CPUs          int                `json:"cpus"`
 	Embedded      bool               `json:"embedded"`
 	KafkaFsync    bool               `json:"kafkaFsync"`
 	SyncTopics    string             `json:"kafkaSyncTopics"`
 	latencies     []time.Duration
+
+	// LatencyByPriority are the percentiles of each priority's orders,
+	// with --priority-mix.
+	LatencyByPriority map[domain.Priority]map[string]float64 `json:"latencyByPriority,omitempty"`
 }
 
 func main() {
