@@ -128,13 +128,15 @@ func (c *console) render(w http.ResponseWriter, r *http.Request, name, title str
 
 // taskList is the tasks page's data.
 type taskList struct {
-	States   []domain.TaskState
-	State    string
-	Workflow string
-	Since    string
-	Until    string
-	Tasks    []*protocol.TaskView
-	Next     string
+	States     []domain.TaskState
+	State      string
+	Priorities []domain.Priority
+	Priority   string
+	Workflow   string
+	Since      string
+	Until      string
+	Tasks      []*protocol.TaskView
+	Next       string
 	// APIQuery is the query of GET /api/tasks that the script polls.
 	APIQuery string
 	Error    string
@@ -147,7 +149,8 @@ const formTime = "2006-01-02T15:04"
 func (c *console) tasks(w http.ResponseWriter, r *http.Request) {
 	in := r.URL.Query()
 	d := taskList{States: []domain.TaskState{domain.StatePending, domain.StateProcessing, domain.StateProcessed, domain.StateError, domain.StateCompensating, domain.StateCompensated},
-		State: in.Get("state"), Workflow: in.Get("workflow"), Since: in.Get("since"), Until: in.Get("until")}
+		State: in.Get("state"), Workflow: in.Get("workflow"), Since: in.Get("since"), Until: in.Get("until"),
+		Priorities: domain.Priorities(), Priority: in.Get("priority")}
 	q := projections.TaskQuery{Workflow: d.Workflow, Limit: c.cfg.PageSize, Cursor: in.Get("cursor")}
 	api := url.Values{"limit": {strconv.Itoa(c.cfg.PageSize)}}
 	if d.Workflow != "" {
@@ -163,6 +166,14 @@ func (c *console) tasks(w http.ResponseWriter, r *http.Request) {
 			api.Set("state", d.State)
 		} else {
 			problems = append(problems, "unknown state "+strconv.Quote(d.State))
+		}
+	}
+	if d.Priority != "" {
+		if p, err := domain.ParsePriority(d.Priority); err == nil {
+			q.Priority = p
+			api.Set("priority", string(p))
+		} else {
+			problems = append(problems, "unknown priority "+strconv.Quote(d.Priority))
 		}
 	}
 	for name, into := range map[string]*time.Time{"since": &q.Since, "until": &q.Until} {

@@ -37,7 +37,10 @@ func newOneTask(t *testing.T) oneTask {
 func (o oneTask) Get(_ context.Context, id string) (*protocol.TaskView, bool, error) {
 	return o.view, id == o.view.ID, nil
 }
-func (o oneTask) List(context.Context, projections.TaskQuery) (projections.TaskPage, error) {
+func (o oneTask) List(_ context.Context, q projections.TaskQuery) (projections.TaskPage, error) {
+	if !q.Matches(o.view) {
+		return projections.TaskPage{}, nil
+	}
 	return projections.TaskPage{Tasks: []*protocol.TaskView{o.view}}, nil
 }
 func (o oneTask) Counts(context.Context) (map[domain.TaskState]int, error) { return nil, nil }
@@ -236,4 +239,25 @@ func TestOverviewShowsWhatTheMetricsCountedBetweenSamples(t *testing.T) {
 	assert.Contains(t, row, "<td>350ms</td>", "the mean of 0.2, 0.2, 0.2 and 0.8 s")
 	assert.Contains(t, body, `<tr data-agent="payment"><th scope="row">payment</th><td>3</td><td>1</td>`)
 	assert.Contains(t, body, `<svg class="series"`)
+}
+
+// TestTasksPageFiltersByPriority: the tasks page passes its priority filter
+// on to the task view (and to the API query its script polls), shows each
+// task's priority, and refuses a priority that does not exist.
+func TestTasksPageFiltersByPriority(t *testing.T) {
+	srv := serve(t, nil, &recorder{})
+	code, body := get(t, srv.Client(), srv.URL+"/ui/?priority=high")
+	require.Equal(t, http.StatusOK, code)
+	assert.Contains(t, body, "No task matches.", "o-1 is a normal task")
+	assert.Contains(t, body, `data-api-query="limit=`)
+	assert.Contains(t, body, "priority=high")
+
+	code, body = get(t, srv.Client(), srv.URL+"/ui/?priority=normal")
+	require.Equal(t, http.StatusOK, code)
+	assert.Contains(t, body, `href="/ui/tasks/o-1"`)
+	assert.Contains(t, body, "<td>normal</td>")
+
+	code, body = get(t, srv.Client(), srv.URL+"/ui/?priority=urgent")
+	assert.Equal(t, http.StatusBadRequest, code)
+	assert.Contains(t, body, "unknown priority")
 }

@@ -36,6 +36,7 @@
     span.textContent = t.state;
     st.appendChild(span);
     tr.appendChild(st);
+    tr.appendChild(cell(t.priority || "normal"));
     tr.appendChild(cell(t.workflow + " v" + t.workflowVersion));
     tr.appendChild(cell(t.failedStep));
     tr.appendChild(cell(stamp(t.submittedAt)));
@@ -67,7 +68,7 @@
             var tr = document.createElement("tr");
             tr.className = "empty";
             var td = cell("No task matches.");
-            td.colSpan = 6;
+            td.colSpan = 7;
             tr.appendChild(td);
             body.appendChild(tr);
           }
