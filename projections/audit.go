@@ -41,6 +41,8 @@ type AuditRow struct {
 	Attempt  int           `json:"attempt,omitempty"`
 	Actor    string        `json:"actor"`
 	Details  string        `json:"details,omitempty"`
+	// NotBefore is, for a retry scheduled, when its backoff ends.
+	NotBefore *time.Time `json:"notBefore,omitempty"`
 }
 
 // Audit is a task's history replayed from its stream: the timeline and the
@@ -81,8 +83,13 @@ func BuildAudit(taskID string, recorded []domain.RecordedEvent, cut Cut) (*Audit
 			return nil, err
 		}
 		step, attempt, details := describe(ev)
-		a.Rows = append(a.Rows, AuditRow{Revision: r.Revision, Time: r.Recorded.UTC(), Elapsed: r.Recorded.Sub(start),
-			Event: r.Type, Step: step, Attempt: attempt, Actor: r.Metadata.Actor, Details: details})
+		row := AuditRow{Revision: r.Revision, Time: r.Recorded.UTC(), Elapsed: r.Recorded.Sub(start),
+			Event: r.Type, Step: step, Attempt: attempt, Actor: r.Metadata.Actor, Details: details}
+		if retry, ok := ev.(domain.StepRetryScheduled); ok {
+			notBefore := retry.NotBefore.UTC()
+			row.NotBefore = &notBefore
+		}
+		a.Rows = append(a.Rows, row)
 	}
 	a.State = protocol.ViewOf(state)
 	return a, nil

@@ -98,6 +98,8 @@ func TestTaskPageDrawsTheTimelineFromTheHistory(t *testing.T) {
 	assert.Contains(t, body, `data-step="schedule-shipping"`)
 	assert.Equal(t, 3, strings.Count(body, `class="bar timeout"`), "shipping hung three times")
 	assert.Contains(t, body, `class="bar ok comp"`, "the undone steps")
+	assert.Equal(t, 2, strings.Count(body, `<line class="backoff"`), "shipping's two retries waited out their backoff")
+	assert.Contains(t, body, "backoff until +5.3s")
 	assert.Contains(t, body, "TaskCompensated")
 	code, _ = get(t, srv.Client(), srv.URL+"/ui/tasks/nope")
 	assert.Equal(t, http.StatusNotFound, code)

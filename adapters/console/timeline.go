@@ -28,6 +28,9 @@ type Mark struct {
 	At     time.Time
 	Kind   string
 	Detail string
+	// Until is, for a retry, when its backoff ends: the wait is drawn as a
+	// dashed line from the mark.
+	Until time.Time
 }
 
 // Lane is one step's row of the timeline; the task's own lane has no step.
@@ -102,7 +105,14 @@ func BuildTimeline(rows []projections.AuditRow) Timeline {
 		case domain.StepTimedOutType:
 			closeBar(r, strings.HasPrefix(r.Details, "compensation"), "timeout")
 		case domain.StepRetryScheduledType:
-			lane(r.Step).Marks = append(lane(r.Step).Marks, Mark{At: r.Time, Kind: "retry", Detail: r.Details})
+			m := Mark{At: r.Time, Kind: "retry", Detail: r.Details}
+			if r.NotBefore != nil {
+				m.Until = *r.NotBefore
+				if m.Until.After(tl.End) {
+					tl.End = m.Until // a wait that outlasts the history so far
+				}
+			}
+			lane(r.Step).Marks = append(lane(r.Step).Marks, m)
 		case domain.CompensationRequestedType:
 			lane(r.Step).Marks = append(lane(r.Step).Marks, Mark{At: r.Time, Kind: "compensate", Detail: r.Details})
 		case domain.StepResubmittedType, domain.TaskCancelledType:
@@ -165,6 +175,10 @@ func (tl Timeline) SVG() template.HTML {
 				cls, x(bar.From), top, w, h, what, bar.Attempt, bar.Outcome, bar.To.Sub(bar.From).Round(time.Millisecond), esc(bar.Detail))
 		}
 		for _, m := range l.Marks {
+			if m.Until.After(m.At) {
+				fmt.Fprintf(&b, `<line class="backoff" x1="%.1f" y1="%d" x2="%.1f" y2="%d"><title>backoff until +%s</title></line>`,
+					x(m.At), y+14, x(m.Until), y+14, m.Until.Sub(tl.Start).Round(time.Millisecond))
+			}
 			fmt.Fprintf(&b, `<path class="mark %s" d="M%.1f %d l5 8 l-5 8 l-5 -8 z"><title>%s at +%s: %s</title></path>`,
 				m.Kind, x(m.At), y+6, m.Kind, m.At.Sub(tl.Start).Round(time.Millisecond), esc(m.Detail))
 		}
