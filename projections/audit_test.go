@@ -2,12 +2,9 @@ package projections_test
 
 import (
 	"encoding/json"
-	"flag"
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"os"
-	"path/filepath"
 	"reflect"
 	"testing"
 	"time"
@@ -21,20 +18,7 @@ import (
 	"github.com/sagaengine/saga/projections/audittest"
 )
 
-var update = flag.Bool("update", false, "rewrite the golden files")
-
 var t0 = audittest.T0
-
-func golden(t *testing.T, name string, got []byte) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		require.NoError(t, os.WriteFile(path, got, 0o644))
-	}
-	want, err := os.ReadFile(path)
-	require.NoError(t, err, "run go test ./projections -update to create %s", path)
-	assert.Equal(t, string(want), string(got))
-}
 
 func TestAuditOfACompensatedTask(t *testing.T) {
 	a, err := projections.BuildAudit("o-1", audittest.History(), projections.Cut{})
@@ -75,7 +59,7 @@ func TestAuditJSONAndDrift(t *testing.T) {
 	}, a.Drift)
 	out, err := json.MarshalIndent(a, "", "  ")
 	require.NoError(t, err)
-	golden(t, "audit_drift.json.golden", append(out, '\n'))
+	audittest.Golden(t, "audit_drift.json.golden", append(out, '\n'))
 }
 
 func TestAuditOfAnUnknownTask(t *testing.T) {

@@ -2,9 +2,6 @@ package main
 
 import (
 	"bytes"
-	"flag"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -16,20 +13,7 @@ import (
 	"github.com/sagaengine/saga/projections/audittest"
 )
 
-var update = flag.Bool("update", false, "rewrite the golden files")
-
 var t0 = audittest.T0
-
-func golden(t *testing.T, name string, got []byte) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		require.NoError(t, os.WriteFile(path, got, 0o644))
-	}
-	want, err := os.ReadFile(path)
-	require.NoError(t, err, "run go test ./cmd/sagactl -update to create %s", path)
-	assert.Equal(t, string(want), string(got))
-}
 
 func TestAuditTextOfACompensatedTask(t *testing.T) {
 	a, err := projections.BuildAudit("o-1", audittest.History(), projections.Cut{})
@@ -37,7 +21,7 @@ func TestAuditTextOfACompensatedTask(t *testing.T) {
 	a.CompareWith(protocol.ViewOf(a.State.Task()))
 	var text bytes.Buffer
 	require.NoError(t, writeAuditText(&text, a))
-	golden(t, "audit_compensated.golden", text.Bytes())
+	audittest.Golden(t, "audit_compensated.golden", text.Bytes())
 }
 
 func TestAuditTextAtARevisionAndATime(t *testing.T) {
@@ -49,7 +33,7 @@ func TestAuditTextAtARevisionAndATime(t *testing.T) {
 	require.NoError(t, err)
 	var text bytes.Buffer
 	require.NoError(t, writeAuditText(&text, a))
-	golden(t, "audit_at_revision_9.golden", text.Bytes())
+	audittest.Golden(t, "audit_at_revision_9.golden", text.Bytes())
 
 	byTime, err := parseCut(t0.Add(15900 * time.Millisecond).Format(time.RFC3339Nano))
 	require.NoError(t, err)
