@@ -283,8 +283,8 @@ type letterPage struct {
 	Error   string
 }
 
-// deadLetters reads saga.deadletter without a consumer group on each
-// view, within ten seconds, and shows the newest deadLetterLimit.
+// deadLetters reads the tail of saga.deadletter without a consumer group on
+// each view, within ten seconds, and shows the newest deadLetterLimit.
 func (c *console) deadLetters(w http.ResponseWriter, r *http.Request) {
 	d := letterPage{Limit: deadLetterLimit}
 	if c.cfg.Kafka == nil {
@@ -292,7 +292,7 @@ func (c *console) deadLetters(w http.ResponseWriter, r *http.Request) {
 	} else {
 		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 		defer cancel()
-		letters, _, err := topics.ReadDeadLetters(ctx, c.cfg.Kafka, time.Time{}, nil, deadLetterLimit)
+		letters, err := topics.ReadNewestDeadLetters(ctx, c.cfg.Kafka, deadLetterLimit)
 		if err != nil {
 			d.Error = "saga.deadletter cannot be read: " + err.Error()
 		}

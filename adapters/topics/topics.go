@@ -33,6 +33,12 @@ type Open func(ctx context.Context, opts ...kgo.Opt) (*kgo.Client, error)
 // partition in order, and returns. It reads without a consumer group:
 // nothing is committed, and the records stay for others.
 func Read(ctx context.Context, open Open, topic string, since time.Time, fn func(*kgo.Record)) error {
+	return read(ctx, open, topic, since, 0, fn)
+}
+
+// read is Read, from at most tail records before each partition's end when
+// tail is positive.
+func read(ctx context.Context, open Open, topic string, since time.Time, tail int64, fn func(*kgo.Record)) error {
 	admin, err := open(ctx)
 	if err != nil {
 		return err
@@ -65,6 +71,9 @@ func Read(ctx context.Context, open Open, topic string, since time.Time, fn func
 	end := map[int32]int64{}
 	ends.Each(func(o kadm.ListedOffset) {
 		start, ok := starts.Lookup(topic, o.Partition)
+		if ok && tail > 0 {
+			start.Offset = max(start.Offset, o.Offset-tail)
+		}
 		if ok && start.Offset >= 0 && start.Offset < o.Offset {
 			from[o.Partition], end[o.Partition] = kgo.NewOffset().At(start.Offset), o.Offset
 		}
@@ -101,19 +110,34 @@ func Read(ctx context.Context, open Open, topic string, since time.Time, fn func
 	return nil
 }
 
+// ReadNewestDeadLetters reads the newest limit dead letters, newest first,
+// from the last limit records of each partition only: a page that shows
+// them must not read the whole topic, which a flood of poison messages can
+// make hundreds of megabytes long.
+func ReadNewestDeadLetters(ctx context.Context, open Open, limit int) ([]*DeadLetter, error) {
+	var letters []*DeadLetter
+	err := read(ctx, open, protocol.DeadLetterTopic, time.Time{}, int64(limit), func(r *kgo.Record) {
+		letters = append(letters, NewDeadLetter(r))
+	})
+	slices.SortStableFunc(letters, newestFirst)
+	return letters[:min(limit, len(letters))], err
+}
+
+// newestFirst orders dead letters by time, then position, newest first.
+func newestFirst(a, b *DeadLetter) int {
+	if c := b.Time.Compare(a.Time); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(b.Partition, a.Partition); c != 0 {
+		return c
+	}
+	return cmp.Compare(b.Offset, a.Offset)
+}
+
 // ReadDeadLetters reads the dead letters keep selects, newest first,
 // keeping the newest limit of them (0: all), and the ids of the dead
 // letters that were redriven and dead-lettered again.
 func ReadDeadLetters(ctx context.Context, open Open, since time.Time, keep func(*DeadLetter) bool, limit int) (letters []*DeadLetter, redriven map[string]bool, err error) {
-	newestFirst := func(a, b *DeadLetter) int {
-		if c := b.Time.Compare(a.Time); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(b.Partition, a.Partition); c != 0 {
-			return c
-		}
-		return cmp.Compare(b.Offset, a.Offset)
-	}
 	redriven = map[string]bool{}
 	err = Read(ctx, open, protocol.DeadLetterTopic, since, func(r *kgo.Record) {
 		d := NewDeadLetter(r)
