@@ -233,6 +233,13 @@ type Reply struct {
 	Reason    string
 	// Result is what the step returned, when it succeeded.
 	Result json.RawMessage
+	// Unavailable says the agent gave the attempt back without calling its
+	// service; Reason says why. The attempt does not count.
+	Unavailable bool
+	// Instance names the agent instance that answered, when it said.
+	Instance string
+	// Tries counts the calls the attempt made to the service.
+	Tries int
 }
 
 // action names what the attempt was, as replies and commands say it.

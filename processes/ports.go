@@ -45,6 +45,15 @@ type CommandSender interface {
 	SendCommand(ctx context.Context, cmd protocol.ExecuteStep) error
 }
 
+// AgentDirectory knows the agent instances that announce themselves with
+// heartbeats (protocol.AgentsTopic).
+type AgentDirectory interface {
+	// Instances returns the last heartbeat of every instance of agent
+	// that is live at now, in a stable order; none for an agent that
+	// sends no heartbeats.
+	Instances(agent string, now time.Time) []protocol.AgentHeartbeat
+}
+
 // ReplySender delivers agents' replies to the scheduler.
 type ReplySender interface {
 	SendReply(ctx context.Context, reply protocol.StepReply) error

@@ -83,6 +83,17 @@ type ExecuteStep struct {
 	// TraceParent travels as the traceparent header, not in the body: the
 	// span of the dispatch that sent the command.
 	TraceParent string `json:"-"`
+	// Route, when set, is the instance the scheduler chose for the
+	// command: it is produced to that instance's partition of the topic
+	// rather than to the partition of its task id. It is not in the body.
+	Route *Route `json:"-"`
+}
+
+// Route is the agent instance a command goes to, and the partition of the
+// command topic that instance consumes (AgentHeartbeat.Partitions).
+type Route struct {
+	Instance  string
+	Partition int32
 }
 
 // ParseExecuteStep decodes and validates a command.
@@ -115,6 +126,11 @@ func (c ExecuteStep) TemplateData() domain.TemplateData {
 const (
 	OutcomeSucceeded = "succeeded"
 	OutcomeFailed    = "failed"
+	// OutcomeUnavailable says the agent instance gave the command back
+	// without calling its service (its breaker is open, its calls hang, it
+	// is stopping): the attempt does not count, and the scheduler sends it
+	// again, to a healthy instance when there is one. Reason says why.
+	OutcomeUnavailable = "unavailable"
 )
 
 // StepReply is an agent's answer to a command, sent to RepliesTopic.
@@ -128,6 +144,13 @@ type StepReply struct {
 	Reason  string             `json:"reason,omitempty"`
 	Agent   string             `json:"agent,omitempty"`
 	Result  json.RawMessage    `json:"result,omitempty"`
+	// Instance names the agent instance that answered (its heartbeat's
+	// instance); empty from agents that send no heartbeats.
+	Instance string `json:"instance,omitempty"`
+	// Tries counts the calls the attempt made to the service (1 when it
+	// made one, 0 when it made none; absent from agents that do not
+	// count).
+	Tries int `json:"tries,omitempty"`
 	// TraceParent travels as the traceparent header, not in the body: the
 	// span of the agent's work on the command.
 	TraceParent string `json:"-"`
@@ -144,8 +167,10 @@ func ParseStepReply(body []byte) (StepReply, error) {
 		return r, invalidf("reply lacks taskId or step")
 	case r.Attempt < 1:
 		return r, invalidf("reply attempt %d is not positive", r.Attempt)
-	case r.Outcome != OutcomeSucceeded && r.Outcome != OutcomeFailed:
-		return r, invalidf("reply outcome %q is neither %s nor %s", r.Outcome, OutcomeSucceeded, OutcomeFailed)
+	case r.Outcome != OutcomeSucceeded && r.Outcome != OutcomeFailed && r.Outcome != OutcomeUnavailable:
+		return r, invalidf("reply outcome %q is not %s, %s or %s", r.Outcome, OutcomeSucceeded, OutcomeFailed, OutcomeUnavailable)
+	case r.Tries < 0:
+		return r, invalidf("reply tries %d is negative", r.Tries)
 	case r.Outcome == OutcomeFailed && r.Failure != domain.FailureTransient && r.Failure != domain.FailurePermanent:
 		return r, invalidf("failed reply must say failure %s or %s", domain.FailureTransient, domain.FailurePermanent)
 	}
@@ -158,7 +183,8 @@ func ParseStepReply(body []byte) (StepReply, error) {
 // Reply is the reply as a decision reads it (domain.Task.RecordReply).
 func (r StepReply) Reply() domain.Reply {
 	return domain.Reply{Step: r.Step, Compensation: r.Action == ActionCompensate, Attempt: r.Attempt,
-		Succeeded: r.Outcome == OutcomeSucceeded, Failure: r.Failure, Reason: r.Reason, Result: r.Result}
+		Succeeded: r.Outcome == OutcomeSucceeded, Unavailable: r.Outcome == OutcomeUnavailable, Failure: r.Failure, Reason: r.Reason,
+		Result: r.Result, Instance: r.Instance, Tries: r.Tries}
 }
 
 // Alert kinds: an alert is raised when a task stops in Error and resolved
