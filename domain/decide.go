@@ -40,6 +40,28 @@ type Decision struct {
 	// Random is a number in [0, 1) that sets the backoff jitter, so that
 	// decisions stay pure.
 	Random float64
+	// Admit, when set, says whether a dispatch to agent may go now: the
+	// agent has room. When it says no, the step waits (StepWaiting, with
+	// the reason it gives) and nothing is dispatched. Nil admits every
+	// dispatch.
+	Admit func(agent string) (ok bool, reason string)
+}
+
+// admit asks d.Admit whether a dispatch to agent may go now; it returns the
+// event that records the wait when it may not (nil when the leg already
+// waits, or when it may).
+func (t *Task) admit(d Decision, step, agent string, compensation bool, l *Leg) (wait []Event, ok bool) {
+	if d.Admit == nil {
+		return nil, true
+	}
+	yes, reason := d.Admit(agent)
+	if yes {
+		return nil, true
+	}
+	if l.Waiting() {
+		return nil, false
+	}
+	return []Event{StepWaiting{TaskID: t.ID, Step: step, Compensation: compensation, Agent: agent, Reason: reason, At: d.Now}}, false
 }
 
 // IdempotencyKey is the key an agent passes to its remote service for a
@@ -75,12 +97,12 @@ func (t *Task) Next(wf *Workflow, d Decision) []Event {
 		case StepStateProcessed:
 			continue
 		case StepStatePending:
-			return []Event{t.dispatch(wf, s, d)}
+			return t.dispatch(wf, s, d)
 		case StepStateRetrying:
 			if s.NotBefore != nil && d.Now.Before(*s.NotBefore) {
 				return nil
 			}
-			return []Event{t.dispatch(wf, s, d)}
+			return t.dispatch(wf, s, d)
 		case StepStateError:
 			return t.afterFailure(wf, s, false, d)
 		default:
@@ -108,16 +130,16 @@ func (t *Task) nextCompensation(wf *Workflow, d Decision) []Event {
 				if c.NotBefore != nil && d.Now.Before(*c.NotBefore) {
 					return nil
 				}
-				return []Event{t.dispatchCompensation(wf, s, d)}
+				return t.dispatchCompensation(wf, s, d)
 			case StepStatePending:
-				return []Event{t.dispatchCompensation(wf, s, d)}
+				return t.dispatchCompensation(wf, s, d)
 			case StepStateError:
 				return t.afterFailure(wf, s, true, d)
 			}
 		case s.State == StepStateProcessing:
 			return nil
 		case s.mayHaveEffect() && hasCompensation(wf, s.Name):
-			return []Event{t.dispatchCompensation(wf, s, d)}
+			return t.dispatchCompensation(wf, s, d)
 		}
 	}
 	return []Event{TaskCompensated{TaskID: t.ID, At: d.Now}}
@@ -162,16 +184,21 @@ func (t *Task) retry(step string, compensation bool, attempt int, notBefore time
 	return StepRetryScheduled{TaskID: t.ID, Step: step, Compensation: compensation, Attempt: attempt, NotBefore: notBefore, At: d.Now}
 }
 
-func (t *Task) dispatch(wf *Workflow, s *Step, d Decision) Event {
+// dispatch sends the step's next attempt when its agent has room, else
+// records that it waits.
+func (t *Task) dispatch(wf *Workflow, s *Step, d Decision) []Event {
 	def, ok := wf.Step(s.Name)
 	if !ok {
-		return TaskFailed{TaskID: t.ID, Step: s.Name, Reason: "step " + s.Name + " is not in workflow " + wf.Name, At: d.Now}
+		return []Event{TaskFailed{TaskID: t.ID, Step: s.Name, Reason: "step " + s.Name + " is not in workflow " + wf.Name, At: d.Now}}
 	}
-	return StepDispatched{
+	if wait, ok := t.admit(d, s.Name, def.Agent, false, &s.Leg); !ok {
+		return wait
+	}
+	return []Event{StepDispatched{
 		TaskID: t.ID, Step: s.Name, Agent: def.Agent, Attempt: s.Attempt + 1,
 		CompleteBy: d.Now.Add(def.Budget), LockedBy: d.Actor,
 		IdempotencyKey: IdempotencyKey(t.ID, s.Name), DispatchedAt: d.Now,
-	}
+	}}
 }
 
 // hasCompensation reports whether the workflow says how to undo the step;
@@ -181,20 +208,27 @@ func hasCompensation(wf *Workflow, step string) bool {
 	return !ok || def.Compensation != nil
 }
 
-func (t *Task) dispatchCompensation(wf *Workflow, s *Step, d Decision) Event {
+// dispatchCompensation sends the next attempt to undo the step when its
+// agent has room, else records that it waits.
+func (t *Task) dispatchCompensation(wf *Workflow, s *Step, d Decision) []Event {
 	def, ok := wf.Step(s.Name)
 	if !ok || def.Compensation == nil {
-		return TaskFailed{TaskID: t.ID, Step: s.Name, Reason: "step " + s.Name + " of workflow " + wf.Name + " has no compensation", At: d.Now}
+		return []Event{TaskFailed{TaskID: t.ID, Step: s.Name, Reason: "step " + s.Name + " of workflow " + wf.Name + " has no compensation", At: d.Now}}
 	}
-	attempt := 1
-	if s.Compensation != nil {
-		attempt = s.Compensation.Attempt + 1
+	attempt, leg := 1, s.Compensation
+	if leg != nil {
+		attempt = leg.Attempt + 1
+	} else {
+		leg = &Leg{}
 	}
-	return CompensationDispatched{
+	if wait, ok := t.admit(d, s.Name, def.Agent, true, leg); !ok {
+		return wait
+	}
+	return []Event{CompensationDispatched{
 		TaskID: t.ID, Step: s.Name, Agent: def.Agent, Action: def.Compensation.Action, Attempt: attempt,
 		CompleteBy: d.Now.Add(def.Compensation.Budget), LockedBy: d.Actor,
 		IdempotencyKey: CompensationKey(t.ID, s.Name), DispatchedAt: d.Now,
-	}
+	}}
 }
 
 // settle folds events tentatively and appends whatever Next then decides,
@@ -280,16 +314,19 @@ func (t *Task) RecordReply(wf *Workflow, r Reply, d Decision) ([]Event, error) {
 		r.Reason = "result of " + strconv.Itoa(len(r.Result)) + " bytes is over the limit of " + strconv.Itoa(MaxResultBytes)
 		r.Succeeded, r.Result, kind = false, nil, FailureTransient
 	}
+	answer := Answer{Instance: r.Instance, Tries: r.Tries}
 	var outcome Event
 	switch {
+	case r.Unavailable:
+		outcome = StepReturned{TaskID: t.ID, Step: r.Step, Compensation: r.Compensation, Attempt: r.Attempt, Instance: r.Instance, Reason: r.Reason, At: d.Now}
 	case !r.Compensation && r.Succeeded:
-		outcome = StepSucceeded{TaskID: t.ID, Step: r.Step, Attempt: r.Attempt, Result: r.Result, At: d.Now}
+		outcome = StepSucceeded{TaskID: t.ID, Step: r.Step, Attempt: r.Attempt, Result: r.Result, At: d.Now, Answer: answer}
 	case !r.Compensation:
-		outcome = StepFailed{TaskID: t.ID, Step: r.Step, Attempt: r.Attempt, Failure: kind, Reason: r.Reason, At: d.Now}
+		outcome = StepFailed{TaskID: t.ID, Step: r.Step, Attempt: r.Attempt, Failure: kind, Reason: r.Reason, At: d.Now, Answer: answer}
 	case r.Succeeded:
-		outcome = StepCompensated{TaskID: t.ID, Step: r.Step, Attempt: r.Attempt, At: d.Now}
+		outcome = StepCompensated{TaskID: t.ID, Step: r.Step, Attempt: r.Attempt, At: d.Now, Answer: answer}
 	default:
-		outcome = CompensationFailed{TaskID: t.ID, Step: r.Step, Attempt: r.Attempt, Failure: kind, Reason: r.Reason, At: d.Now}
+		outcome = CompensationFailed{TaskID: t.ID, Step: r.Step, Attempt: r.Attempt, Failure: kind, Reason: r.Reason, At: d.Now, Answer: answer}
 	}
 	return t.settle(wf, []Event{outcome}, d), nil
 }

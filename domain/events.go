@@ -46,6 +46,12 @@ const (
 	StepResubmittedType = "StepResubmitted"
 	// TaskCancelledType records an operator's cancellation, which compensates.
 	TaskCancelledType = "TaskCancelled"
+	// StepWaitingType records that a step (or its compensation) is due but
+	// waits for room at its agent.
+	StepWaitingType = "StepWaiting"
+	// StepReturnedType records that an agent instance gave an attempt back
+	// without calling its service; the attempt does not count.
+	StepReturnedType = "StepReturned"
 )
 
 // Event is a task event.
@@ -94,6 +100,15 @@ type StepSucceeded struct {
 	Attempt int             `json:"attempt"`
 	Result  json.RawMessage `json:"result,omitempty"`
 	At      time.Time       `json:"at"`
+	Answer
+}
+
+// Answer is what an agent said of itself in a reply: the instance that
+// answered and how many calls the attempt made. Both are absent for agents
+// that do not say, and in events recorded before they could.
+type Answer struct {
+	Instance string `json:"instance,omitempty"`
+	Tries    int    `json:"tries,omitempty"`
 }
 
 // StepFailed records an agent's failure for an attempt.
@@ -104,6 +119,7 @@ type StepFailed struct {
 	Failure FailureKind `json:"failure"`
 	Reason  string      `json:"reason"`
 	At      time.Time   `json:"at"`
+	Answer
 }
 
 // TaskProcessed records that every step succeeded.
@@ -174,6 +190,7 @@ type StepCompensated struct {
 	Step    string    `json:"step"`
 	Attempt int       `json:"attempt"`
 	At      time.Time `json:"at"`
+	Answer
 }
 
 // CompensationFailed records a failed attempt to undo a step.
@@ -184,6 +201,34 @@ type CompensationFailed struct {
 	Failure FailureKind `json:"failure"`
 	Reason  string      `json:"reason"`
 	At      time.Time   `json:"at"`
+	Answer
+}
+
+// StepWaiting records that a step (or its compensation) is due but waits
+// for room at its agent: its instances are at capacity, or none is
+// healthy. It is recorded once per wait; the dispatch that ends the wait
+// follows when room frees.
+type StepWaiting struct {
+	TaskID       string    `json:"taskId"`
+	Step         string    `json:"step"`
+	Compensation bool      `json:"compensation,omitempty"`
+	Agent        string    `json:"agent"`
+	Reason       string    `json:"reason"`
+	At           time.Time `json:"at"`
+}
+
+// StepReturned records that an agent instance gave an attempt back without
+// calling its service (its breaker was open, its calls hung, it was
+// stopping). The attempt does not count: the step is dispatched again, with
+// the same attempt number, to a healthy instance when there is one.
+type StepReturned struct {
+	TaskID       string    `json:"taskId"`
+	Step         string    `json:"step"`
+	Compensation bool      `json:"compensation,omitempty"`
+	Attempt      int       `json:"attempt"`
+	Instance     string    `json:"instance,omitempty"`
+	Reason       string    `json:"reason"`
+	At           time.Time `json:"at"`
 }
 
 // TaskCompensated records that every step that needed it was undone.
@@ -227,6 +272,8 @@ func (CompensationFailed) EventType() string     { return CompensationFailedType
 func (TaskCompensated) EventType() string        { return TaskCompensatedType }
 func (StepResubmitted) EventType() string        { return StepResubmittedType }
 func (TaskCancelled) EventType() string          { return TaskCancelledType }
+func (StepWaiting) EventType() string            { return StepWaitingType }
+func (StepReturned) EventType() string           { return StepReturnedType }
 
 // taskEvents registers every task event: its wire name and how to decode
 // it. DecodeEvent reads it; a test checks that every registered event is
@@ -251,6 +298,8 @@ var taskEvents = []struct {
 	{TaskCompensatedType, decodeAs[TaskCompensated]},
 	{StepResubmittedType, decodeAs[StepResubmitted]},
 	{TaskCancelledType, decodeAs[TaskCancelled]},
+	{StepWaitingType, decodeAs[StepWaiting]},
+	{StepReturnedType, decodeAs[StepReturned]},
 }
 
 var decoders = func() map[string]func([]byte) (Event, error) {

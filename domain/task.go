@@ -77,6 +77,19 @@ type Leg struct {
 	// AttemptBase is the attempt number when an operator last resubmitted;
 	// only attempts after it count against the limit.
 	AttemptBase int
+	// WaitingSince is when the leg began to wait for room at its agent
+	// (StepWaiting); nil when it is not waiting. WaitReason says why.
+	WaitingSince *time.Time
+	WaitReason   string
+	// Tries counts the calls to the service that every attempt made, as
+	// agents reported them.
+	Tries int
+	// Returned counts the attempts agents gave back without calling
+	// (StepReturned); LastReturn says why the last one was.
+	Returned   int
+	LastReturn string
+	// Instance names the agent instance that answered last, when it said.
+	Instance string
 }
 
 // InFlight reports whether an attempt was sent and not yet answered.
@@ -85,6 +98,29 @@ func (l *Leg) InFlight() bool { return l != nil && l.State == StepStateProcessin
 func (l *Leg) dispatched(attempt int, completeBy time.Time, lockedBy, key string, at time.Time) {
 	l.State, l.Attempt, l.LockedBy, l.IdempotencyKey, l.DispatchedAt = StepStateProcessing, attempt, lockedBy, key, at
 	l.CompleteBy, l.NotBefore = &completeBy, nil
+	l.WaitingSince, l.WaitReason = nil, ""
+}
+
+// answered notes what the agent said of itself in a reply.
+func (l *Leg) answered(a Answer) {
+	l.Tries += a.Tries
+	if a.Instance != "" {
+		l.Instance = a.Instance
+	}
+}
+
+// returned undoes the dispatch of an attempt an agent gave back: the leg is
+// due again, with the attempt number it had before.
+func (l *Leg) returned(e StepReturned) {
+	if !l.InFlight() || l.Attempt != e.Attempt {
+		return
+	}
+	l.State, l.Attempt, l.CompleteBy, l.NotBefore = StepStateRetrying, e.Attempt-1, nil, nil
+	l.Returned++
+	l.LastReturn = e.Reason
+	if e.Instance != "" {
+		l.LastReturn = e.Instance + ": " + e.Reason
+	}
 }
 
 func (l *Leg) failed(kind FailureKind, reason string) {
@@ -100,6 +136,9 @@ func (l *Leg) clone() *Leg {
 	c := *l
 	return &c
 }
+
+// Waiting reports whether the leg waits for room at its agent.
+func (l *Leg) Waiting() bool { return l != nil && l.WaitingSince != nil }
 
 // Step is the current state of one step of a task: its execution (the
 // embedded Leg, whose State is the step's state) and, once it is being
@@ -217,11 +256,24 @@ func (t *Task) Apply(e Event) {
 	case StepSucceeded:
 		if s := t.Step(e.Step); s != nil {
 			s.State, s.CompleteBy, s.Result = StepStateProcessed, nil, e.Result
+			s.answered(e.Answer)
 		}
 		t.UpdatedAt = e.At
 	case StepFailed:
 		if l := t.leg(e.Step, false); l != nil {
 			l.failed(e.Failure, e.Reason)
+			l.answered(e.Answer)
+		}
+		t.UpdatedAt = e.At
+	case StepWaiting:
+		if l := t.leg(e.Step, e.Compensation); l != nil {
+			at := e.At
+			l.WaitingSince, l.WaitReason = &at, e.Reason
+		}
+		t.UpdatedAt = e.At
+	case StepReturned:
+		if l := t.leg(e.Step, e.Compensation); l != nil {
+			l.returned(e)
 		}
 		t.UpdatedAt = e.At
 	case StepTimedOut:
@@ -256,11 +308,13 @@ func (t *Task) Apply(e Event) {
 		if s := t.Step(e.Step); s != nil && s.Compensation != nil {
 			s.State = StepStateCompensated
 			s.Compensation.State, s.Compensation.CompleteBy = StepStateProcessed, nil
+			s.Compensation.answered(e.Answer)
 		}
 		t.UpdatedAt = e.At
 	case CompensationFailed:
 		if l := t.leg(e.Step, true); l != nil {
 			l.failed(e.Failure, e.Reason)
+			l.answered(e.Answer)
 		}
 		t.UpdatedAt = e.At
 	case StepResubmitted:

@@ -113,11 +113,27 @@ func describe(e domain.Event) (string, int, string) {
 		return e.Step, e.Attempt, "to " + e.Agent + ", completeBy " + e.CompleteBy.UTC().Format(stamp) + ", key " + e.IdempotencyKey
 	case domain.StepSucceeded:
 		if len(e.Result) > 0 {
-			return e.Step, e.Attempt, "result " + clip(string(e.Result), 200)
+			return e.Step, e.Attempt, withAnswer("result "+clip(string(e.Result), 200), e.Answer)
 		}
-		return e.Step, e.Attempt, ""
+		return e.Step, e.Attempt, withAnswer("", e.Answer)
 	case domain.StepFailed:
-		return e.Step, e.Attempt, string(e.Failure) + ": " + e.Reason
+		return e.Step, e.Attempt, withAnswer(string(e.Failure)+": "+e.Reason, e.Answer)
+	case domain.StepWaiting:
+		what := "step"
+		if e.Compensation {
+			what = "compensation"
+		}
+		return e.Step, 0, what + " waits for " + e.Agent + ": " + e.Reason
+	case domain.StepReturned:
+		what := "attempt"
+		if e.Compensation {
+			what = "compensation attempt"
+		}
+		by := ""
+		if e.Instance != "" {
+			by = " by " + e.Instance
+		}
+		return e.Step, e.Attempt, what + " given back" + by + " without a call, not counted: " + e.Reason
 	case domain.StepTimedOut:
 		what := "step"
 		if e.Compensation {
@@ -135,9 +151,9 @@ func describe(e domain.Event) (string, int, string) {
 	case domain.CompensationDispatched:
 		return e.Step, e.Attempt, e.Action + " to " + e.Agent + ", completeBy " + e.CompleteBy.UTC().Format(stamp)
 	case domain.StepCompensated:
-		return e.Step, e.Attempt, ""
+		return e.Step, e.Attempt, withAnswer("", e.Answer)
 	case domain.CompensationFailed:
-		return e.Step, e.Attempt, string(e.Failure) + ": " + e.Reason
+		return e.Step, e.Attempt, withAnswer(string(e.Failure)+": "+e.Reason, e.Answer)
 	case domain.StepResubmitted:
 		what := "step"
 		if e.Compensation {
@@ -152,6 +168,30 @@ func describe(e domain.Event) (string, int, string) {
 		return "", 0, "" // the event's name says it all
 	}
 	return "", 0, ""
+}
+
+// withAnswer adds to d what the agent said of itself: how many calls the
+// attempt made and which instance answered.
+func withAnswer(d string, a domain.Answer) string {
+	var parts []string
+	if a.Tries > 0 {
+		parts = append(parts, strconv.Itoa(a.Tries)+" "+plural(a.Tries, "try", "tries"))
+	}
+	if a.Instance != "" {
+		parts = append(parts, "by "+a.Instance)
+	}
+	if len(parts) == 0 {
+		return d
+	}
+	return strings.TrimPrefix(d+"; "+strings.Join(parts, ", "), "; ")
+}
+
+// plural is one or many, as n says.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // clip shortens s to at most n bytes, marking the cut.

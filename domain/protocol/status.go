@@ -21,6 +21,11 @@ const (
 	StatusStepCompensated        = "step-compensated"
 	StatusCompensationFailed     = "compensation-failed"
 	StatusStepResubmitted        = "step-resubmitted"
+	// StatusStepWaiting says a step waits for room at its agent.
+	StatusStepWaiting = "step-waiting"
+	// StatusStepReturned says an agent instance gave an attempt back
+	// without calling; it is dispatched again.
+	StatusStepReturned = "step-returned"
 	StatusProcessed              = "processed"
 	StatusCompensated            = "compensated"
 	StatusFailed                 = "failed"
@@ -100,6 +105,10 @@ func StatusOf(t *domain.Task, e domain.Event, revision uint64, at time.Time) Tas
 		s.Status, s.Step, s.Attempt, s.Reason = StatusCompensationFailed, e.Step, e.Attempt, e.Reason
 	case domain.StepResubmitted:
 		s.Status, s.Step = StatusStepResubmitted, e.Step
+	case domain.StepWaiting:
+		s.Status, s.Step, s.Reason = StatusStepWaiting, e.Step, e.Reason
+	case domain.StepReturned:
+		s.Status, s.Step, s.Attempt, s.Reason = StatusStepReturned, e.Step, e.Attempt, e.Reason
 	case domain.TaskProcessed:
 		s.Status = StatusProcessed
 	case domain.TaskCompensated:

@@ -69,6 +69,19 @@ type LegView struct {
 	// AttemptBase is the attempt number when an operator last resubmitted;
 	// only attempts after it count against the limit.
 	AttemptBase int `json:"attemptBase,omitempty"`
+	// WaitingSince is when the leg began to wait for room at its agent;
+	// WaitReason says why.
+	WaitingSince *time.Time `json:"waitingSince,omitempty"`
+	WaitReason   string     `json:"waitReason,omitempty"`
+	// Tries counts the calls to the service all attempts made, as agents
+	// reported them.
+	Tries int `json:"tries,omitempty"`
+	// Returned counts the attempts agents gave back without calling;
+	// LastReturn says why the last one was.
+	Returned   int    `json:"returned,omitempty"`
+	LastReturn string `json:"lastReturn,omitempty"`
+	// Instance names the agent instance that answered last.
+	Instance string `json:"instance,omitempty"`
 }
 
 // TaskList is the answer of GET /api/tasks: a page of tasks, newest
@@ -125,13 +138,15 @@ func (v *TaskView) Task() *domain.Task {
 func legView(l *domain.Leg) LegView {
 	return LegView{State: l.State, Attempt: l.Attempt, LockedBy: l.LockedBy, CompleteBy: clonePtr(l.CompleteBy), NotBefore: clonePtr(l.NotBefore),
 		FailureCount: l.FailureCount, LastFailure: l.LastFailure, LastError: l.LastError, IdempotencyKey: l.IdempotencyKey, AttemptBase: l.AttemptBase,
-		DispatchedAt: timePtr(l.DispatchedAt)}
+		DispatchedAt: timePtr(l.DispatchedAt), WaitingSince: clonePtr(l.WaitingSince), WaitReason: l.WaitReason, Tries: l.Tries,
+		Returned: l.Returned, LastReturn: l.LastReturn, Instance: l.Instance}
 }
 
 func (l LegView) leg() domain.Leg {
 	return domain.Leg{State: l.State, Attempt: l.Attempt, LockedBy: l.LockedBy, CompleteBy: clonePtr(l.CompleteBy), NotBefore: clonePtr(l.NotBefore),
 		FailureCount: l.FailureCount, LastFailure: l.LastFailure, LastError: l.LastError, IdempotencyKey: l.IdempotencyKey, AttemptBase: l.AttemptBase,
-		DispatchedAt: timeOf(l.DispatchedAt)}
+		DispatchedAt: timeOf(l.DispatchedAt), WaitingSince: clonePtr(l.WaitingSince), WaitReason: l.WaitReason, Tries: l.Tries,
+		Returned: l.Returned, LastReturn: l.LastReturn, Instance: l.Instance}
 }
 
 // timePtr is t, nil when zero.
