@@ -26,9 +26,9 @@ const (
 	// StatusStepReturned says an agent instance gave an attempt back
 	// without calling; it is dispatched again.
 	StatusStepReturned = "step-returned"
-	StatusProcessed              = "processed"
-	StatusCompensated            = "compensated"
-	StatusFailed                 = "failed"
+	StatusProcessed    = "processed"
+	StatusCompensated  = "compensated"
+	StatusFailed       = "failed"
 	// StatusRejected is sent for an order that did not become a task
 	// (unknown workflow or version, invalid input); Reason says why.
 	StatusRejected = "rejected"
