@@ -10,12 +10,12 @@ import (
 )
 
 // full is an admission that has no room for agent.
-func full(agent string) func(string) (bool, string) {
-	return func(a string) (bool, string) {
+func full(agent string) func(string) domain.Admission {
+	return func(a string) domain.Admission {
 		if a == agent {
-			return false, "at capacity: 2 of 2 in flight"
+			return domain.Admission{Reason: "at capacity: 2 of 2 in flight"}
 		}
-		return true, ""
+		return domain.Admission{OK: true, Instance: a + "-1"}
 	}
 }
 

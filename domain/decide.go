@@ -44,24 +44,34 @@ type Decision struct {
 	// agent has room. When it says no, the step waits (StepWaiting, with
 	// the reason it gives) and nothing is dispatched. Nil admits every
 	// dispatch.
-	Admit func(agent string) (ok bool, reason string)
+	Admit func(agent string) Admission
+}
+
+// Admission is whether a dispatch may go now, and where.
+type Admission struct {
+	OK bool
+	// Instance is the agent instance chosen for the dispatch; empty when
+	// the agent's instances are not known.
+	Instance string
+	// Reason says why a dispatch may not go.
+	Reason string
 }
 
 // admit asks d.Admit whether a dispatch to agent may go now; it returns the
 // event that records the wait when it may not (nil when the leg already
 // waits, or when it may).
-func (t *Task) admit(d Decision, step, agent string, compensation bool, l *Leg) (wait []Event, ok bool) {
+func (t *Task) admit(d Decision, step, agent string, compensation bool, l *Leg) (wait []Event, instance string, ok bool) {
 	if d.Admit == nil {
-		return nil, true
+		return nil, "", true
 	}
-	yes, reason := d.Admit(agent)
-	if yes {
-		return nil, true
+	a := d.Admit(agent)
+	if a.OK {
+		return nil, a.Instance, true
 	}
 	if l.Waiting() {
-		return nil, false
+		return nil, "", false
 	}
-	return []Event{StepWaiting{TaskID: t.ID, Step: step, Compensation: compensation, Agent: agent, Reason: reason, At: d.Now}}, false
+	return []Event{StepWaiting{TaskID: t.ID, Step: step, Compensation: compensation, Agent: agent, Reason: a.Reason, At: d.Now}}, "", false
 }
 
 // IdempotencyKey is the key an agent passes to its remote service for a
@@ -191,11 +201,12 @@ func (t *Task) dispatch(wf *Workflow, s *Step, d Decision) []Event {
 	if !ok {
 		return []Event{TaskFailed{TaskID: t.ID, Step: s.Name, Reason: "step " + s.Name + " is not in workflow " + wf.Name, At: d.Now}}
 	}
-	if wait, ok := t.admit(d, s.Name, def.Agent, false, &s.Leg); !ok {
+	wait, instance, ok := t.admit(d, s.Name, def.Agent, false, &s.Leg)
+	if !ok {
 		return wait
 	}
 	return []Event{StepDispatched{
-		TaskID: t.ID, Step: s.Name, Agent: def.Agent, Attempt: s.Attempt + 1,
+		TaskID: t.ID, Step: s.Name, Agent: def.Agent, Instance: instance, Attempt: s.Attempt + 1,
 		CompleteBy: d.Now.Add(def.Budget), LockedBy: d.Actor,
 		IdempotencyKey: IdempotencyKey(t.ID, s.Name), DispatchedAt: d.Now,
 	}}
@@ -221,11 +232,12 @@ func (t *Task) dispatchCompensation(wf *Workflow, s *Step, d Decision) []Event {
 	} else {
 		leg = &Leg{}
 	}
-	if wait, ok := t.admit(d, s.Name, def.Agent, true, leg); !ok {
+	wait, instance, ok := t.admit(d, s.Name, def.Agent, true, leg)
+	if !ok {
 		return wait
 	}
 	return []Event{CompensationDispatched{
-		TaskID: t.ID, Step: s.Name, Agent: def.Agent, Action: def.Compensation.Action, Attempt: attempt,
+		TaskID: t.ID, Step: s.Name, Agent: def.Agent, Instance: instance, Action: def.Compensation.Action, Attempt: attempt,
 		CompleteBy: d.Now.Add(def.Compensation.Budget), LockedBy: d.Actor,
 		IdempotencyKey: CompensationKey(t.ID, s.Name), DispatchedAt: d.Now,
 	}}

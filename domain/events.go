@@ -83,9 +83,12 @@ type TaskSubmitted struct {
 // StepDispatched records that an attempt was sent to an agent, which must
 // answer before CompleteBy.
 type StepDispatched struct {
-	TaskID         string    `json:"taskId"`
-	Step           string    `json:"step"`
-	Agent          string    `json:"agent"`
+	TaskID string `json:"taskId"`
+	Step   string `json:"step"`
+	Agent  string `json:"agent"`
+	// Instance is the agent instance the scheduler chose, when it knew the
+	// agent's instances (from their heartbeats).
+	Instance       string    `json:"instance,omitempty"`
 	Attempt        int       `json:"attempt"`
 	CompleteBy     time.Time `json:"completeBy"`
 	LockedBy       string    `json:"lockedBy"`
@@ -173,9 +176,11 @@ type CompensationRequested struct {
 // CompensationDispatched records that an attempt to undo a step was sent to
 // its agent, which must answer before CompleteBy.
 type CompensationDispatched struct {
-	TaskID         string    `json:"taskId"`
-	Step           string    `json:"step"`
-	Agent          string    `json:"agent"`
+	TaskID string `json:"taskId"`
+	Step   string `json:"step"`
+	Agent  string `json:"agent"`
+	// Instance is the agent instance the scheduler chose, if any.
+	Instance       string    `json:"instance,omitempty"`
 	Action         string    `json:"action"`
 	Attempt        int       `json:"attempt"`
 	CompleteBy     time.Time `json:"completeBy"`

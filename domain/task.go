@@ -88,15 +88,16 @@ type Leg struct {
 	// (StepReturned); LastReturn says why the last one was.
 	Returned   int
 	LastReturn string
-	// Instance names the agent instance that answered last, when it said.
+	// Instance names the agent instance the last attempt was sent to, or
+	// that answered it, when known.
 	Instance string
 }
 
 // InFlight reports whether an attempt was sent and not yet answered.
 func (l *Leg) InFlight() bool { return l != nil && l.State == StepStateProcessing }
 
-func (l *Leg) dispatched(attempt int, completeBy time.Time, lockedBy, key string, at time.Time) {
-	l.State, l.Attempt, l.LockedBy, l.IdempotencyKey, l.DispatchedAt = StepStateProcessing, attempt, lockedBy, key, at
+func (l *Leg) dispatched(attempt int, completeBy time.Time, lockedBy, key, instance string, at time.Time) {
+	l.State, l.Attempt, l.LockedBy, l.IdempotencyKey, l.DispatchedAt, l.Instance = StepStateProcessing, attempt, lockedBy, key, at, instance
 	l.CompleteBy, l.NotBefore = &completeBy, nil
 	l.WaitingSince, l.WaitReason = nil, ""
 }
@@ -247,7 +248,7 @@ func (t *Task) Apply(e Event) {
 	case StepDispatched:
 		if s := t.Step(e.Step); s != nil {
 			s.Agent = e.Agent
-			s.dispatched(e.Attempt, e.CompleteBy, e.LockedBy, e.IdempotencyKey, e.DispatchedAt)
+			s.dispatched(e.Attempt, e.CompleteBy, e.LockedBy, e.IdempotencyKey, e.Instance, e.DispatchedAt)
 		}
 		if !t.Compensating {
 			t.State = StateProcessing
@@ -301,7 +302,7 @@ func (t *Task) Apply(e Event) {
 				s.Compensation = &Leg{}
 			}
 			s.State = StepStateCompensating
-			s.Compensation.dispatched(e.Attempt, e.CompleteBy, e.LockedBy, e.IdempotencyKey, e.DispatchedAt)
+			s.Compensation.dispatched(e.Attempt, e.CompleteBy, e.LockedBy, e.IdempotencyKey, e.Instance, e.DispatchedAt)
 		}
 		t.State, t.UpdatedAt = StateCompensating, e.DispatchedAt
 	case StepCompensated:
@@ -371,10 +372,11 @@ func (t *Task) InFlight() []InFlightAttempt {
 	var out []InFlightAttempt
 	for _, s := range t.Steps {
 		if s.InFlight() {
-			out = append(out, InFlightAttempt{Step: s.Name, Attempt: s.Attempt, CompleteBy: *s.CompleteBy})
+			out = append(out, InFlightAttempt{Step: s.Name, Agent: s.Agent, Instance: s.Instance, Attempt: s.Attempt, CompleteBy: *s.CompleteBy})
 		}
 		if s.Compensation.InFlight() {
-			out = append(out, InFlightAttempt{Step: s.Name, Compensation: true, Attempt: s.Compensation.Attempt, CompleteBy: *s.Compensation.CompleteBy})
+			out = append(out, InFlightAttempt{Step: s.Name, Agent: s.Agent, Instance: s.Compensation.Instance, Compensation: true,
+				Attempt: s.Compensation.Attempt, CompleteBy: *s.Compensation.CompleteBy})
 		}
 	}
 	return out
@@ -382,10 +384,13 @@ func (t *Task) InFlight() []InFlightAttempt {
 
 // InFlightAttempt names one attempt in flight.
 type InFlightAttempt struct {
-	Step         string
-	Compensation bool
-	Attempt      int
-	CompleteBy   time.Time
+	Step string
+	// Agent is the step's agent; Instance the instance the attempt was
+	// sent to, when the scheduler chose one.
+	Agent, Instance string
+	Compensation    bool
+	Attempt         int
+	CompleteBy      time.Time
 }
 
 // Results returns the results of the steps that succeeded, by step name,

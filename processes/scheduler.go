@@ -74,12 +74,25 @@ type Scheduler struct {
 	// Tracing starts the spans of replies, dispatches and compensations;
 	// nil means the global TracerProvider.
 	Tracing trace.TracerProvider
+	// Agents, when set, knows the agent instances from their heartbeats:
+	// the scheduler then puts no more steps in flight for an agent than
+	// its healthy instances take (StepWaiting records a step that waits,
+	// and waiting steps go in priority order as room frees), and sends
+	// each command to a chosen healthy instance. An agent that sends no
+	// heartbeats gets its commands by task id, with no limit. Nil means
+	// no agent is known.
+	Agents AgentDirectory
+	// PriorityAging is how long a waiting dispatch waits before it ranks
+	// as the next higher priority (domain.AgedRank); default
+	// domain.DefaultPriorityAging.
+	PriorityAging time.Duration
 
-	init   sync.Once
-	tracer trace.Tracer
-	repo   *TaskRepository
-	shards []*shard
-	ready  chan struct{}
+	init     sync.Once
+	capacity *capacity
+	tracer   trace.Tracer
+	repo     *TaskRepository
+	shards   []*shard
+	ready    chan struct{}
 	// liveShards counts the shards that have caught up.
 	liveShards atomic.Int64
 
@@ -140,6 +153,10 @@ type shard struct {
 	// timer fires when the earliest wake falls due; nil until one is
 	// scheduled.
 	timer Timer
+	// pokes signals that tasks in poked may have room at their agent now.
+	pokes  chan struct{}
+	pokeMu sync.Mutex
+	poked  map[string]struct{}
 }
 
 type job struct {
@@ -165,8 +182,9 @@ func (s *Scheduler) setup() {
 		s.tracer = tracer(s.Tracing)
 		for i := 0; i < n; i++ {
 			s.shards = append(s.shards, &shard{s: s, inbox: make(chan job, 256), tasks: map[string]*domain.Task{}, done: map[string]int64{}, doneOrder: &doneOrder{},
-				unsure: map[string]struct{}{}})
+				unsure: map[string]struct{}{}, pokes: make(chan struct{}, 1), poked: map[string]struct{}{}})
 		}
+		s.capacity = newCapacity(s.Agents, s.Clock, s.PriorityAging)
 	})
 }
 
@@ -216,6 +234,13 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		defer wg.Done()
 		cps.ticking(ctx)
 	}()
+	if s.Agents != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.watchRoom(ctx)
+		}()
+	}
 	caughtUp := false
 	err := s.Store.SubscribeAll(ctx, from, domain.TaskStreamPrefix, func(it domain.SubscriptionItem) error {
 		if it.CaughtUp {
@@ -332,6 +357,31 @@ func (s *Scheduler) Rebalanced(ctx context.Context) {
 
 func (s *Scheduler) owns(taskID string) bool { return s.Ownership == nil || s.Ownership.Owns(taskID) }
 
+// roomCheckEvery is how often the scheduler looks whether heartbeats
+// brought room for waiting dispatches (an instance joined or recovered).
+const roomCheckEvery = 250 * time.Millisecond
+
+// watchRoom wakes waiting dispatches when agents' heartbeats bring room.
+func (s *Scheduler) watchRoom(ctx context.Context) {
+	timer := s.Clock.NewTimer(roomCheckEvery)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C():
+			s.capacity.wakeAll()
+			timer.Reset(roomCheckEvery)
+		}
+	}
+}
+
+// Waiting counts the dispatches that wait for room, by agent.
+func (s *Scheduler) Waiting() map[string]int {
+	s.setup()
+	return s.capacity.waitingCount()
+}
+
 // HandleReply records an agent's reply. Replies for attempts no longer in
 // flight are counted and ignored; replies that name no task or step of the
 // task are dead-lettered. It returns an error only when the reply could not
@@ -379,6 +429,8 @@ func (sh *shard) run(ctx context.Context) {
 			return
 		case <-sh.timerC():
 			sh.wake(ctx)
+		case <-sh.pokes:
+			sh.roomFreed(ctx)
 		case j := <-sh.inbox:
 			switch {
 			case j.caughtUp:
@@ -405,8 +457,48 @@ func (sh *shard) run(ctx context.Context) {
 	}
 }
 
-func (sh *shard) decision() domain.Decision {
-	return domain.Decision{Now: sh.s.Clock.Now(), Actor: sh.s.Actor, Random: rand.Float64()}
+// decision is what a decision for task t needs: dispatches are admitted
+// by the agents' room (capacity.admit), a waiting one woken by a poke.
+func (sh *shard) decision(t *domain.Task) domain.Decision {
+	d := domain.Decision{Now: sh.s.Clock.Now(), Actor: sh.s.Actor, Random: rand.Float64()}
+	if sh.s.Agents != nil {
+		id := t.ID
+		d.Admit = func(agent string) domain.Admission { return sh.s.capacity.admit(agent, t, func() { sh.poke(id) }) }
+	}
+	return d
+}
+
+// poke asks the shard to decide again for a task that waits for room; it
+// never blocks, so any goroutine may call it.
+func (sh *shard) poke(id string) {
+	sh.pokeMu.Lock()
+	sh.poked[id] = struct{}{}
+	sh.pokeMu.Unlock()
+	select {
+	case sh.pokes <- struct{}{}:
+	default:
+	}
+}
+
+// roomFreed decides again for the poked tasks, higher priorities first.
+func (sh *shard) roomFreed(ctx context.Context) {
+	sh.pokeMu.Lock()
+	ids := make([]string, 0, len(sh.poked))
+	for id := range sh.poked {
+		ids = append(ids, id)
+	}
+	clear(sh.poked)
+	sh.pokeMu.Unlock()
+	var due []*domain.Task
+	for _, id := range ids {
+		if t := sh.tasks[id]; t != nil && sh.live && sh.s.owns(id) {
+			due = append(due, t)
+		}
+	}
+	slices.SortStableFunc(due, func(a, b *domain.Task) int { return a.Priority.Rank() - b.Priority.Rank() })
+	for _, t := range due {
+		sh.advance(withTraceParent(ctx, t.TraceParent), t, "room-freed")
+	}
 }
 
 // goLive happens once the shard has seen every stored event: it decides
@@ -559,6 +651,7 @@ func (sh *shard) compensateSpan(ctx context.Context, t *domain.Task) (context.Co
 // keep stores t in the shard, or forgets it once it is terminal; it reports
 // whether the task still needs decisions.
 func (sh *shard) keep(t *domain.Task) bool {
+	sh.s.capacity.track(t)
 	if t.State.Terminal() {
 		delete(sh.tasks, t.ID)
 		sh.remember(t)
@@ -634,12 +727,15 @@ func (sh *shard) advance(ctx context.Context, t *domain.Task, causation string) 
 		case err != nil:
 			return nil, errors.Wrap(err, "read the workflow of a task")
 		}
-		return t.Next(wf, sh.decision()), nil
+		return t.Next(wf, sh.decision(t)), nil
 	})
 }
 
 func (sh *shard) onReply(ctx context.Context, r protocol.StepReply, source string) error {
 	compensation := r.Action == protocol.ActionCompensate
+	if r.Outcome == protocol.OutcomeUnavailable {
+		sh.s.capacity.returned(r.Instance)
+	}
 	var agent string
 	var dispatchedAt time.Time
 	err := sh.update(ctx, r.TaskID, sh.tasks[r.TaskID], source, func(t *domain.Task) ([]domain.Event, error) {
@@ -650,7 +746,7 @@ func (sh *shard) onReply(ctx context.Context, r protocol.StepReply, source strin
 		if l := legOf(t, r.Step, compensation); l != nil && l.Attempt == r.Attempt {
 			agent, dispatchedAt = t.Step(r.Step).Agent, l.DispatchedAt
 		}
-		return t.RecordReply(wf, r.Reply(), sh.decision())
+		return t.RecordReply(wf, r.Reply(), sh.decision(t))
 	})
 	switch {
 	case errors.Is(err, domain.ErrStaleReply):
@@ -707,9 +803,10 @@ func (sh *shard) update(ctx context.Context, id string, known *domain.Task, caus
 	for _, e := range u.Events {
 		switch d := e.(type) {
 		case domain.StepDispatched:
-			sh.send(ctx, t, domain.InFlightAttempt{Step: d.Step, Attempt: d.Attempt, CompleteBy: d.CompleteBy})
+			sh.send(ctx, t, domain.InFlightAttempt{Step: d.Step, Agent: d.Agent, Instance: d.Instance, Attempt: d.Attempt, CompleteBy: d.CompleteBy})
 		case domain.CompensationDispatched:
-			sh.send(ctx, t, domain.InFlightAttempt{Step: d.Step, Compensation: true, Attempt: d.Attempt, CompleteBy: d.CompleteBy})
+			sh.send(ctx, t, domain.InFlightAttempt{Step: d.Step, Agent: d.Agent, Instance: d.Instance, Compensation: true, Attempt: d.Attempt,
+				CompleteBy: d.CompleteBy})
 		}
 	}
 	if sh.keep(t) {
@@ -732,6 +829,10 @@ func (sh *shard) send(ctx context.Context, t *domain.Task, a domain.InFlightAtte
 	})
 	defer span.End()
 	cmd.TraceParent = outgoingTraceParent(ctx, t.TraceParent)
+	if route, ok := routeOf(sh.s.Agents, cmd.Agent, a.Instance, protocol.CommandTopicFor(cmd.Agent, cmd.Priority), sh.s.Clock.Now()); ok {
+		cmd.Route = route
+		span.SetAttributes(AttrInstance.String(route.Instance))
+	}
 	if err := sh.s.Commands.SendCommand(ctx, cmd); err != nil {
 		// The dispatch is recorded; a restart re-sends it and the
 		// supervisor retries it once CompleteBy passes.

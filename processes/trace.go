@@ -63,11 +63,13 @@ const (
 	AttrWorkflowVersion = attribute.Key("saga.workflow_version")
 	AttrStep            = attribute.Key("saga.step")
 	AttrAgent           = attribute.Key("saga.agent")
-	AttrAttempt         = attribute.Key("saga.attempt")
-	AttrAction          = attribute.Key("saga.action")
-	AttrOutcome         = attribute.Key("saga.outcome")
-	AttrReason          = attribute.Key("saga.reason")
-	AttrTries           = attribute.Key("saga.tries")
+	// AttrInstance names the agent instance a command was routed to.
+	AttrInstance = attribute.Key("saga.agent.instance")
+	AttrAttempt  = attribute.Key("saga.attempt")
+	AttrAction   = attribute.Key("saga.action")
+	AttrOutcome  = attribute.Key("saga.outcome")
+	AttrReason   = attribute.Key("saga.reason")
+	AttrTries    = attribute.Key("saga.tries")
 )
 
 // tracer returns the processes' tracer of tp, or of the global provider

@@ -23,7 +23,8 @@ func SplitBrokers(list string) []string {
 
 // NewClient connects to the brokers with saga's producer defaults: every
 // record acknowledged by all in-sync replicas, idempotent, lingering a
-// little so concurrent records share a request.
+// little so concurrent records share a request, and commands routed to the
+// agent instance the scheduler chose.
 func NewClient(brokers []string, opts ...kgo.Opt) (*kgo.Client, error) {
 	base := []kgo.Opt{
 		kgo.SeedBrokers(brokers...),
@@ -31,6 +32,10 @@ func NewClient(brokers []string, opts ...kgo.Opt) (*kgo.Client, error) {
 		kgo.ProducerLinger(0),
 		kgo.AllowAutoTopicCreation(),
 		kgo.ProducerBatchMaxBytes(MaxRecordBytes + 1<<20),
+		// Keyed records go to the partition of their key's murmur2 hash,
+		// as with franz-go's default; a command routed to an agent
+		// instance goes to that instance's partition (routeTo).
+		kgo.RecordPartitioner(routedPartitioner{kgo.StickyKeyPartitioner(nil)}),
 	}
 	client, err := kgo.NewClient(append(base, opts...)...)
 	return client, errors.Wrapf(err, "kafka client for %v", brokers)

@@ -1,0 +1,374 @@
+package processes
+
+import (
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/domain/protocol"
+)
+
+// capacity is the scheduler's view of how much work each agent takes: it
+// admits a dispatch only while the agent's healthy instances have room,
+// chooses the instance, and keeps the dispatches that must wait, waking
+// the highest-ranked first when room frees.
+//
+// Every scheduler instance folds every unfinished task, so the attempts in
+// flight it counts are those of every scheduler, not only its own. An
+// attempt counts against the agent while it is in flight on an instance
+// that is live and not unhealthy, or on no known instance (sent before the
+// agent's heartbeats were known, or by a build that chose none): attempts
+// hanging on an instance that turned unhealthy do not keep its healthy
+// peers from taking new work. Two schedulers may both admit the last free
+// slot at once; the agent instance's own limit still holds.
+type capacity struct {
+	dir   AgentDirectory
+	clock Clock
+	aging time.Duration
+
+	mu sync.Mutex
+	// inflight is, by task, the attempt it has in flight.
+	inflight map[string]route
+	// waiting is, by agent, the tasks that wait for room.
+	waiting map[string]map[string]waiter
+	// avoid is, by instance, when it gave an attempt back: it gets no work
+	// until a heartbeat sent after that says it may.
+	avoid map[string]time.Time
+}
+
+// route is where an attempt in flight went.
+type route struct{ agent, instance string }
+
+// waiter is a task waiting for room at an agent.
+type waiter struct {
+	priority domain.Priority
+	since    time.Time
+	wake     func()
+}
+
+func newCapacity(dir AgentDirectory, clock Clock, aging time.Duration) *capacity {
+	return &capacity{dir: dir, clock: clock, aging: aging, inflight: map[string]route{}, waiting: map[string]map[string]waiter{},
+		avoid: map[string]time.Time{}}
+}
+
+// admit decides whether task t may dispatch to agent now, and to which
+// instance; when it may not, t waits and wake is called once room may
+// have freed. Higher-ranked waiters (domain.AgedRank) go first: a dispatch
+// that ranks below one already waiting waits too.
+func (c *capacity) admit(agent string, t *domain.Task, wake func()) domain.Admission {
+	if c == nil || c.dir == nil {
+		return domain.Admission{OK: true}
+	}
+	now := c.clock.Now()
+	instances := c.dir.Instances(agent, now)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(instances) == 0 {
+		delete(c.waiting[agent], t.ID)
+		return domain.Admission{OK: true} // no heartbeats: as before capacity, by task id
+	}
+	// A task being dispatched has nothing else in flight (its steps and
+	// compensations go one at a time): what was noted for it (the attempt
+	// that just ended, or this dispatch when decided again after a
+	// conflict) no longer holds.
+	delete(c.inflight, t.ID)
+	room := c.roomLocked(agent, instances)
+	since := waitingSince(t, now)
+	mine := domain.AgedRank(t.Priority, now.Sub(since), c.aging)
+	ahead := 0
+	for id, w := range c.waiting[agent] {
+		if id != t.ID && domain.AgedRank(w.priority, now.Sub(w.since), c.aging) < mine {
+			ahead++
+		}
+	}
+	instance, ok := c.chooseLocked(agent, instances)
+	if room.free <= ahead || !ok {
+		ws := c.waiting[agent]
+		if ws == nil {
+			ws = map[string]waiter{}
+			c.waiting[agent] = ws
+		}
+		ws[t.ID] = waiter{priority: t.Priority, since: since, wake: wake}
+		return domain.Admission{Reason: room.reason(agent)}
+	}
+	delete(c.waiting[agent], t.ID)
+	c.inflight[t.ID] = route{agent: agent, instance: instance}
+	return domain.Admission{OK: true, Instance: instance}
+}
+
+// waitingSince is when the task began to wait: its waiting leg's start, or
+// now.
+func waitingSince(t *domain.Task, now time.Time) time.Time {
+	for _, s := range t.Steps {
+		for _, l := range []*domain.Leg{&s.Leg, s.Compensation} {
+			if l.Waiting() && l.WaitingSince.Before(now) {
+				return *l.WaitingSince
+			}
+		}
+	}
+	return now
+}
+
+// room is how much an agent takes now.
+type room struct {
+	limit, used, free, healthy, live int
+	// why is the first unhealthy instance's reason, when none is healthy.
+	why string
+}
+
+func (r room) reason(agent string) string {
+	if r.limit == 0 {
+		s := "no healthy instance of " + agent + " (" + strconv.Itoa(r.live) + " live)"
+		if r.why != "" {
+			s += ": " + r.why
+		}
+		return s
+	}
+	return "at capacity: " + agent + " takes " + strconv.Itoa(r.limit) + " at once on " + strconv.Itoa(r.healthy) + " healthy " +
+		plural(r.healthy, "instance", "instances")
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// usable reports whether an instance may get work: live, healthy or on
+// trial, and not avoided since it gave an attempt back.
+func (c *capacity) usable(h protocol.AgentHeartbeat) bool {
+	if h.Health != protocol.HealthHealthy && h.Health != protocol.HealthTrial {
+		return false
+	}
+	if at, ok := c.avoid[h.Instance]; ok && !h.At.After(at) {
+		return false
+	}
+	return true
+}
+
+// takes is how many calls at once an instance is given: its capacity when
+// healthy, one on trial.
+func takes(h protocol.AgentHeartbeat) int {
+	if h.Health == protocol.HealthTrial {
+		return min(h.Capacity, 1)
+	}
+	return h.Capacity
+}
+
+func (c *capacity) roomLocked(agent string, instances []protocol.AgentHeartbeat) room {
+	var r room
+	usable := map[string]bool{}
+	global := 0
+	for _, h := range instances {
+		r.live++
+		if h.GlobalLimit > 0 && (global == 0 || h.GlobalLimit < global) {
+			global = h.GlobalLimit
+		}
+		if !c.usable(h) {
+			if r.why == "" && h.Reason != "" {
+				r.why = h.Instance + ": " + h.Reason
+			}
+			continue
+		}
+		usable[h.Instance] = true
+		r.healthy++
+		r.limit += takes(h)
+	}
+	if global > 0 {
+		r.limit = min(r.limit, global)
+	}
+	for _, rt := range c.inflight {
+		if rt.agent == agent && (rt.instance == "" || usable[rt.instance] || !known(instances, rt.instance)) {
+			r.used++
+		}
+	}
+	r.free = max(r.limit-r.used, 0)
+	return r
+}
+
+// known reports whether instance is among the live ones.
+func known(instances []protocol.AgentHeartbeat, instance string) bool {
+	for _, h := range instances {
+		if h.Instance == instance {
+			return true
+		}
+	}
+	return false
+}
+
+// chooseLocked picks the usable instance with the most room for its
+// capacity; a trial instance only while it has nothing in flight.
+func (c *capacity) chooseLocked(agent string, instances []protocol.AgentHeartbeat) (string, bool) {
+	load := map[string]int{}
+	for _, rt := range c.inflight {
+		if rt.agent == agent {
+			load[rt.instance]++
+		}
+	}
+	best, bestShare := "", 2.0
+	for _, h := range instances {
+		n := takes(h)
+		if !c.usable(h) || n <= 0 || load[h.Instance] >= n {
+			continue
+		}
+		if share := float64(load[h.Instance]) / float64(n); share < bestShare {
+			best, bestShare = h.Instance, share
+		}
+	}
+	return best, best != ""
+}
+
+// track notes the attempts t has in flight after an event; when one ended,
+// the agent it freed room at wakes its waiters.
+func (c *capacity) track(t *domain.Task) {
+	if c == nil || c.dir == nil {
+		return
+	}
+	var now *route
+	if !t.State.Terminal() {
+		for _, a := range t.InFlight() {
+			now = &route{agent: a.Agent, instance: a.Instance}
+			break
+		}
+	}
+	c.mu.Lock()
+	before, had := c.inflight[t.ID]
+	switch {
+	case now != nil:
+		c.inflight[t.ID] = *now
+	case had:
+		delete(c.inflight, t.ID)
+	}
+	waiting := false
+	if !t.State.Terminal() {
+		for _, s := range t.Steps {
+			waiting = waiting || s.Waiting() || s.Compensation.Waiting()
+		}
+	}
+	if !waiting && now != nil {
+		for _, ws := range c.waiting {
+			delete(ws, t.ID)
+		}
+	}
+	if t.State.Terminal() {
+		for _, ws := range c.waiting {
+			delete(ws, t.ID)
+		}
+	}
+	var wake []func()
+	if had && (now == nil || now.agent != before.agent) {
+		wake = c.wakeLocked(before.agent)
+	}
+	c.mu.Unlock()
+	for _, w := range wake {
+		w()
+	}
+}
+
+// returned notes that instance gave an attempt back: it gets no new work
+// until it says, in a later heartbeat, that it may.
+func (c *capacity) returned(instance string) {
+	if c == nil || instance == "" {
+		return
+	}
+	c.mu.Lock()
+	c.avoid[instance] = c.clock.Now()
+	c.mu.Unlock()
+}
+
+// wakeLocked returns the wake calls of the best-ranked waiters of agent,
+// as many as it has room for.
+func (c *capacity) wakeLocked(agent string) []func() {
+	ws := c.waiting[agent]
+	if len(ws) == 0 {
+		return nil
+	}
+	now := c.clock.Now()
+	r := c.roomLocked(agent, c.dir.Instances(agent, now))
+	if r.free == 0 {
+		return nil
+	}
+	type ranked struct {
+		rank  int
+		since time.Time
+		wake  func()
+	}
+	all := make([]ranked, 0, len(ws))
+	for _, w := range ws {
+		all = append(all, ranked{domain.AgedRank(w.priority, now.Sub(w.since), c.aging), w.since, w.wake})
+	}
+	slices.SortFunc(all, func(a, b ranked) int {
+		if a.rank != b.rank {
+			return a.rank - b.rank
+		}
+		return a.since.Compare(b.since)
+	})
+	out := make([]func(), 0, min(r.free, len(all)))
+	for _, w := range all[:min(r.free, len(all))] {
+		out = append(out, w.wake)
+	}
+	return out
+}
+
+// wakeAll wakes, for every agent with waiters, as many as it has room for:
+// heartbeats may have brought room (an instance joined or recovered)
+// without any attempt ending.
+func (c *capacity) wakeAll() {
+	if c == nil || c.dir == nil {
+		return
+	}
+	c.mu.Lock()
+	var wake []func()
+	for agent := range c.waiting {
+		wake = append(wake, c.wakeLocked(agent)...)
+	}
+	for inst, at := range c.avoid {
+		if c.clock.Now().Sub(at) > time.Minute {
+			delete(c.avoid, inst)
+		}
+	}
+	c.mu.Unlock()
+	for _, w := range wake {
+		w()
+	}
+}
+
+// waitingCount is how many tasks wait for room, by agent.
+func (c *capacity) waitingCount() map[string]int {
+	if c == nil {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string]int{}
+	for agent, ws := range c.waiting {
+		if len(ws) > 0 {
+			out[agent] = len(ws)
+		}
+	}
+	return out
+}
+
+// routeOf is the partition of topic to send a command for instance to:
+// one the instance consumes, picked at random; ok is false when the
+// instance announced none (the command then goes by task id).
+func routeOf(dir AgentDirectory, agent, instance, topic string, now time.Time) (*protocol.Route, bool) {
+	if dir == nil || instance == "" {
+		return nil, false
+	}
+	for _, h := range dir.Instances(agent, now) {
+		if h.Instance != instance {
+			continue
+		}
+		parts := h.Partitions[topic]
+		if len(parts) == 0 {
+			return nil, false
+		}
+		return &protocol.Route{Instance: instance, Partition: parts[rand.IntN(len(parts))]}, true
+	}
+	return nil, false
+}
