@@ -30,8 +30,10 @@ type capacity struct {
 	aging time.Duration
 
 	mu sync.Mutex
-	// inflight is, by task, the attempt it has in flight.
+	// inflight is, by task, the attempt it has in flight; load counts
+	// them by agent and instance.
 	inflight map[string]route
+	load     map[string]map[string]int
 	// waiting is, by agent, the tasks that wait for room.
 	waiting map[string]map[string]waiter
 	// avoid is, by instance, when it gave an attempt back: it gets no work
@@ -50,8 +52,30 @@ type waiter struct {
 }
 
 func newCapacity(dir AgentDirectory, clock Clock, aging time.Duration) *capacity {
-	return &capacity{dir: dir, clock: clock, aging: aging, inflight: map[string]route{}, waiting: map[string]map[string]waiter{},
-		avoid: map[string]time.Time{}}
+	return &capacity{dir: dir, clock: clock, aging: aging, inflight: map[string]route{}, load: map[string]map[string]int{},
+		waiting: map[string]map[string]waiter{}, avoid: map[string]time.Time{}}
+}
+
+// setLocked notes task id's attempt in flight, or none (nil).
+func (c *capacity) setLocked(id string, r *route) {
+	if old, ok := c.inflight[id]; ok {
+		if l := c.load[old.agent]; l != nil {
+			if l[old.instance]--; l[old.instance] <= 0 {
+				delete(l, old.instance)
+			}
+		}
+		delete(c.inflight, id)
+	}
+	if r == nil {
+		return
+	}
+	c.inflight[id] = *r
+	l := c.load[r.agent]
+	if l == nil {
+		l = map[string]int{}
+		c.load[r.agent] = l
+	}
+	l[r.instance]++
 }
 
 // admit decides whether task t may dispatch to agent now, and to which
@@ -74,7 +98,7 @@ func (c *capacity) admit(agent string, t *domain.Task, wake func()) domain.Admis
 	// compensations go one at a time): what was noted for it (the attempt
 	// that just ended, or this dispatch when decided again after a
 	// conflict) no longer holds.
-	delete(c.inflight, t.ID)
+	c.setLocked(t.ID, nil)
 	room := c.roomLocked(agent, instances)
 	since := waitingSince(t, now)
 	mine := domain.AgedRank(t.Priority, now.Sub(since), c.aging)
@@ -95,7 +119,7 @@ func (c *capacity) admit(agent string, t *domain.Task, wake func()) domain.Admis
 		return domain.Admission{Reason: room.reason(agent)}
 	}
 	delete(c.waiting[agent], t.ID)
-	c.inflight[t.ID] = route{agent: agent, instance: instance}
+	c.setLocked(t.ID, &route{agent: agent, instance: instance})
 	return domain.Admission{OK: true, Instance: instance}
 }
 
@@ -181,9 +205,9 @@ func (c *capacity) roomLocked(agent string, instances []protocol.AgentHeartbeat)
 	if global > 0 {
 		r.limit = min(r.limit, global)
 	}
-	for _, rt := range c.inflight {
-		if rt.agent == agent && (rt.instance == "" || usable[rt.instance] || !known(instances, rt.instance)) {
-			r.used++
+	for instance, n := range c.load[agent] {
+		if instance == "" || usable[instance] || !known(instances, instance) {
+			r.used += n
 		}
 	}
 	r.free = max(r.limit-r.used, 0)
@@ -203,12 +227,7 @@ func known(instances []protocol.AgentHeartbeat, instance string) bool {
 // chooseLocked picks the usable instance with the most room for its
 // capacity; a trial instance only while it has nothing in flight.
 func (c *capacity) chooseLocked(agent string, instances []protocol.AgentHeartbeat) (string, bool) {
-	load := map[string]int{}
-	for _, rt := range c.inflight {
-		if rt.agent == agent {
-			load[rt.instance]++
-		}
-	}
+	load := c.load[agent]
 	best, bestShare := "", 2.0
 	for _, h := range instances {
 		n := takes(h)
@@ -237,11 +256,8 @@ func (c *capacity) track(t *domain.Task) {
 	}
 	c.mu.Lock()
 	before, had := c.inflight[t.ID]
-	switch {
-	case now != nil:
-		c.inflight[t.ID] = *now
-	case had:
-		delete(c.inflight, t.ID)
+	if now != nil || had {
+		c.setLocked(t.ID, now)
 	}
 	waiting := false
 	if !t.State.Terminal() {
