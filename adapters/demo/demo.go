@@ -109,7 +109,19 @@ type Service struct {
 	calls atomic.Int64
 	srv   *http.Server
 	lis   net.Listener
+
+	// load counts the calls in progress, their peak, and when each began
+	// (the last maxStarts), so that tests can check capacity and rate
+	// limits from the service's side.
+	load struct {
+		sync.Mutex
+		now, peak int
+		starts    []time.Time
+	}
 }
+
+// maxStarts bounds the call start times a service remembers.
+const maxStarts = 1 << 16
 
 // NewService returns a service with no faults.
 func NewService(name string, logger *slog.Logger) *Service {
@@ -178,6 +190,52 @@ func (s *Service) Effects() map[string]int {
 // Calls counts the requests the service received.
 func (s *Service) Calls() int64 { return s.calls.Load() }
 
+// PeakConcurrent is the most calls the service was serving at once.
+func (s *Service) PeakConcurrent() int {
+	s.load.Lock()
+	defer s.load.Unlock()
+	return s.load.peak
+}
+
+// ResetPeak forgets the peak so far, as from now.
+func (s *Service) ResetPeak() {
+	s.load.Lock()
+	defer s.load.Unlock()
+	s.load.peak = s.load.now
+}
+
+// MostCallsWithin is the most calls that began within any window of
+// length d, over the calls the service remembers (the last 65,536).
+func (s *Service) MostCallsWithin(d time.Duration) int {
+	s.load.Lock()
+	defer s.load.Unlock()
+	most, first := 0, 0
+	for i, at := range s.load.starts {
+		for at.Sub(s.load.starts[first]) >= d {
+			first++
+		}
+		most = max(most, i-first+1)
+	}
+	return most
+}
+
+// begin notes a call beginning; the function it returns notes its end.
+func (s *Service) begin() func() {
+	s.load.Lock()
+	s.load.now++
+	s.load.peak = max(s.load.peak, s.load.now)
+	if len(s.load.starts) == maxStarts {
+		s.load.starts = append(s.load.starts[:0], s.load.starts[maxStarts/2:]...)
+	}
+	s.load.starts = append(s.load.starts, time.Now())
+	s.load.Unlock()
+	return func() {
+		s.load.Lock()
+		s.load.now--
+		s.load.Unlock()
+	}
+}
+
 func (s *Service) serveEffects(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(s.Effects())
@@ -185,6 +243,7 @@ func (s *Service) serveEffects(w http.ResponseWriter, _ *http.Request) {
 
 func (s *Service) serveAction(w http.ResponseWriter, r *http.Request) {
 	s.calls.Add(1)
+	defer s.begin()()
 	action := r.PathValue("action")
 	key := r.Header.Get("Idempotency-Key")
 	if key == "" {
