@@ -9,6 +9,8 @@ import (
 
 	"github.com/sagaengine/saga/adapters/httpapi"
 	"github.com/sagaengine/saga/adapters/kafka"
+	"github.com/sagaengine/saga/adapters/metrics"
+	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/domain/protocol"
 )
 
@@ -101,4 +103,39 @@ func (v agentsView) views(ctx context.Context, now time.Time, only string) ([]pr
 		views[i].Queued = queues[views[i].Name]
 	}
 	return views, nil
+}
+
+// registerDirectoryMetrics adds the gauges of the live agent instances and
+// of the agents' queued commands, and the directory's counters.
+func (a *App) registerDirectoryMetrics(m *metrics.Metrics) {
+	dir := a.AgentDirectory
+	m.WatchAgents(func() []protocol.AgentHeartbeat {
+		var live []protocol.AgentHeartbeat
+		for _, in := range dir.All(a.cfg.Clock()) {
+			if !in.Gone {
+				live = append(live, in.Heartbeat)
+			}
+		}
+		return live
+	}, func(ctx context.Context) (map[string]map[domain.Priority]int64, error) {
+		names, err := a.Workflows.Agents(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, in := range dir.All(a.cfg.Clock()) {
+			if !slices.Contains(names, in.Heartbeat.Agent) {
+				names = append(names, in.Heartbeat.Agent)
+			}
+		}
+		return kafka.CommandQueues(ctx, kadm.NewClient(a.client), names...)
+	})
+	m.Register(metrics.Family{Name: "saga_agent_heartbeats_total", Type: counter, Labels: []string{"outcome"},
+		Help: "Records of saga.agents the agent directory read, by outcome: applied (a heartbeat), tombstone, invalid (ignored), evicted (an instance dropped to keep within the cap).",
+		Read: func(emit func(float64, ...string)) {
+			st := dir.Stats()
+			emit(float64(st.Heartbeats), "applied")
+			emit(float64(st.Tombstones), "tombstone")
+			emit(float64(st.Invalid), "invalid")
+			emit(float64(st.Evicted), "evicted")
+		}})
 }
