@@ -467,7 +467,10 @@ func (a *App) startKafka(ctx context.Context) error {
 	if err := kafka.EnsureTopics(topicCtx, client, a.cfg.Partitions, a.Topics()...); err != nil {
 		return a.KafkaSecurity.Explain(err)
 	}
-	if err := kafka.EnsureCompactedTopics(topicCtx, client, a.cfg.Partitions, protocol.AgentsTopic); err != nil {
+	err = kafka.EnsureCompactedTopics(topicCtx, client, a.cfg.Partitions, protocol.AgentsTopic)
+	if errors.Is(err, kafka.ErrTopicNotCompacted) {
+		a.logger.Warn("agent heartbeats' topic is not compacted", "topic", protocol.AgentsTopic, "err", err.Error())
+	} else if err != nil {
 		return a.KafkaSecurity.Explain(err)
 	}
 	return nil

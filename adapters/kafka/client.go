@@ -51,10 +51,17 @@ func EnsureTopics(ctx context.Context, client *kgo.Client, partitions int32, top
 	return nil
 }
 
+// ErrTopicNotCompacted is returned, with its cause, when a topic exists but
+// could not be checked or made compacted (a cluster's ACLs may forbid
+// describing or altering its configuration): it can be used, but a
+// compacted topic's readers may then read more than they need.
+var ErrTopicNotCompacted = errors.New("topic exists but could not be made compacted")
+
 // EnsureCompactedTopics creates the topics that do not exist yet with
 // cleanup.policy=compact (protocol.AgentsTopic), and makes an existing one
 // compacted if it is not (a client that produced before the engine started
-// may have had it auto-created). Calling it again changes nothing.
+// may have had it auto-created); ErrTopicNotCompacted when that fails.
+// Calling it again changes nothing.
 func EnsureCompactedTopics(ctx context.Context, client *kgo.Client, partitions int32, topics ...string) error {
 	adm := kadm.NewClient(client)
 	compact := "compact"
@@ -76,12 +83,12 @@ func EnsureCompactedTopics(ctx context.Context, client *kgo.Client, partitions i
 	}
 	described, err := adm.DescribeTopicConfigs(ctx, existing...)
 	if err != nil {
-		return errors.Wrap(err, "describe compacted topics")
+		return errors.Mark(errors.Wrap(err, "describe compacted topics"), ErrTopicNotCompacted)
 	}
 	var alter []string
 	for _, rc := range described {
 		if rc.Err != nil {
-			return errors.Wrapf(rc.Err, "describe topic %s", rc.Name)
+			return errors.Mark(errors.Wrapf(rc.Err, "describe topic %s", rc.Name), ErrTopicNotCompacted)
 		}
 		policy := ""
 		for _, c := range rc.Configs {
@@ -98,11 +105,11 @@ func EnsureCompactedTopics(ctx context.Context, client *kgo.Client, partitions i
 	}
 	altered, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "cleanup.policy", Value: &compact}}, alter...)
 	if err != nil {
-		return errors.Wrap(err, "make topics compacted")
+		return errors.Mark(errors.Wrap(err, "make topics compacted"), ErrTopicNotCompacted)
 	}
 	for _, a := range altered {
 		if a.Err != nil {
-			return errors.Wrapf(a.Err, "make topic %s compacted", a.Name)
+			return errors.Mark(errors.Wrapf(a.Err, "make topic %s compacted", a.Name), ErrTopicNotCompacted)
 		}
 	}
 	return nil
