@@ -96,11 +96,15 @@ func (v agentsView) views(ctx context.Context, now time.Time, only string) ([]pr
 	defer cancel()
 	queues, err := kafka.CommandQueues(queuesCtx, v.adm, names...)
 	for i := range views {
-		if err != nil {
+		queued, ok := queues[views[i].Name]
+		switch {
+		case err != nil:
 			views[i].QueueError = err.Error()
-			continue
+		case !ok:
+			views[i].QueueError = "no agent can have this name: it has no command topics"
+		default:
+			views[i].Queued = queued
 		}
-		views[i].Queued = queues[views[i].Name]
 	}
 	return views, nil
 }

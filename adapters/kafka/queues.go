@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"context"
+	"regexp"
 
 	"github.com/cockroachdb/errors"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -11,6 +12,10 @@ import (
 	"github.com/sagaengine/saga/domain/protocol"
 )
 
+// agentName is what an agent's name can be (as a workflow definition
+// allows): anything else has no command topics to ask about.
+var agentName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$`)
+
 // AgentGroup is the consumer group of an agent's instances: the default
 // of adapters/agent (Config.Group).
 func AgentGroup(agent string) string { return "saga-agent-" + agent }
@@ -19,10 +24,16 @@ func AgentGroup(agent string) string { return "saga-agent-" + agent }
 // command topics (protocol.CommandTopics), by priority: per partition,
 // the end offset less the offset its group (AgentGroup) committed, or less
 // the log start where the group committed none (or does not exist yet).
-// A topic that does not
-// exist holds none.
-func CommandQueues(ctx context.Context, adm *kadm.Client, agents ...string) (map[string]map[domain.Priority]int64, error) {
+// A topic that does not exist holds none. A name no agent can have (a
+// heartbeat may say anything) is left out of the answer.
+func CommandQueues(ctx context.Context, adm *kadm.Client, names ...string) (map[string]map[domain.Priority]int64, error) {
 	out := map[string]map[domain.Priority]int64{}
+	var agents []string
+	for _, a := range names {
+		if agentName.MatchString(a) {
+			agents = append(agents, a)
+		}
+	}
 	if len(agents) == 0 {
 		return out, nil
 	}

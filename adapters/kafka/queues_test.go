@@ -35,10 +35,10 @@ func TestCommandQueuesCountWhatTheGroupHasNotCommitted(t *testing.T) {
 	_, err := adm.CommitOffsets(ctx, kafka.AgentGroup("pay"), offsets)
 	require.NoError(t, err)
 
-	queues, err := kafka.CommandQueues(ctx, adm, "pay", "idle")
+	queues, err := kafka.CommandQueues(ctx, adm, "pay", "idle", "no such/agent")
 	require.NoError(t, err)
 	assert.Equal(t, map[string]map[domain.Priority]int64{
 		"pay":  {domain.PriorityHigh: 2, domain.PriorityNormal: 2, domain.PriorityLow: 0},
 		"idle": {domain.PriorityHigh: 0, domain.PriorityNormal: 0, domain.PriorityLow: 0},
-	}, queues)
+	}, queues, "a name no agent can have is left out, and does not fail the others")
 }

@@ -31,8 +31,8 @@ func (s *saga) produceHeartbeats(beats ...protocol.AgentHeartbeat) {
 
 // TestAgentsShowsInstancesAndQueues: heartbeats of two payment instances
 // (one unhealthy, its reason carrying a terminal escape), one that is gone,
-// and one of an agent no workflow names, plus a command queued for that
-// agent, as sagactl agents shows them; the demo agents send no heartbeats
+// one of an agent no workflow names, plus a command queued for that agent,
+// and one naming an agent saga cannot have, as sagactl agents shows them; the demo agents send no heartbeats
 // yet and show without instances.
 func TestAgentsShowsInstancesAndQueues(t *testing.T) {
 	s := startSaga(t, engine.Config{Workflows: testWorkflows(time.Second)})
@@ -44,7 +44,8 @@ func TestAgentsShowsInstancesAndQueues(t *testing.T) {
 	s.produceHeartbeats(beat("payment", "pay-1", protocol.HealthHealthy, "", time.Hour),
 		beat("payment", "pay-2", protocol.HealthUnhealthy, "breaker open: \x1b[2J503", time.Hour),
 		beat("payment", "pay-old", protocol.HealthHealthy, "", -10*time.Second),
-		beat("stray", "stray-1", protocol.HealthTrial, "", time.Hour))
+		beat("stray", "stray-1", protocol.HealthTrial, "", time.Hour),
+		beat("évil agent/..", "evil-1", protocol.HealthHealthy, "", time.Hour))
 	client, err := kafka.NewClient(s.app.KafkaBrokers)
 	require.NoError(t, err)
 	defer client.Close()
@@ -55,13 +56,14 @@ func TestAgentsShowsInstancesAndQueues(t *testing.T) {
 	var list protocol.AgentList
 	require.Eventually(t, func() bool {
 		s.runJSON(&list, "agents")
-		return len(list.Agents) == 4 && list.Agents[1].Totals.Live == 2 && list.Agents[3].Queued[domain.PriorityHigh] == 1
+		return len(list.Agents) == 5 && list.Agents[1].Totals.Live == 2 && list.Agents[3].Queued[domain.PriorityHigh] == 1
 	}, 30*time.Second, 100*time.Millisecond, "the heartbeats and the queued command show: %+v", list)
 	names := []string{}
 	for _, a := range list.Agents {
 		names = append(names, a.Name)
 	}
-	assert.Equal(t, []string{"inventory", "payment", "shipping", "stray"}, names)
+	assert.Equal(t, []string{"inventory", "payment", "shipping", "stray", "évil agent/.."}, names)
+	assert.NotEmpty(t, list.Agents[4].QueueError, "a name no agent can have has no queues, and fails no other agent's")
 	payment := list.Agents[1]
 	assert.True(t, payment.Registered)
 	require.Len(t, payment.Instances, 3)
