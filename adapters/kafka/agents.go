@@ -29,9 +29,10 @@ const (
 	// DefaultAgentSweepEvery is how often a directory looks for instances
 	// that expired.
 	DefaultAgentSweepEvery = time.Second
-	// DefaultCatchUpIdle is how long a directory polls nothing before it
-	// counts as caught up although it has not seen a record at the end
-	// offsets listed at start (the last records were compacted away).
+	// DefaultCatchUpIdle is how long a directory polls nothing after a
+	// record before it counts as caught up although it has not seen the
+	// records just before the end offsets listed at start (compaction
+	// removed them); five times as long when it has read no record at all.
 	DefaultCatchUpIdle = 2 * time.Second
 )
 
@@ -227,7 +228,9 @@ func (d *AgentDirectory) Run(ctx context.Context) error {
 	}
 	sweep := time.NewTicker(d.cfg.SweepEvery)
 	defer sweep.Stop()
-	idleSince := time.Now()
+	// lastRecord is when the last record arrived; zero before the first.
+	var lastRecord time.Time
+	began := time.Now()
 	var warned time.Time // when a fetch error was last logged
 	for ctx.Err() == nil {
 		pollCtx, cancel := context.WithTimeout(ctx, d.cfg.SweepEvery)
@@ -251,13 +254,17 @@ func (d *AgentDirectory) Run(ctx context.Context) error {
 			}
 		})
 		if n > 0 {
-			idleSince = time.Now()
+			lastRecord = time.Now()
 		}
 		if changed {
 			d.notify() // once a poll, however many heartbeats it brought
 		}
-		if len(ends) == 0 || time.Since(idleSince) >= d.cfg.CatchUpIdle {
+		switch {
+		case len(ends) == 0:
 			d.markReady()
+		case !lastRecord.IsZero() && time.Since(lastRecord) >= d.cfg.CatchUpIdle,
+			lastRecord.IsZero() && time.Since(began) >= 5*d.cfg.CatchUpIdle:
+			d.markReady() // the records before the end were compacted away
 		}
 		select {
 		case <-sweep.C:
@@ -277,17 +284,24 @@ func (d *AgentDirectory) endOffsets(ctx context.Context) map[int32]int64 {
 	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
 		reqCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		listed, err := adm.ListEndOffsets(reqCtx, d.cfg.Topic)
-		cancel()
 		if err == nil {
 			err = listed.Error()
 		}
+		var starts kadm.ListedOffsets
+		if err == nil {
+			starts, err = adm.ListStartOffsets(reqCtx, d.cfg.Topic)
+		}
+		if err == nil {
+			err = starts.Error()
+		}
+		cancel()
 		if errors.Is(err, kerr.UnknownTopicOrPartition) {
 			return nil
 		}
 		if err == nil {
 			ends := map[int32]int64{}
 			listed.Each(func(o kadm.ListedOffset) {
-				if o.Offset > 0 {
+				if start, ok := starts.Lookup(o.Topic, o.Partition); ok && start.Offset < o.Offset {
 					ends[o.Partition] = o.Offset
 				}
 			})

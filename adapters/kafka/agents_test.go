@@ -225,3 +225,29 @@ func TestEnsureCompactedTopicsIsIdempotent(t *testing.T) {
 		assert.Equal(t, "compact", policy, rc.Name)
 	}
 }
+
+// TestAgentDirectoryIsReadyWhenTheTopicWasTrimmed: a partition whose
+// records were all removed holds nothing to wait for.
+func TestAgentDirectoryIsReadyWhenTheTopicWasTrimmed(t *testing.T) {
+	b, client := directoryBroker(t)
+	var records []*kgo.Record
+	for i := range 3 {
+		r := heartbeatRecord(t, heartbeat("payment", fmt.Sprintf("pay-%d", i), protocol.HealthHealthy))
+		r.Partition = 0
+		records = append(records, r)
+	}
+	produceRecords(t, newClient(t, b, kgo.RecordPartitioner(kgo.ManualPartitioner())), records...)
+	ctx := testContext(t)
+	adm := kadm.NewClient(client)
+	ends, err := adm.ListEndOffsets(ctx, protocol.AgentsTopic)
+	require.NoError(t, err)
+	deleted, err := adm.DeleteRecords(ctx, ends.Offsets())
+	require.NoError(t, err)
+	require.NoError(t, deleted.Error())
+
+	began := time.Now()
+	d := runDirectory(t, b, clockAt(t0), kafka.AgentDirectoryConfig{CatchUpIdle: time.Minute})
+	await(t, d.Ready(), "ready")
+	assert.Less(t, time.Since(began), 30*time.Second, "without waiting for the idle fallback")
+	assert.Empty(t, d.Instances("payment", t0))
+}
