@@ -3,6 +3,7 @@ package kafka
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -35,6 +36,12 @@ const (
 	// removed them); five times as long when it has read no record at all.
 	DefaultCatchUpIdle = 2 * time.Second
 )
+
+// MaxHeartbeatBytes bounds a heartbeat record the directory keeps: one that
+// lists three command topics of a thousand partitions each is about 15 KiB.
+// A larger record is ignored as invalid, so that 10,000 instances cannot
+// hold gigabytes.
+const MaxHeartbeatBytes = 64 << 10
 
 // invalidLogEvery bounds how often an invalid heartbeat of one key is
 // logged; invalidLogKeys bounds how many keys are remembered for it.
@@ -332,6 +339,10 @@ func (d *AgentDirectory) apply(r *kgo.Record) bool {
 		delete(d.expired, key)
 		d.mu.Unlock()
 		return had
+	}
+	if len(r.Value) > MaxHeartbeatBytes {
+		d.reject(r, fmt.Sprintf("a heartbeat of %d bytes, over the limit of %d", len(r.Value), MaxHeartbeatBytes))
+		return false
 	}
 	h, err := protocol.ParseAgentHeartbeat(r.Value)
 	if err == nil && key != h.Instance {

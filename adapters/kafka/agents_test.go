@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -120,16 +121,18 @@ func TestAgentDirectoryFollowsHeartbeats(t *testing.T) {
 	assert.Equal(t, []string{"pay-1"}, instancesOf(d.Instances("payment", t0)))
 
 	bad := heartbeat("payment", "pay-3", "sleepy")
+	huge := heartbeat("payment", "pay-6", protocol.HealthUnhealthy)
+	huge.Reason = strings.Repeat("x", kafka.MaxHeartbeatBytes)
 	mismatched := heartbeatRecord(t, heartbeat("payment", "pay-4", protocol.HealthHealthy))
 	mismatched.Key = []byte("someone-else")
 	changed = d.Changed()
 	produceRecords(t, client, &kgo.Record{Key: []byte("pay-9"), Value: []byte("{not json")}, heartbeatRecord(t, bad), mismatched,
-		&kgo.Record{Key: []byte("pay-9"), Value: []byte{0xff, 0x00}},
+		&kgo.Record{Key: []byte("pay-9"), Value: []byte{0xff, 0x00}}, heartbeatRecord(t, huge),
 		heartbeatRecord(t, heartbeat("payment", "pay-5", protocol.HealthHealthy)))
 	await(t, changed, "the valid heartbeat after the bad records is told of")
 	assert.Equal(t, []string{"pay-1", "pay-5"}, instancesOf(d.Instances("payment", t0)))
 	st := d.Stats()
-	assert.Equal(t, int64(4), st.Invalid)
+	assert.Equal(t, int64(5), st.Invalid)
 	assert.Equal(t, int64(1), st.Tombstones)
 	assert.Equal(t, int64(4), st.Heartbeats)
 	assert.Equal(t, 3, st.Instances)
