@@ -112,6 +112,10 @@ type AgentDirectory struct {
 
 	mu        sync.Mutex
 	instances map[string]protocol.AgentHeartbeat // by record key (= instance)
+	// byAgent indexes instances: the keys of each agent's instances.
+	byAgent map[string]map[string]struct{}
+	// fullWarned is when eviction of a live instance was last logged.
+	fullWarned time.Time
 	// expired are the instances known to have expired at the last sweep.
 	expired map[string]bool
 	changed chan struct{}
@@ -160,6 +164,7 @@ func NewAgentDirectory(cfg AgentDirectoryConfig) (*AgentDirectory, error) {
 		return nil, errors.Wrapf(err, "agent directory client for %v", cfg.Brokers)
 	}
 	return &AgentDirectory{cfg: cfg, client: client, ready: make(chan struct{}), instances: map[string]protocol.AgentHeartbeat{},
+		byAgent: map[string]map[string]struct{}{},
 		expired: map[string]bool{}, changed: make(chan struct{}), logged: map[string]time.Time{}}, nil
 }
 
@@ -193,8 +198,8 @@ func (d *AgentDirectory) Stats() AgentDirectoryStats {
 func (d *AgentDirectory) Instances(agent string, now time.Time) []protocol.AgentHeartbeat {
 	d.mu.Lock()
 	var out []protocol.AgentHeartbeat
-	for _, h := range d.instances {
-		if h.Agent == agent && h.Live(now) {
+	for key := range d.byAgent[agent] {
+		if h := d.instances[key]; h.Live(now) {
 			out = append(out, h)
 		}
 	}
@@ -335,8 +340,7 @@ func (d *AgentDirectory) apply(r *kgo.Record) bool {
 		d.tombstones.Add(1)
 		d.mu.Lock()
 		_, had := d.instances[key]
-		delete(d.instances, key)
-		delete(d.expired, key)
+		d.removeLocked(key)
 		d.mu.Unlock()
 		return had
 	}
@@ -358,12 +362,31 @@ func (d *AgentDirectory) apply(r *kgo.Record) bool {
 	if _, known := d.instances[key]; !known && len(d.instances) >= d.cfg.MaxInstances {
 		d.evictLocked(now)
 	}
+	if old, known := d.instances[key]; known && old.Agent != h.Agent {
+		d.removeLocked(key) // the instance now names another agent
+	}
 	d.instances[key] = h
+	if d.byAgent[h.Agent] == nil {
+		d.byAgent[h.Agent] = map[string]struct{}{}
+	}
+	d.byAgent[h.Agent][key] = struct{}{}
 	if h.Live(now) {
 		delete(d.expired, key)
 	}
 	d.mu.Unlock()
 	return true
+}
+
+// removeLocked forgets an instance.
+func (d *AgentDirectory) removeLocked(key string) {
+	if h, ok := d.instances[key]; ok {
+		delete(d.byAgent[h.Agent], key)
+		if len(d.byAgent[h.Agent]) == 0 {
+			delete(d.byAgent, h.Agent)
+		}
+	}
+	delete(d.instances, key)
+	delete(d.expired, key)
 }
 
 // evictLocked drops the instance that expires first: an expired one if
@@ -379,10 +402,10 @@ func (d *AgentDirectory) evictLocked(now time.Time) {
 	if victim == "" {
 		return
 	}
-	delete(d.instances, victim)
-	delete(d.expired, victim)
+	d.removeLocked(victim)
 	d.evicted.Add(1)
-	if first.After(now) {
+	if first.After(now) && now.Sub(d.fullWarned) >= invalidLogEvery {
+		d.fullWarned = now
 		d.cfg.Logger.Warn("agent directory full: a live instance dropped", "max", d.cfg.MaxInstances, "instance", victim)
 	}
 }
@@ -427,8 +450,7 @@ func (d *AgentDirectory) sweep() {
 		case h.Live(now):
 			delete(d.expired, key)
 		case now.Sub(h.ExpiresAt) >= d.cfg.KeepGone:
-			delete(d.instances, key)
-			delete(d.expired, key)
+			d.removeLocked(key)
 			changed = true
 		case !d.expired[key]:
 			d.expired[key] = true

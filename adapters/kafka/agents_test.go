@@ -137,6 +137,12 @@ func TestAgentDirectoryFollowsHeartbeats(t *testing.T) {
 	assert.Equal(t, int64(4), st.Heartbeats)
 	assert.Equal(t, 3, st.Instances)
 	assert.Positive(t, changeCount.Load(), "OnChange is called too")
+
+	changed = d.Changed()
+	produceRecords(t, client, heartbeatRecord(t, heartbeat("billing", "pay-5", protocol.HealthHealthy)))
+	await(t, changed, "an instance that names another agent")
+	assert.Equal(t, []string{"pay-1"}, instancesOf(d.Instances("payment", t0)))
+	assert.Equal(t, []string{"pay-5"}, instancesOf(d.Instances("billing", t0)))
 }
 
 // TestAgentDirectoryExpiresInstances: an instance past its ExpiresAt is no
