@@ -88,6 +88,19 @@ func await(t *testing.T, ch <-chan struct{}, what string) {
 	}
 }
 
+// awaitChange waits, change after change, until cond holds, taking
+// Changed before each check so that no change is missed.
+func awaitChange(t *testing.T, d *kafka.AgentDirectory, what string, cond func() bool) {
+	t.Helper()
+	for {
+		changed := d.Changed()
+		if cond() {
+			return
+		}
+		await(t, changed, what)
+	}
+}
+
 func instancesOf(hs []protocol.AgentHeartbeat) []string {
 	out := []string{}
 	for _, h := range hs {
@@ -118,6 +131,7 @@ func TestAgentDirectoryFollowsHeartbeats(t *testing.T) {
 	changed := d.Changed()
 	produceRecords(t, client, &kgo.Record{Key: []byte("pay-2")}) // a tombstone
 	await(t, changed, "the tombstone is told of")
+	awaitChange(t, d, "pay-2 removed", func() bool { return len(d.Instances("payment", t0)) == 1 })
 	assert.Equal(t, []string{"pay-1"}, instancesOf(d.Instances("payment", t0)))
 
 	bad := heartbeat("payment", "pay-3", "sleepy")
@@ -126,10 +140,16 @@ func TestAgentDirectoryFollowsHeartbeats(t *testing.T) {
 	mismatched := heartbeatRecord(t, heartbeat("payment", "pay-4", protocol.HealthHealthy))
 	mismatched.Key = []byte("someone-else")
 	changed = d.Changed()
-	produceRecords(t, client, &kgo.Record{Key: []byte("pay-9"), Value: []byte("{not json")}, heartbeatRecord(t, bad), mismatched,
-		&kgo.Record{Key: []byte("pay-9"), Value: []byte{0xff, 0x00}}, heartbeatRecord(t, huge),
-		heartbeatRecord(t, heartbeat("payment", "pay-5", protocol.HealthHealthy)))
+	// In one partition, so that pay-5 is read after the bad records.
+	batch := []*kgo.Record{{Key: []byte("pay-9"), Value: []byte("{not json")}, heartbeatRecord(t, bad), mismatched,
+		{Key: []byte("pay-9"), Value: []byte{0xff, 0x00}}, heartbeatRecord(t, huge),
+		heartbeatRecord(t, heartbeat("payment", "pay-5", protocol.HealthHealthy))}
+	for _, r := range batch {
+		r.Partition = 1
+	}
+	produceRecords(t, newClient(t, b, kgo.RecordPartitioner(kgo.ManualPartitioner())), batch...)
 	await(t, changed, "the valid heartbeat after the bad records is told of")
+	awaitChange(t, d, "pay-5", func() bool { return len(d.Instances("payment", t0)) == 2 })
 	assert.Equal(t, []string{"pay-1", "pay-5"}, instancesOf(d.Instances("payment", t0)))
 	st := d.Stats()
 	assert.Equal(t, int64(5), st.Invalid)
@@ -141,6 +161,7 @@ func TestAgentDirectoryFollowsHeartbeats(t *testing.T) {
 	changed = d.Changed()
 	produceRecords(t, client, heartbeatRecord(t, heartbeat("billing", "pay-5", protocol.HealthHealthy)))
 	await(t, changed, "an instance that names another agent")
+	awaitChange(t, d, "pay-5 of billing", func() bool { return len(d.Instances("billing", t0)) == 1 })
 	assert.Equal(t, []string{"pay-1"}, instancesOf(d.Instances("payment", t0)))
 	assert.Equal(t, []string{"pay-5"}, instancesOf(d.Instances("billing", t0)))
 }
@@ -157,10 +178,8 @@ func TestAgentDirectoryExpiresInstances(t *testing.T) {
 	fresh := heartbeat("payment", "pay-2", protocol.HealthHealthy)
 	fresh.ExpiresAt = t0.Add(time.Hour)
 	produceRecords(t, client, heartbeatRecord(t, heartbeat("payment", "pay-1", protocol.HealthHealthy)), heartbeatRecord(t, fresh))
-	for len(d.Instances("payment", t0)) < 2 {
-		await(t, changed, "both heartbeats")
-		changed = d.Changed()
-	}
+	await(t, changed, "a first heartbeat")
+	awaitChange(t, d, "both heartbeats", func() bool { return len(d.Instances("payment", t0)) == 2 })
 
 	later := t0.Add(10 * time.Second)
 	assert.Equal(t, []string{"pay-2"}, instancesOf(d.Instances("payment", later)), "pay-1 expired")
