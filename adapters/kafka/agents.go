@@ -287,7 +287,12 @@ func (d *AgentDirectory) Run(ctx context.Context) error {
 	return nil
 }
 
-func (d *AgentDirectory) markReady() { d.once.Do(func() { close(d.ready) }) }
+func (d *AgentDirectory) markReady() {
+	d.once.Do(func() {
+		close(d.ready)
+		d.cfg.Logger.Info("agent directory caught up", "topic", d.cfg.Topic, "instances", d.Stats().Instances)
+	})
+}
 
 // endOffsets lists the end of every non-empty partition, retrying until
 // the broker answers; none when there is no topic yet.
