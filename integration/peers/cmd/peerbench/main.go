@@ -86,7 +86,10 @@ type Result struct {
 	CPUMillisPerOrder float64            `json:"cpuMillisPerOrder"`
 	CPUPercent        float64            `json:"cpuPercent"`
 	CPUs              int                `json:"cpus"`
-	FirstError        string             `json:"firstError,omitempty"`
+	// CallsPerOrder is the service's POSTs in the window per saga completed
+	// in it: about 3 when every step ran once (a check on the engine's work).
+	CallsPerOrder float64 `json:"callsPerOrder"`
+	FirstError    string  `json:"firstError,omitempty"`
 }
 
 func main() {
@@ -173,7 +176,7 @@ func run(ctx context.Context, c config) error {
 	defer eng.Close()
 	fmt.Fprintf(os.Stderr, "%s started in %.1f s (data in %s); %d in flight, warm-up %s, measuring %s\n",
 		c.engine, time.Since(t0).Seconds(), dir, c.concurrency, c.warmup, c.duration)
-	res, err := measure(ctx, c, eng)
+	res, err := measure(ctx, c, eng, svc)
 	if err != nil {
 		return err
 	}
@@ -189,7 +192,7 @@ func run(ctx context.Context, c config) error {
 
 // measure keeps c.concurrency sagas in flight; it counts those that start
 // after the warm-up and end before the window closes.
-func measure(ctx context.Context, c config, eng engine) (*Result, error) {
+func measure(ctx context.Context, c config, eng engine, svc *service) (*Result, error) {
 	res := &Result{Concurrency: c.concurrency, Steps: Steps, CPUs: runtime.GOMAXPROCS(0)}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -253,6 +256,7 @@ func measure(ctx context.Context, c config, eng engine) (*Result, error) {
 		fmt.Fprintln(os.Stderr, "no saga finished during the warm-up; measuring anyway")
 	}
 	cpu0 := sampleCPU(eng.Procs())
+	calls0 := svc.calls.Load()
 	t0 := time.Now()
 	windowT0.Store(t0.UnixNano())
 	select {
@@ -263,6 +267,7 @@ func measure(ctx context.Context, c config, eng engine) (*Result, error) {
 	t1 := time.Now()
 	windowT1.Store(t1.UnixNano())
 	cpu1 := sampleCPU(eng.Procs())
+	calls := svc.calls.Load() - calls0
 	cancel()
 	waitTimeout(&wg, 10*time.Second)
 
@@ -277,6 +282,7 @@ func measure(ctx context.Context, c config, eng engine) (*Result, error) {
 	engineCPU := cpu1.engine(cpu0)
 	res.CPUSeconds = map[string]float64{"driver": round3(driver), "engine": round3(engineCPU), "total": round3(driver + engineCPU)}
 	if len(latencies) > 0 {
+		res.CallsPerOrder = round3(float64(calls) / float64(len(latencies)))
 		res.CPUMillisPerOrder = round3((driver + engineCPU) * 1000 / float64(len(latencies)))
 	}
 	res.CPUPercent = round3((driver + engineCPU) * 100 / elapsed)
@@ -336,7 +342,7 @@ func round3(f float64) float64 { return float64(int64(f*1000+0.5)) / 1000 }
 func report(w io.Writer, r *Result) {
 	fmt.Fprintf(w, "%s (%s): concurrency %d, %d steps each, %d CPUs\n", r.Engine, r.Version, r.Concurrency, r.Steps, r.CPUs)
 	fmt.Fprintf(w, "  durability: %s\n", r.Durability)
-	fmt.Fprintf(w, "  %.1f s: %d sagas, %.0f orders/s, %.0f steps/s, %d errors\n", r.Seconds, r.Orders, r.OrdersPerSec, r.StepsPerSec, r.Errors)
+	fmt.Fprintf(w, "  %.1f s: %d sagas, %.0f orders/s, %.0f steps/s, %d errors, %.2f service calls per saga\n", r.Seconds, r.Orders, r.OrdersPerSec, r.StepsPerSec, r.Errors, r.CallsPerOrder)
 	fmt.Fprintf(w, "  latency ms: p50 %.2f  p90 %.2f  p99 %.2f  max %.2f\n", r.LatencyMillis["p50"], r.LatencyMillis["p90"], r.LatencyMillis["p99"], r.LatencyMillis["max"])
 	fmt.Fprintf(w, "  cpu: %.2f ms per saga, %.0f %% of one core (driver %.2f s, engine %.2f s)\n", r.CPUMillisPerOrder, r.CPUPercent, r.CPUSeconds["driver"], r.CPUSeconds["engine"])
 	if r.FirstError != "" {
