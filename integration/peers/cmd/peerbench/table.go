@@ -140,7 +140,7 @@ func table(w io.Writer, files []string) error {
 		}
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "saga ÷ peer above 1 means saga is higher: better for orders/s, worse for latency and CPU.")
+	fmt.Fprintln(w, "saga ÷ peer above 1 means saga is higher: better for orders/s, worse for latency and CPU. With several rounds, figures are ranges and ratios are between their middles.")
 	fmt.Fprintln(w)
 	for _, name := range order {
 		if d, ok := durabilities[name]; ok {
