@@ -26,8 +26,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/emptypb"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/sagaengine/saga/domain"
 )
@@ -449,7 +449,8 @@ func batchRequests(id uuid.UUID, stream string, expected domain.ExpectedRevision
 	corr := toShared(id)
 	opts := &streams.BatchAppendReq_Options{
 		StreamIdentifier: &shared.StreamIdentifier{StreamName: []byte(stream)},
-		DeadlineOption:   &streams.BatchAppendReq_Options_Deadline_21_10_0{Deadline_21_10_0: timestamppb.New(deadline)},
+		// Relative, so that the clocks of client and server need not agree.
+		DeadlineOption: &streams.BatchAppendReq_Options_Deadline{Deadline: durationpb.New(time.Until(deadline))},
 	}
 	switch rev, ok := expected.Revision(); {
 	case ok:
