@@ -32,6 +32,10 @@ func TestMain(m *testing.M) {
 		runChaosChild(spec)
 		return
 	}
+	if spec := os.Getenv(agentChildEnv); spec != "" {
+		runAgentChild(spec)
+		return
+	}
 	if os.Getenv(shopEnv) != "" {
 		runShop()
 		return

@@ -50,7 +50,11 @@ func startSystem(t *testing.T, cfg engine.Config) *system {
 	if cfg.DataDir == "" {
 		cfg.DataDir = t.TempDir()
 	}
-	cfg.KafkaListen, cfg.EventStoreListen, cfg.HTTPListen = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	for _, listen := range []*string{&cfg.KafkaListen, &cfg.EventStoreListen, &cfg.HTTPListen} {
+		if *listen == "" {
+			*listen = "127.0.0.1:0"
+		}
+	}
 	cfg.DemoAgents = true
 	if cfg.Logger == nil {
 		cfg.Logger = testLogger()
