@@ -550,7 +550,11 @@ func (a *Agent) Run(ctx context.Context, consume func(context.Context) error) er
 	stopMonitor()
 	<-done
 	if a.Heartbeats != nil {
+		a.mu.Lock()
+		a.st.stopping = true
+		a.mu.Unlock()
 		leaveCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		a.beat(leaveCtx) // stopping, in case the monitor had not said so
 		if lerr := a.Heartbeats.Leave(leaveCtx, a.Instance); lerr != nil {
 			a.Logger.Warn("agent instance could not announce it left", "agent", a.Name, "instance", a.Instance, "err", lerr.Error())
 		}

@@ -161,6 +161,12 @@ type Config struct {
 	// for processes that run without the api role (whose HTTP API serves
 	// /metrics too).
 	MetricsListen string
+	// AgentInstances configures the agents this process runs: capacity,
+	// shared limits, latency budget.
+	AgentInstances AgentInstances
+
+	// instanceGiven says Instance was set rather than defaulted.
+	instanceGiven bool
 }
 
 // Role is a part of the system a process runs.
@@ -276,6 +282,7 @@ func Start(cfg Config) (*App, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
+	cfg.instanceGiven = cfg.Instance != ""
 	if cfg.Instance == "" {
 		host, _ := os.Hostname()
 		cfg.Instance = "sagad@" + host
@@ -412,7 +419,7 @@ func (r registering) Apply(ctx context.Context, w *domain.Workflow, by string) (
 
 // Topics lists the topics saga creates at start.
 func (a *App) Topics() []string {
-	topics := []string{protocol.RepliesTopic, protocol.StatusTopic, protocol.DeadLetterTopic, protocol.AlertsTopic}
+	topics := []string{protocol.RepliesTopic, protocol.StatusTopic, protocol.DeadLetterTopic, protocol.AlertsTopic, protocol.AgentsTopic}
 	topics = append(topics, a.triggerTopics...)
 	for _, agent := range append(append([]string{domain.HTTPAgent}, a.cfg.HTTPAgents...), a.agents...) {
 		for _, topic := range protocol.CommandTopics(agent) {
@@ -629,7 +636,7 @@ func (a *App) startAPI(ctx context.Context) error {
 // demo services with an HTTP agent in front of each.
 func (a *App) startAgents(ctx context.Context) error {
 	for name, handler := range a.cfg.Agents {
-		if err := a.startAgent(ctx, name, handler, 0); err != nil {
+		if err := a.startAgent(ctx, name, handler, 0, nil); err != nil {
 			return err
 		}
 	}
@@ -678,13 +685,14 @@ func (a *App) startHTTPAgent(ctx context.Context, name string, cfg httpagent.Con
 	a.HTTPHandlers[name] = h
 	return a.startAgent(ctx, name, func(ctx context.Context, req agent.Request) (any, error) {
 		return h.Handle(ctx, req.Command())
-	}, -1)
+	}, -1, h.BreakerState)
 }
 
 // startAgent runs an agent through the Go agent SDK, as any program would.
-func (a *App) startAgent(ctx context.Context, name string, handler agent.Handler, breakerOpenFor time.Duration) error {
+func (a *App) startAgent(ctx context.Context, name string, handler agent.Handler, breakerOpenFor time.Duration, breakers func() processes.BreakerState) error {
 	cfg := agent.Config{Brokers: a.KafkaBrokers, KafkaOptions: a.kafkaOpts, Logger: a.logger, Clock: a.cfg.Clock, BreakerOpenFor: breakerOpenFor,
-		TracerProvider: a.tracing}
+		TracerProvider: a.tracing, Instance: a.agentInstance(name), Breakers: breakers}
+	a.cfg.AgentInstances.configure(name, &cfg)
 	ag, err := agent.New(name, handler, cfg)
 	if err != nil {
 		return errors.Wrapf(err, "agent %s", name)

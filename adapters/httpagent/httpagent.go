@@ -494,6 +494,31 @@ func (h *Handler) AnyBreakerOpen() bool {
 	return false
 }
 
+// BreakerState reports the breakers of the hosts it calls as one, for the
+// agent's health: open while a host's breaker refuses calls (Cause names
+// the host and the failure that opened it), in trial while one lets a
+// trial call through.
+func (h *Handler) BreakerState() processes.BreakerState {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	hosts := make([]string, 0, len(h.breakers))
+	for host := range h.breakers {
+		hosts = append(hosts, host)
+	}
+	slices.Sort(hosts) // the same host named every time
+	var out processes.BreakerState
+	for _, host := range hosts {
+		s := h.breakers[host].State()
+		switch {
+		case s.Open && !out.Open:
+			out = processes.BreakerState{Open: true, Cause: "host " + host + ": " + s.Cause}
+		case s.Trial && !out.Open && !out.Trial:
+			out = processes.BreakerState{Trial: true, Cause: "host " + host + ": " + s.Cause}
+		}
+	}
+	return out
+}
+
 // BreakersOpened counts how often the breakers of the hosts it knows
 // opened.
 func (h *Handler) BreakersOpened() int64 {

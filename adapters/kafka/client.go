@@ -2,12 +2,15 @@ package kafka
 
 import (
 	"context"
+	"slices"
 	"strings"
 
 	"github.com/cockroachdb/errors"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sagaengine/saga/domain/protocol"
 )
 
 // SplitBrokers parses a comma-separated broker list.
@@ -41,10 +44,49 @@ func NewClient(brokers []string, opts ...kgo.Opt) (*kgo.Client, error) {
 	return client, errors.Wrapf(err, "kafka client for %v", brokers)
 }
 
-// EnsureTopics creates the topics that do not exist yet.
+// CompactedTopics are the topics saga creates compacted
+// (cleanup.policy=compact), with one partition: their newest record per
+// key is their content. Retention leaves them alone.
+var CompactedTopics = []string{protocol.AgentsTopic}
+
+// EnsureTopics creates the topics that do not exist yet, those of
+// CompactedTopics compacted; one of them that exists already (created by a
+// client's auto-creation) is made compacted.
 func EnsureTopics(ctx context.Context, client *kgo.Client, partitions int32, topics ...string) error {
+	var plain, compacted []string
+	for _, t := range topics {
+		if slices.Contains(CompactedTopics, t) {
+			compacted = append(compacted, t)
+		} else {
+			plain = append(plain, t)
+		}
+	}
 	adm := kadm.NewClient(client)
-	resp, err := adm.CreateTopics(ctx, partitions, -1, nil, topics...)
+	if len(plain) > 0 {
+		if err := createTopics(ctx, adm, partitions, nil, plain); err != nil {
+			return err
+		}
+	}
+	if len(compacted) == 0 {
+		return nil
+	}
+	compact := "compact"
+	if err := createTopics(ctx, adm, 1, map[string]*string{"cleanup.policy": &compact}, compacted); err != nil {
+		return err
+	}
+	resp, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "cleanup.policy", Value: &compact}}, compacted...)
+	if err == nil {
+		for _, r := range resp {
+			if r.Err != nil {
+				err = errors.Wrapf(r.Err, "topic %s", r.Name)
+			}
+		}
+	}
+	return errors.Wrap(err, "make topics compacted")
+}
+
+func createTopics(ctx context.Context, adm *kadm.Client, partitions int32, configs map[string]*string, topics []string) error {
+	resp, err := adm.CreateTopics(ctx, partitions, -1, configs, topics...)
 	if err != nil {
 		return errors.Wrap(err, "create topics")
 	}
