@@ -60,6 +60,7 @@ type agentState struct {
 	hangOpen   bool
 	hangUntil  time.Time
 	hangReason string
+	lastScan   time.Time
 	// trialBusy says the one command of a trial is under way.
 	trialBusy  bool
 	trialSince time.Time
@@ -165,6 +166,12 @@ func (a *Agent) refreshLocked(now time.Time) bool {
 // service last answered has run longer than HangAfter. The caller holds
 // mu.
 func (a *Agent) checkHangLocked(now time.Time) {
+	// A scan looks at every call in flight: at most one per twentieth of
+	// the budget, which is precise enough.
+	if !a.st.hangOpen && now.Sub(a.st.lastScan) < a.HangAfter/20 {
+		return
+	}
+	a.st.lastScan = now
 	var oldest, oldestUnanswered time.Time
 	for c := range a.st.calls {
 		if oldest.IsZero() || c.start.Before(oldest) {
