@@ -327,7 +327,7 @@ func TestOpenBreakerMakesTheInstanceUnhealthyThenTrialThenHealthy(t *testing.T) 
 	r := replies.await(t, "back-1")
 	assert.Equal(t, protocol.OutcomeUnavailable, r.Outcome)
 	assert.Zero(t, r.Tries)
-	assert.Contains(t, r.Reason, "down")
+	assert.Equal(t, down.Error(), r.Reason, "the root cause")
 	assert.EqualValues(t, 2, svc.calls.Load(), "a command given back calls nothing")
 
 	clock.Advance(time.Second)
@@ -507,4 +507,70 @@ func TestRateLimitWaitsAPeriodAfterStart(t *testing.T) {
 	assert.Equal(t, protocol.OutcomeSucceeded, replies.await(t, "later").Outcome)
 	hb := a.Heartbeat()
 	assert.Equal(t, &protocol.RateLimit{Calls: 2, PeriodMillis: 1000}, hb.RateLimit)
+}
+
+// beats records heartbeats and the instances that left.
+type beats struct {
+	got  chan protocol.AgentHeartbeat
+	left chan string
+}
+
+func (b *beats) Beat(_ context.Context, hb protocol.AgentHeartbeat) error {
+	b.got <- hb
+	return nil
+}
+
+func (b *beats) Leave(_ context.Context, instance string) error {
+	b.left <- instance
+	return nil
+}
+
+// next waits for a heartbeat that satisfies ok.
+func (b *beats) next(t *testing.T, ok func(protocol.AgentHeartbeat) bool) protocol.AgentHeartbeat {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case hb := <-b.got:
+			if ok(hb) {
+				return hb
+			}
+		case <-deadline:
+			t.Fatal("no such heartbeat")
+		}
+	}
+}
+
+// TestRunAnnouncesHealthChangesAtOnce: Run sends a heartbeat at start,
+// another as soon as the breaker opens (before the interval is up), and on
+// stop says stopping, then leaves.
+func TestRunAnnouncesHealthChangesAtOnce(t *testing.T) {
+	clock := newFakeClock(epoch)
+	svc, replies := newScripted(), newReplyLog()
+	a := newTestAgent(clock, svc, replies)
+	a.HeartbeatEvery = time.Hour
+	a.Breaker = &processes.Breaker{Window: 5 * time.Second, MinCalls: 1, FailureRatio: 0.8, OpenFor: time.Second, Clock: clock}
+	hb := &beats{got: make(chan protocol.AgentHeartbeat, 100), left: make(chan string, 1)}
+	a.Heartbeats = hb
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan error, 1)
+	go func() {
+		stopped <- a.Run(ctx, func(ctx context.Context) error { <-ctx.Done(); return nil })
+	}()
+	first := hb.next(t, func(protocol.AgentHeartbeat) bool { return true })
+	assert.Equal(t, protocol.HealthHealthy, first.Health)
+	assert.Equal(t, epoch.Add(3*time.Hour), first.ExpiresAt)
+
+	svc.failWith("f", errors.New("gateway timeout"))
+	require.NoError(t, a.HandleCommand(context.Background(), command("f", domain.PriorityNormal, epoch.Add(time.Minute))))
+	down := hb.next(t, func(h protocol.AgentHeartbeat) bool { return h.Health != protocol.HealthHealthy })
+	assert.Equal(t, protocol.HealthUnhealthy, down.Health)
+	assert.Equal(t, "gateway timeout", down.Reason)
+	assert.Equal(t, epoch, down.At, "at once, not at the next interval")
+	assert.EqualValues(t, 1, down.Tries)
+
+	cancel()
+	require.NoError(t, <-stopped)
+	hb.next(t, func(h protocol.AgentHeartbeat) bool { return h.Health == protocol.HealthStopping })
+	assert.Equal(t, "test-1", <-hb.left)
 }

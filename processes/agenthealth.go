@@ -291,7 +291,7 @@ func (a *Agent) enter(ctx context.Context, cmd protocol.ExecuteStep, giveUpAt ti
 	case health == protocol.HealthTrial && !a.st.trialBusy && a.st.admitted < a.limit(now):
 		p = a.admitTrialLocked(now)
 	case health != protocol.HealthHealthy:
-		p = pass{reason: health + ": " + a.st.reason}
+		p = pass{reason: a.st.reason}
 	default:
 		queued = true
 	}
@@ -369,7 +369,7 @@ func (a *Agent) pumpLocked(now time.Time) {
 		}
 	}
 	for _, w := range a.st.waiters {
-		w.done <- pass{reason: a.st.health + ": " + a.st.reason}
+		w.done <- pass{reason: a.st.reason}
 	}
 	clear(a.st.waiters)
 	a.st.waiters = a.st.waiters[:0]
