@@ -245,7 +245,7 @@ func TestGlobalLimitIsSharedByInstances(t *testing.T) {
 	svc, replies := newScripted(), newReplyLog()
 	a := newTestAgent(clock, svc, replies)
 	a.Capacity, a.GlobalLimit = 10, 5
-	a.Directory = directory{"payment": {{Instance: "other-1"}, {Instance: "other-2"}}}
+	a.Directory = fixedDirectory{"payment": {{Instance: "other-1"}, {Instance: "other-2"}}}
 	hold := svc.hold("a")
 	handle(t, a, command("a", domain.PriorityNormal, epoch.Add(time.Minute)))
 	svc.awaitStart(t)
@@ -256,9 +256,9 @@ func TestGlobalLimitIsSharedByInstances(t *testing.T) {
 	assert.Equal(t, "b", svc.awaitStart(t))
 }
 
-type directory map[string][]protocol.AgentHeartbeat
+type fixedDirectory map[string][]protocol.AgentHeartbeat
 
-func (d directory) Instances(agent string, _ time.Time) []protocol.AgentHeartbeat { return d[agent] }
+func (d fixedDirectory) Instances(agent string, _ time.Time) []protocol.AgentHeartbeat { return d[agent] }
 
 // TestRateWindowNeverExceedsTheLimitInAnyWindow tries calls at random
 // moments: no window of one period, wherever it starts, holds more than

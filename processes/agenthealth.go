@@ -50,7 +50,7 @@ type agentState struct {
 	// admitted counts the commands that passed the gate and hold a place.
 	admitted int
 	// waiters are the commands waiting for a place, in arrival order.
-	waiters []*waiter
+	waiters []*gateWaiter
 	// calls are the handler's calls in flight.
 	calls map[*callRecord]struct{}
 	// lastAnswer is when a call last ended with the service's answer
@@ -74,12 +74,12 @@ type agentState struct {
 
 type callRecord struct{ start time.Time }
 
-// waiter is a command waiting at the gate.
-type waiter struct {
+// gateWaiter is a command waiting at the gate.
+type gateWaiter struct {
 	priority domain.Priority
 	since    time.Time
 	// done receives the gate's answer, sent under Agent.mu once the
-	// waiter has left the waiters.
+	// gateWaiter has left the waiters.
 	done chan pass
 }
 
@@ -302,7 +302,7 @@ func (a *Agent) enter(ctx context.Context, cmd protocol.ExecuteStep, giveUpAt ti
 		}
 		return p, nil
 	}
-	w := &waiter{priority: cmd.Priority.OrNormal(), since: now, done: make(chan pass, 1)}
+	w := &gateWaiter{priority: cmd.Priority.OrNormal(), since: now, done: make(chan pass, 1)}
 	a.st.waiters = append(a.st.waiters, w)
 	a.pumpLocked(now)
 	a.mu.Unlock()
@@ -329,7 +329,7 @@ func (a *Agent) enter(ctx context.Context, cmd protocol.ExecuteStep, giveUpAt ti
 
 // withdraw takes w out of the waiters; if the gate answered it meanwhile,
 // it returns that answer.
-func (a *Agent) withdraw(w *waiter) (pass, bool) {
+func (a *Agent) withdraw(w *gateWaiter) (pass, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if i := slices.Index(a.st.waiters, w); i >= 0 {
@@ -375,9 +375,9 @@ func (a *Agent) pumpLocked(now time.Time) {
 	a.st.waiters = a.st.waiters[:0]
 }
 
-// takeBestLocked removes and returns the waiter of the best aged rank, the
+// takeBestLocked removes and returns the gateWaiter of the best aged rank, the
 // one waiting longest on a tie. The caller holds mu.
-func (a *Agent) takeBestLocked(now time.Time) *waiter {
+func (a *Agent) takeBestLocked(now time.Time) *gateWaiter {
 	best, bestRank := 0, 0
 	for i, w := range a.st.waiters {
 		rank := domain.AgedRank(w.priority, now.Sub(w.since), a.Aging)
