@@ -258,7 +258,9 @@ func TestGlobalLimitIsSharedByInstances(t *testing.T) {
 
 type fixedDirectory map[string][]protocol.AgentHeartbeat
 
-func (d fixedDirectory) Instances(agent string, _ time.Time) []protocol.AgentHeartbeat { return d[agent] }
+func (d fixedDirectory) Instances(agent string, _ time.Time) []protocol.AgentHeartbeat {
+	return d[agent]
+}
 
 // TestRateWindowNeverExceedsTheLimitInAnyWindow tries calls at random
 // moments: no window of one period, wherever it starts, holds more than
