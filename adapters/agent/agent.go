@@ -146,6 +146,16 @@ func RequestOf(cmd protocol.ExecuteStep) Request {
 // may be at most 64 KiB. Return Permanent(err) when retrying cannot help.
 type Handler func(ctx context.Context, req Request) (result any, err error)
 
+// Directory knows the live instances of agents, from their heartbeats on
+// protocol.AgentsTopic: Instances returns the last heartbeat of each live
+// instance of an agent.
+type Directory = processes.AgentDirectory
+
+// BreakerState is what breakers a handler keeps itself say: Open while
+// they refuse calls, Trial once a trial call may go through, and Cause, the
+// failure that opened them.
+type BreakerState = processes.BreakerState
+
 // Config configures an agent. Brokers is required.
 type Config struct {
 	Brokers []string
@@ -180,7 +190,7 @@ type Config struct {
 	RateLimit *protocol.RateLimit
 	// Directory tells how many instances of the agent are live, to share
 	// GlobalLimit and RateLimit; nil counts this one alone.
-	Directory processes.AgentDirectory
+	Directory Directory
 	// HangAfter is the calls' latency budget: when the oldest call in
 	// flight has run longer, and no call has been answered meanwhile, the
 	// instance is unhealthy and gives commands back. Default
@@ -197,7 +207,7 @@ type Config struct {
 	// Breakers, when set, reports breakers the handler keeps itself (saga's
 	// built-in HTTP agent keeps one per host): while one is open the
 	// instance is unhealthy.
-	Breakers func() processes.BreakerState
+	Breakers func() BreakerState
 	// PriorityAging is how long a command waits before it competes as if
 	// it had the next higher priority (domain.AgedRank); default
 	// domain.DefaultPriorityAging (2 s).

@@ -27,7 +27,7 @@ type AgentInstances struct {
 	DefaultHangAfter time.Duration
 	// Directory, when set, tells how many instances of an agent are live,
 	// so that each takes its share of the limits; nil counts one.
-	Directory processes.AgentDirectory
+	Directory agent.Directory
 }
 
 // configure sets an agent's instance settings in cfg.
