@@ -576,3 +576,23 @@ func TestRunAnnouncesHealthChangesAtOnce(t *testing.T) {
 	hb.next(t, func(h protocol.AgentHeartbeat) bool { return h.Health == protocol.HealthStopping })
 	assert.Equal(t, "test-1", <-hb.left)
 }
+
+// TestNoRoomBeforeCompleteByGivesTheCommandBack: a command that waits for
+// a place until its complete-by draws near is given back, uncalled, while
+// a reply can still be sent.
+func TestNoRoomBeforeCompleteByGivesTheCommandBack(t *testing.T) {
+	clock := newFakeClock(epoch)
+	svc, replies := newScripted(), newReplyLog()
+	a := newTestAgent(clock, svc, replies)
+	a.Capacity = 1
+	svc.hold("long")
+	handle(t, a, command("long", domain.PriorityNormal, epoch.Add(time.Minute)))
+	svc.awaitStart(t)
+	handle(t, a, command("short", domain.PriorityHigh, epoch.Add(time.Second)))
+	require.Eventually(t, func() bool { return clock.pending() > 0 }, 10*time.Second, time.Millisecond, "waiting, until 100 ms before its complete-by")
+	clock.Advance(900 * time.Millisecond)
+	r := replies.await(t, "short")
+	assert.Equal(t, protocol.OutcomeUnavailable, r.Outcome)
+	assert.Equal(t, "no room before complete-by: capacity 1 in use", r.Reason)
+	assert.EqualValues(t, 1, svc.calls.Load())
+}
