@@ -188,10 +188,10 @@ func (a *Agent) attempt(ctx context.Context, cmd protocol.ExecuteStep, reserve t
 			return a.reply(ctx, cmd, protocol.StepReply{Outcome: protocol.OutcomeFailed, Failure: domain.FailureTransient, Tries: tries,
 				Reason: "gave up after " + itoa(int64(tries)) + " tries: " + cause.Error() + " (then: " + reason + ")"})
 		}
-		span.SetAttributes(AttrTries.Int(tries + 1))
 		result, called, err := a.call(callCtx, cmd)
 		if called {
 			tries++
+			span.SetAttributes(AttrTries.Int(tries))
 		}
 		switch {
 		case err == nil:
