@@ -50,8 +50,10 @@ func NewClient(brokers []string, opts ...kgo.Opt) (*kgo.Client, error) {
 var CompactedTopics = []string{protocol.AgentsTopic}
 
 // EnsureTopics creates the topics that do not exist yet, those of
-// CompactedTopics compacted; one of them that exists already (created by a
-// client's auto-creation) is made compacted.
+// CompactedTopics compacted. One of those that exists already but is not
+// compacted (created by a client's auto-creation) is made compacted if the
+// cluster lets saga alter topic configs; if not, it is left as it is: it
+// still works, only holds old records longer.
 func EnsureTopics(ctx context.Context, client *kgo.Client, partitions int32, topics ...string) error {
 	var plain, compacted []string
 	for _, t := range topics {
@@ -74,15 +76,24 @@ func EnsureTopics(ctx context.Context, client *kgo.Client, partitions int32, top
 	if err := createTopics(ctx, adm, 1, map[string]*string{"cleanup.policy": &compact}, compacted); err != nil {
 		return err
 	}
-	resp, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "cleanup.policy", Value: &compact}}, compacted...)
-	if err == nil {
-		for _, r := range resp {
-			if r.Err != nil {
-				err = errors.Wrapf(r.Err, "topic %s", r.Name)
-			}
+	configs, err := adm.DescribeTopicConfigs(ctx, compacted...)
+	if err != nil {
+		return nil // best effort, as above
+	}
+	var loose []string
+	for _, rc := range configs {
+		ok := false
+		for _, c := range rc.Configs {
+			ok = ok || (c.Key == "cleanup.policy" && c.Value != nil && strings.Contains(*c.Value, "compact"))
+		}
+		if rc.Err == nil && !ok {
+			loose = append(loose, rc.Name)
 		}
 	}
-	return errors.Wrap(err, "make topics compacted")
+	if len(loose) > 0 {
+		_, _ = adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "cleanup.policy", Value: &compact}}, loose...)
+	}
+	return nil
 }
 
 func createTopics(ctx context.Context, adm *kadm.Client, partitions int32, configs map[string]*string, topics []string) error {

@@ -109,3 +109,31 @@ func TestAgentInstanceAnnouncesItselfAndLeaves(t *testing.T) {
 	assert.True(t, slices.Contains(healths, protocol.HealthStopping), "stopping while it drains: %v", healths)
 	assert.Equal(t, protocol.HealthStopping, healths[len(healths)-1])
 }
+
+// TestEnsureTopicsMakesTheAgentsTopicCompacted: saga.agents created
+// before saga did (by a client's auto-creation, say) without compaction is
+// made compacted; other topics are created as they were.
+func TestEnsureTopicsMakesTheAgentsTopicCompacted(t *testing.T) {
+	b := startBroker(t, t.TempDir(), nil)
+	client := newClient(t, b)
+	ctx := testContext(t)
+	adm := kadm.NewClient(client)
+	_, err := adm.CreateTopic(ctx, 1, -1, nil, protocol.AgentsTopic)
+	require.NoError(t, err)
+	policy := func(topic string) string {
+		configs, err := adm.DescribeTopicConfigs(ctx, topic)
+		require.NoError(t, err)
+		rc, err := configs.On(topic, nil)
+		require.NoError(t, err)
+		for _, c := range rc.Configs {
+			if c.Key == "cleanup.policy" && c.Value != nil {
+				return *c.Value
+			}
+		}
+		return ""
+	}
+	require.NotEqual(t, "compact", policy(protocol.AgentsTopic))
+	require.NoError(t, kafka.EnsureTopics(ctx, client, 2, protocol.AgentsTopic, protocol.RepliesTopic))
+	assert.Equal(t, "compact", policy(protocol.AgentsTopic))
+	assert.NotEqual(t, "compact", policy(protocol.RepliesTopic))
+}
