@@ -501,19 +501,17 @@ func (h *Handler) AnyBreakerOpen() bool {
 func (h *Handler) BreakerState() processes.BreakerState {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	hosts := make([]string, 0, len(h.breakers))
-	for host := range h.breakers {
-		hosts = append(hosts, host)
-	}
-	slices.Sort(hosts) // the same host named every time
+	// The first host in order of those open (else in trial), so that the
+	// same one is named every time.
 	var out processes.BreakerState
-	for _, host := range hosts {
-		s := h.breakers[host].State()
+	var named string
+	for host, b := range h.breakers {
+		s := b.State()
 		switch {
-		case s.Open && !out.Open:
-			out = processes.BreakerState{Open: true, Cause: "host " + host + ": " + s.Cause}
-		case s.Trial && !out.Open && !out.Trial:
-			out = processes.BreakerState{Trial: true, Cause: "host " + host + ": " + s.Cause}
+		case s.Open && (!out.Open || host < named):
+			out, named = processes.BreakerState{Open: true, Cause: "host " + host + ": " + s.Cause}, host
+		case s.Trial && !out.Open && (!out.Trial || host < named):
+			out, named = processes.BreakerState{Trial: true, Cause: "host " + host + ": " + s.Cause}, host
 		}
 	}
 	return out
