@@ -132,8 +132,8 @@ func (b *browser) screenshot(name string) {
 // running saga, with API tokens off and on: orders submitted by a client
 // appear and move to Processed without a reload, a compensated task shows
 // its timeline, Retry on a task in Error brings it back, a dead letter
-// shows with its reason, source and payload, and the overview counts the
-// orders and the agents' commands.
+// shows with its reason, source and payload, the overview counts the
+// orders and the agents' commands, and the agents page names the agents.
 func TestConsoleInABrowser(t *testing.T) {
 	chromium(t)
 	if testing.Short() {
@@ -236,9 +236,15 @@ func consoleScenario(t *testing.T, name string, auth bool) {
 			!!document.querySelector('#agents tr[data-agent="payment"]') })()`, 30*time.Second)
 	b.screenshot("overview")
 
+	// The agents page names every agent of the workflow, here without
+	// heartbeats: the demo agents send none.
+	b.run(chromedp.Navigate(b.base + "/ui/agents"))
+	b.await("the workflow's agents on the agents page", `!!document.querySelector('section[data-agent="payment"]') && !!document.querySelector('section[data-agent="inventory"]')`, 10*time.Second)
+	b.screenshot("agents")
+
 	// On a phone's width the pages scroll their wide parts, not the page.
 	b.run(chromedp.EmulateViewport(390, 844))
-	for _, page := range []string{"/ui/", "/ui/tasks/ui-comp-1", "/ui/overview"} {
+	for _, page := range []string{"/ui/", "/ui/tasks/ui-comp-1", "/ui/overview", "/ui/agents"} {
 		b.run(chromedp.Navigate(b.base + page))
 		b.await("no sideways scrolling on "+page, `document.readyState === "complete" && document.documentElement.scrollWidth <= window.innerWidth`, 10*time.Second)
 	}

@@ -122,8 +122,18 @@ func TestMetricsEndpointServesHistograms(t *testing.T) {
 		}
 	}
 	for _, name := range []string{"saga_commands_sent_total", "saga_agent_commands_total", "saga_tasks", "saga_readiness_failures_total",
-		"saga_eventstore_writes_total", "go_goroutines", "process_resident_memory_bytes"} {
+		"saga_eventstore_writes_total", "saga_agent_heartbeats_total", "go_goroutines", "process_resident_memory_bytes"} {
 		assert.Contains(t, families, name)
+	}
+	queued := families["saga_agent_queued"]
+	require.NotNil(t, queued, "the agents' queued commands")
+	bands := map[string]bool{}
+	for _, m := range queued.GetMetric() {
+		l := labelsOf(m)
+		bands[l["agent"]+" "+l["priority"]] = true
+	}
+	for _, want := range []string{"inventory high", "payment normal", "shipping low"} {
+		assert.True(t, bands[want], "queued of %s in %v", want, bands)
 	}
 
 	own := scrape(t, "http://"+s.app.MetricsAddr+"/metrics")

@@ -2,6 +2,7 @@ package integration_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +20,7 @@ import (
 	"github.com/EventStore/EventStore-Client-Go/v4/esdb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sagaengine/saga/adapters/client"
 	"github.com/sagaengine/saga/adapters/engine"
@@ -87,6 +89,21 @@ func TestSecureSystem(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, protocol.StatusProcessed, out.Final.Status)
 		assert.Equal(t, "received", out.Statuses[0].Status, "statuses came on the reply topic")
+	})
+
+	t.Run("agent heartbeats read over TLS and SCRAM", func(t *testing.T) {
+		opts, err := s.app.KafkaSecurity.Opts()
+		require.NoError(t, err)
+		producer, err := kafka.NewClient(s.app.KafkaBrokers, opts...)
+		require.NoError(t, err)
+		defer producer.Close()
+		now := time.Now()
+		beat, err := json.Marshal(protocol.AgentHeartbeat{Agent: "payment", Instance: "sec-pay-1", Health: protocol.HealthHealthy, Capacity: 2,
+			StartedAt: now, At: now, ExpiresAt: now.Add(time.Hour)})
+		require.NoError(t, err)
+		require.NoError(t, producer.ProduceSync(ctx(t, 10*time.Second), &kgo.Record{Topic: protocol.AgentsTopic, Key: []byte("sec-pay-1"), Value: beat}).FirstErr())
+		require.Eventually(t, func() bool { return len(s.app.AgentDirectory.Instances("payment", time.Now())) == 1 }, 30*time.Second, 20*time.Millisecond,
+			"the engine's agent directory reads saga.agents with the secure mode's credentials")
 	})
 
 	t.Run("kcat with SASL_SSL", func(t *testing.T) {

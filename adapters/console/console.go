@@ -55,6 +55,9 @@ type Config struct {
 	Context context.Context
 	// PageSize is how many tasks a page lists; default 50.
 	PageSize int
+	// Agents is the view of agents for the agents page; nil leaves the
+	// page saying this process has none.
+	Agents httpapi.Agents
 }
 
 // deadLetterLimit is how many dead letters the page shows, newest first.
@@ -78,6 +81,7 @@ func Handler(cfg Config) http.Handler {
 		"num":   func(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) },
 		"rate":  func(f float64) string { return strconv.FormatFloat(f, 'f', 2, 64) },
 		"lower": func(s any) string { return strings.ToLower(fmt.Sprint(s)) },
+		"bands": bands,
 	}).ParseFS(templateFiles, "templates/*.html"))
 	c := &console{cfg: cfg, pages: pages}
 	if cfg.Metrics != nil {
@@ -93,6 +97,7 @@ func Handler(cfg Config) http.Handler {
 	mux.HandleFunc("GET /ui/tasks/{id}", c.task)
 	mux.HandleFunc("GET /ui/deadletters", c.deadLetters)
 	mux.HandleFunc("GET /ui/overview", c.overview)
+	mux.HandleFunc("GET /ui/agents", c.agents)
 	mux.HandleFunc("GET /ui/login", c.loginForm)
 	mux.HandleFunc("POST /ui/login", c.login)
 	mux.HandleFunc("POST /ui/logout", c.logout)

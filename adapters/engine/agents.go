@@ -1,59 +1,145 @@
 package engine
 
 import (
+	"context"
+	"slices"
 	"time"
 
-	"github.com/sagaengine/saga/adapters/agent"
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/sagaengine/saga/adapters/httpapi"
+	"github.com/sagaengine/saga/adapters/kafka"
+	"github.com/sagaengine/saga/adapters/metrics"
+	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/domain/protocol"
-	"github.com/sagaengine/saga/processes"
 )
 
-// AgentInstances configures the instances of the agents a process runs
-// (the agents role): how many calls each makes at once, the limits shared
-// by all the instances of an agent, and when calls hang. Maps are by agent
-// name.
-type AgentInstances struct {
-	// Capacity bounds an agent's calls at once in this process; agents
-	// not named take DefaultCapacity (0: processes.DefaultAgentCapacity).
-	Capacity        map[string]int
-	DefaultCapacity int
-	// RateLimit bounds an agent's calls per period across its instances.
-	RateLimit map[string]protocol.RateLimit
-	// GlobalLimit bounds an agent's calls at once across its instances.
-	GlobalLimit map[string]int
-	// HangAfter is an agent's latency budget; agents not named take
-	// DefaultHangAfter (0: processes.DefaultHangAfter).
-	HangAfter        map[string]time.Duration
-	DefaultHangAfter time.Duration
-	// Directory, when set, tells how many instances of an agent are live,
-	// so that each takes its share of the limits; nil counts one.
-	Directory agent.Directory
+// queuesTimeout bounds how long a view of agents waits for Kafka to tell
+// the depth of their command topics.
+const queuesTimeout = 2 * time.Second
+
+// startAgentDirectory runs the directory of agent instances, which the
+// scheduler routes by and the API and console show.
+func (a *App) startAgentDirectory(ctx context.Context) error {
+	dir, err := kafka.NewAgentDirectory(kafka.AgentDirectoryConfig{Brokers: a.KafkaBrokers, Opts: a.kafkaOpts, Logger: a.logger, Now: a.cfg.Clock})
+	if err != nil {
+		return err
+	}
+	a.AgentDirectory = dir
+	a.run("agent directory", func() error { return dir.Run(ctx) })
+	return nil
 }
 
-// configure sets an agent's instance settings in cfg.
-func (c AgentInstances) configure(name string, cfg *agent.Config) {
-	cfg.Capacity = c.DefaultCapacity
-	if n, ok := c.Capacity[name]; ok {
-		cfg.Capacity = n
-	}
-	if r, ok := c.RateLimit[name]; ok {
-		cfg.RateLimit = &r
-	}
-	cfg.GlobalLimit = c.GlobalLimit[name]
-	cfg.HangAfter = c.DefaultHangAfter
-	if d, ok := c.HangAfter[name]; ok {
-		cfg.HangAfter = d
-	}
-	cfg.Directory = c.Directory
+// agentsView is the view of agents the API, the console and the metrics
+// show: the directory's instances, the agents of the registered workflows
+// (so that one without instances shows), and their queued commands.
+type agentsView struct {
+	dir *kafka.AgentDirectory
+	// registered lists the agents of the registered workflows.
+	registered func(context.Context) ([]string, error)
+	adm        *kadm.Client
+	now        func() time.Time
 }
 
-// agentInstance names this process's instance of an agent:
-// <instance>/<agent> when the process was given an instance name, else
-// one unique to the process (processes.DefaultInstance), so that two
-// processes on one host never share a heartbeat key.
-func (a *App) agentInstance(name string) string {
-	if a.cfg.instanceGiven {
-		return a.cfg.Instance + "/" + name
+var _ httpapi.Agents = agentsView{}
+
+// Agents implements httpapi.Agents.
+func (v agentsView) Agents(ctx context.Context) (protocol.AgentList, error) {
+	now := v.now()
+	views, err := v.views(ctx, now, "")
+	return protocol.AgentList{Agents: views, At: now}, err
+}
+
+// Agent implements httpapi.Agents.
+func (v agentsView) Agent(ctx context.Context, name string) (protocol.AgentView, bool, error) {
+	views, err := v.views(ctx, v.now(), name)
+	if err != nil || len(views) == 0 {
+		return protocol.AgentView{}, false, err
 	}
-	return processes.DefaultInstance(name)
+	return views[0], true, nil
+}
+
+// views builds the views of every agent, or of only one when only is set.
+func (v agentsView) views(ctx context.Context, now time.Time, only string) ([]protocol.AgentView, error) {
+	registered, err := v.registered(ctx)
+	if err != nil {
+		return nil, err
+	}
+	instances := map[string][]protocol.AgentInstanceView{}
+	for _, in := range v.dir.All(now) {
+		instances[in.Heartbeat.Agent] = append(instances[in.Heartbeat.Agent], protocol.AgentInstanceView{AgentHeartbeat: in.Heartbeat, Gone: in.Gone})
+	}
+	var names []string
+	for name := range instances {
+		names = append(names, name)
+	}
+	for _, name := range registered {
+		if _, seen := instances[name]; !seen {
+			names = append(names, name)
+		}
+	}
+	if only != "" {
+		if !slices.Contains(names, only) {
+			return nil, nil
+		}
+		names = []string{only}
+	}
+	slices.Sort(names)
+	views := make([]protocol.AgentView, 0, len(names))
+	for _, name := range names {
+		views = append(views, protocol.NewAgentView(name, slices.Contains(registered, name), instances[name]))
+	}
+	if len(names) == 0 {
+		return views, nil
+	}
+	queuesCtx, cancel := context.WithTimeout(ctx, queuesTimeout)
+	defer cancel()
+	queues, err := kafka.CommandQueues(queuesCtx, v.adm, names...)
+	for i := range views {
+		queued, ok := queues[views[i].Name]
+		switch {
+		case err != nil:
+			views[i].QueueError = err.Error()
+		case !ok:
+			views[i].QueueError = "no agent can have this name: it has no command topics"
+		default:
+			views[i].Queued = queued
+		}
+	}
+	return views, nil
+}
+
+// registerDirectoryMetrics adds the gauges of the live agent instances and
+// of the agents' queued commands, and the directory's counters.
+func (a *App) registerDirectoryMetrics(m *metrics.Metrics) {
+	dir := a.AgentDirectory
+	m.WatchAgents(func() []protocol.AgentHeartbeat {
+		var live []protocol.AgentHeartbeat
+		for _, in := range dir.All(a.cfg.Clock()) {
+			if !in.Gone {
+				live = append(live, in.Heartbeat)
+			}
+		}
+		return live
+	}, func(ctx context.Context) (map[string]map[domain.Priority]int64, error) {
+		names, err := a.Workflows.Agents(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, in := range dir.All(a.cfg.Clock()) {
+			if !slices.Contains(names, in.Heartbeat.Agent) {
+				names = append(names, in.Heartbeat.Agent)
+			}
+		}
+		return kafka.CommandQueues(ctx, kadm.NewClient(a.client), names...)
+	})
+	m.Register(metrics.Family{Name: "saga_agent_heartbeats_total", Type: counter, Labels: []string{"outcome"},
+		Help: "Records of saga.agents the agent directory read, by outcome: applied (a heartbeat), tombstone, invalid (ignored), evicted (an instance dropped to keep within the cap).",
+		Read: func(emit func(float64, ...string)) {
+			st := dir.Stats()
+			emit(float64(st.Heartbeats), "applied")
+			emit(float64(st.Tombstones), "tombstone")
+			emit(float64(st.Invalid), "invalid")
+			emit(float64(st.Evicted), "evicted")
+		}})
 }

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/trace"
 
@@ -239,6 +240,9 @@ type App struct {
 	AgentProcs map[string]*agent.Agent
 	// HTTPHandlers are the built-in HTTP agent's handlers, by agent.
 	HTTPHandlers map[string]*httpagent.Handler
+	// AgentDirectory knows the agent instances from their heartbeats
+	// (with the scheduler or api role).
+	AgentDirectory *kafka.AgentDirectory
 	// Metrics are this process's metrics, served at /metrics.
 	Metrics *metrics.Metrics
 	// MetricsAddr is the address of the MetricsListen listener.
@@ -470,6 +474,12 @@ func (a *App) startKafka(ctx context.Context) error {
 	if err := kafka.EnsureTopics(topicCtx, client, a.cfg.Partitions, a.Topics()...); err != nil {
 		return a.KafkaSecurity.Explain(err)
 	}
+	err = kafka.EnsureCompactedTopics(topicCtx, client, a.cfg.Partitions, protocol.AgentsTopic)
+	if errors.Is(err, kafka.ErrTopicNotCompacted) {
+		a.logger.Warn("agent heartbeats' topic is not compacted", "topic", protocol.AgentsTopic, "err", err.Error())
+	} else if err != nil {
+		return a.KafkaSecurity.Explain(err)
+	}
 	return nil
 }
 
@@ -489,6 +499,11 @@ func (a *App) startProcesses(ctx context.Context) error {
 	// The followers of the shared subscription register as they are built
 	// (Register), and it starts delivering once all of them are: no counts.
 	defer a.run("event fan-out", func() error { return a.followers.Run(ctx) })
+	if cfg.has(RoleScheduler) || cfg.has(RoleAPI) {
+		if err := a.startAgentDirectory(ctx); err != nil {
+			return err
+		}
+	}
 	if cfg.has(RoleScheduler) {
 		if err := a.startScheduler(ctx); err != nil {
 			return err
@@ -548,6 +563,10 @@ func (a *App) startScheduler(ctx context.Context) error {
 	a.Scheduler = &processes.Scheduler{Store: a.followers.Register("scheduler"), Commands: commands, DeadLetters: commands, Workflows: a.Workflows,
 		Actor: "scheduler/" + a.cfg.Instance, Clock: a.clock, Logger: a.logger, Ownership: ownership,
 		Checkpoints: a.Store, CheckpointEvery: a.cfg.CheckpointEvery, Observer: a.Metrics, Tracing: a.tracing}
+	if a.AgentDirectory != nil {
+		// Dispatches go by the room and health of agents' instances.
+		a.Scheduler.Agents = a.AgentDirectory
+	}
 	a.run("scheduler", func() error { return a.Scheduler.Run(ctx) })
 	a.consumeWith(ctx, kafka.ConsumerConfig{Group: "saga-scheduler", Topics: []string{protocol.RepliesTopic},
 		OnAssigned: func(m map[string][]int32) { ownership.Assigned(m); go a.Scheduler.Rebalanced(ctx) },
@@ -608,11 +627,12 @@ func (a *App) startAPI(ctx context.Context) error {
 	a.HTTPAddr = lis.Addr().String()
 	// Timeouts and a header limit, so that slow or hostile clients cannot
 	// hold connections and memory: bodies are small (1 MiB at most).
+	agents := agentsView{dir: a.AgentDirectory, registered: a.Workflows.Agents, adm: kadm.NewClient(a.client), now: a.cfg.Clock}
 	ui := console.Handler(console.Config{Tasks: a.Tasks, History: a.Store, Tokens: tokens, Kafka: topics.Dial(a.KafkaBrokers, a.cfg.KafkaSecurity.Explain, a.kafkaOpts...),
-		Metrics: a.Metrics.Registry, Context: ctx})
-	a.http = &http.Server{Handler: httpapi.Handler(a.Tasks, a.Operator, registering{a.Workflows, a}, a, a, tokens,
-		httpapi.Mount{Pattern: console.Pattern, Handler: ui},
-		httpapi.Mount{Pattern: "GET /ui", Handler: http.RedirectHandler(console.Pattern, http.StatusMovedPermanently)}),
+		Metrics: a.Metrics.Registry, Context: ctx, Agents: agents})
+	mounts := append([]httpapi.Mount{{Pattern: console.Pattern, Handler: ui},
+		{Pattern: "GET /ui", Handler: http.RedirectHandler(console.Pattern, http.StatusMovedPermanently)}}, httpapi.AgentsAPI(agents)...)
+	a.http = &http.Server{Handler: httpapi.Handler(a.Tasks, a.Operator, registering{a.Workflows, a}, a, a, tokens, mounts...),
 		ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second,
 		IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
 	a.run("http api", func() error {

@@ -63,6 +63,9 @@ func (a *App) registerMetrics() {
 	if len(a.AgentProcs) > 0 {
 		a.registerAgentMetrics(m)
 	}
+	if a.AgentDirectory != nil {
+		a.registerDirectoryMetrics(m)
+	}
 	if s := a.Status; s != nil {
 		m.Register(metrics.Family{Name: "saga_statuses_published_total", Type: counter,
 			Help: "Status messages sent, repeats after a restart included.",

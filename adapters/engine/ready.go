@@ -92,8 +92,9 @@ func (a *App) check(ctx context.Context, name string) error {
 }
 
 // WaitLive waits until every process of this instance that catches up at
-// start (the task view, the scheduler, the supervisor) has caught up with
-// the event store, so that it decides on current state, or until ctx ends.
+// start has caught up, or until ctx ends: the task view, the scheduler and
+// the supervisor with the event store, so that they decide on current
+// state, and the agent directory with saga.agents.
 func (a *App) WaitLive(ctx context.Context) error {
 	var waits []<-chan struct{}
 	if a.Tasks != nil {
@@ -104,6 +105,9 @@ func (a *App) WaitLive(ctx context.Context) error {
 	}
 	if a.Supervisor != nil {
 		waits = append(waits, a.Supervisor.Ready())
+	}
+	if a.AgentDirectory != nil {
+		waits = append(waits, a.AgentDirectory.Ready())
 	}
 	for _, w := range waits {
 		select {

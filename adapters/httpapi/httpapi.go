@@ -17,6 +17,9 @@
 //	GET  /api/workflows/{name}/versions  every version, oldest first
 //	POST /api/workflows           register a definition (JSON document);
 //	                              ?dryRun=true only validates it
+//	GET  /api/agents              every agent with its instances, totals and
+//	                              queued commands (a protocol.AgentList; AgentsAPI)
+//	GET  /api/agents/{name}       one agent (a protocol.AgentView), 404 if unknown
 //	GET  /healthz                 liveness: 200 while the process serves
 //	                              (and the projection has caught up)
 //	GET  /readyz                  readiness: 200 when every check passes, else

@@ -108,3 +108,67 @@ func createTopics(ctx context.Context, adm *kadm.Client, partitions int32, confi
 	}
 	return nil
 }
+
+// ErrTopicNotCompacted is returned, with its cause, when a topic exists but
+// could not be checked or made compacted (a cluster's ACLs may forbid
+// describing or altering its configuration): it can be used, but a
+// compacted topic's readers may then read more than they need.
+var ErrTopicNotCompacted = errors.New("topic exists but could not be made compacted")
+
+// EnsureCompactedTopics creates the topics that do not exist yet with
+// cleanup.policy=compact (protocol.AgentsTopic), and makes an existing one
+// compacted if it is not (a client that produced before the engine started
+// may have had it auto-created); ErrTopicNotCompacted when that fails.
+// Calling it again changes nothing.
+func EnsureCompactedTopics(ctx context.Context, client *kgo.Client, partitions int32, topics ...string) error {
+	adm := kadm.NewClient(client)
+	compact := "compact"
+	resp, err := adm.CreateTopics(ctx, partitions, -1, map[string]*string{"cleanup.policy": &compact}, topics...)
+	if err != nil {
+		return errors.Wrap(err, "create compacted topics")
+	}
+	var existing []string
+	for _, t := range resp.Sorted() {
+		switch {
+		case errors.Is(t.Err, kerr.TopicAlreadyExists):
+			existing = append(existing, t.Topic)
+		case t.Err != nil:
+			return errors.Wrapf(t.Err, "create topic %s", t.Topic)
+		}
+	}
+	if len(existing) == 0 {
+		return nil
+	}
+	described, err := adm.DescribeTopicConfigs(ctx, existing...)
+	if err != nil {
+		return errors.Mark(errors.Wrap(err, "describe compacted topics"), ErrTopicNotCompacted)
+	}
+	var alter []string
+	for _, rc := range described {
+		if rc.Err != nil {
+			return errors.Mark(errors.Wrapf(rc.Err, "describe topic %s", rc.Name), ErrTopicNotCompacted)
+		}
+		policy := ""
+		for _, c := range rc.Configs {
+			if c.Key == "cleanup.policy" {
+				policy = c.MaybeValue()
+			}
+		}
+		if !strings.Contains(policy, "compact") {
+			alter = append(alter, rc.Name)
+		}
+	}
+	if len(alter) == 0 {
+		return nil
+	}
+	altered, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "cleanup.policy", Value: &compact}}, alter...)
+	if err != nil {
+		return errors.Mark(errors.Wrap(err, "make topics compacted"), ErrTopicNotCompacted)
+	}
+	for _, a := range altered {
+		if a.Err != nil {
+			return errors.Mark(errors.Wrapf(a.Err, "make topic %s compacted", a.Name), ErrTopicNotCompacted)
+		}
+	}
+	return nil
+}

@@ -48,6 +48,7 @@ var commandHelp = map[string]struct{ usage, examples string }{
   sagactl deadletters redrive 0/17 --dry-run
   sagactl deadletters redrive 0/17 --value-file fixed-order.json
   sagactl deadletters redrive --reason-contains 'unknown workflow signup' --yes`},
+	"agents":    {"sagactl agents [flags] [NAME]", "  sagactl agents\n  sagactl agents payment\n  sagactl agents -o json | jq '.agents[].totals'"},
 	"overdue":   {"sagactl overdue [flags]", "  sagactl overdue\n  sagactl overdue --workflow order --at-least 30s -o json"},
 	"watch":     {"sagactl watch [flags] ORDER_ID | --topic TOPIC", "  sagactl watch o-1 --timeout 30s\n  sagactl watch --topic saga.status -o json"},
 	"audit":     {"sagactl audit [flags] TASK_ID", "  sagactl audit o-1\n  sagactl audit o-1 --at 4\n  sagactl audit o-1 -o json"},

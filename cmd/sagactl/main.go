@@ -54,6 +54,8 @@ commands:
                            re-publish dead letters to the topic they came from, once
                            the cause is fixed (--dry-run, --value-file for a fixed payload)
   overdue                  attempts in flight past their completeBy, oldest first
+  agents [NAME]            agents and their instances: health, calls in flight of
+                           capacity, commands waiting and queued by priority (h/n/l)
   watch ORDER_ID           follow an order until it ends; exit code 0 processed,
                            2 compensated, 3 failed (Error), 4 --timeout passed,
                            5 rejected, 1 error
@@ -144,7 +146,7 @@ func init() {
 	commands = map[string]func(context.Context, []string) error{
 		"submit": submit, "get": get, "tasks": tasks, "retry": retry, "cancel": cancel,
 		"watch": watch, "audit": audit, "replay": replay, "workflows": workflowsCmd,
-		"alerts": alerts, "deadletters": deadletters, "overdue": overdue,
+		"alerts": alerts, "deadletters": deadletters, "overdue": overdue, "agents": agents,
 	}
 }
 

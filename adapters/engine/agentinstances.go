@@ -1,0 +1,59 @@
+package engine
+
+import (
+	"time"
+
+	"github.com/sagaengine/saga/adapters/agent"
+	"github.com/sagaengine/saga/domain/protocol"
+	"github.com/sagaengine/saga/processes"
+)
+
+// AgentInstances configures the instances of the agents a process runs
+// (the agents role): how many calls each makes at once, the limits shared
+// by all the instances of an agent, and when calls hang. Maps are by agent
+// name.
+type AgentInstances struct {
+	// Capacity bounds an agent's calls at once in this process; agents
+	// not named take DefaultCapacity (0: processes.DefaultAgentCapacity).
+	Capacity        map[string]int
+	DefaultCapacity int
+	// RateLimit bounds an agent's calls per period across its instances.
+	RateLimit map[string]protocol.RateLimit
+	// GlobalLimit bounds an agent's calls at once across its instances.
+	GlobalLimit map[string]int
+	// HangAfter is an agent's latency budget; agents not named take
+	// DefaultHangAfter (0: processes.DefaultHangAfter).
+	HangAfter        map[string]time.Duration
+	DefaultHangAfter time.Duration
+	// Directory, when set, tells how many instances of an agent are live,
+	// so that each takes its share of the limits; nil counts one.
+	Directory agent.Directory
+}
+
+// configure sets an agent's instance settings in cfg.
+func (c AgentInstances) configure(name string, cfg *agent.Config) {
+	cfg.Capacity = c.DefaultCapacity
+	if n, ok := c.Capacity[name]; ok {
+		cfg.Capacity = n
+	}
+	if r, ok := c.RateLimit[name]; ok {
+		cfg.RateLimit = &r
+	}
+	cfg.GlobalLimit = c.GlobalLimit[name]
+	cfg.HangAfter = c.DefaultHangAfter
+	if d, ok := c.HangAfter[name]; ok {
+		cfg.HangAfter = d
+	}
+	cfg.Directory = c.Directory
+}
+
+// agentInstance names this process's instance of an agent:
+// <instance>/<agent> when the process was given an instance name, else
+// one unique to the process (processes.DefaultInstance), so that two
+// processes on one host never share a heartbeat key.
+func (a *App) agentInstance(name string) string {
+	if a.cfg.instanceGiven {
+		return a.cfg.Instance + "/" + name
+	}
+	return processes.DefaultInstance(name)
+}
