@@ -26,9 +26,14 @@ type AgentInstances struct {
 	HangAfter        map[string]time.Duration
 	DefaultHangAfter time.Duration
 	// Directory, when set, tells how many instances of an agent are live,
-	// so that each takes its share of the limits; nil counts one.
+	// so that each takes its share of the limits; default the engine's
+	// agent directory (App.AgentDirectory), which runs with the scheduler
+	// or api role, or when an agent has a shared limit.
 	Directory agent.Directory
 }
+
+// shared reports whether an agent has a limit its instances share.
+func (c AgentInstances) shared() bool { return len(c.RateLimit) > 0 || len(c.GlobalLimit) > 0 }
 
 // configure sets an agent's instance settings in cfg.
 func (c AgentInstances) configure(name string, cfg *agent.Config) {
@@ -44,7 +49,17 @@ func (c AgentInstances) configure(name string, cfg *agent.Config) {
 	if d, ok := c.HangAfter[name]; ok {
 		cfg.HangAfter = d
 	}
-	cfg.Directory = c.Directory
+}
+
+// directory is the directory the agents share their limits by.
+func (a *App) directory() agent.Directory {
+	if d := a.cfg.AgentInstances.Directory; d != nil {
+		return d
+	}
+	if a.AgentDirectory != nil {
+		return a.AgentDirectory
+	}
+	return nil
 }
 
 // agentInstance names this process's instance of an agent:

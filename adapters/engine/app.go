@@ -423,7 +423,7 @@ func (r registering) Apply(ctx context.Context, w *domain.Workflow, by string) (
 
 // Topics lists the topics saga creates at start.
 func (a *App) Topics() []string {
-	topics := []string{protocol.RepliesTopic, protocol.StatusTopic, protocol.DeadLetterTopic, protocol.AlertsTopic, protocol.AgentsTopic}
+	topics := []string{protocol.RepliesTopic, protocol.StatusTopic, protocol.DeadLetterTopic, protocol.AlertsTopic}
 	topics = append(topics, a.triggerTopics...)
 	for _, agent := range append(append([]string{domain.HTTPAgent}, a.cfg.HTTPAgents...), a.agents...) {
 		for _, topic := range protocol.CommandTopics(agent) {
@@ -499,7 +499,9 @@ func (a *App) startProcesses(ctx context.Context) error {
 	// The followers of the shared subscription register as they are built
 	// (Register), and it starts delivering once all of them are: no counts.
 	defer a.run("event fan-out", func() error { return a.followers.Run(ctx) })
-	if cfg.has(RoleScheduler) || cfg.has(RoleAPI) {
+	// Agents with limits shared by their instances read it too, to know
+	// their share.
+	if cfg.has(RoleScheduler) || cfg.has(RoleAPI) || (cfg.has(RoleAgents) && a.cfg.AgentInstances.shared()) {
 		if err := a.startAgentDirectory(ctx); err != nil {
 			return err
 		}
@@ -713,6 +715,7 @@ func (a *App) startAgent(ctx context.Context, name string, handler agent.Handler
 	cfg := agent.Config{Brokers: a.KafkaBrokers, KafkaOptions: a.kafkaOpts, Logger: a.logger, Clock: a.cfg.Clock, BreakerOpenFor: breakerOpenFor,
 		TracerProvider: a.tracing, Instance: a.agentInstance(name), Breakers: breakers}
 	a.cfg.AgentInstances.configure(name, &cfg)
+	cfg.Directory = a.directory()
 	ag, err := agent.New(name, handler, cfg)
 	if err != nil {
 		return errors.Wrapf(err, "agent %s", name)

@@ -8,7 +8,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -225,16 +224,8 @@ func StartBroker(cfg BrokerConfig) (*Broker, error) {
 		}
 		b.internalAuth = cfg.Users[0]
 	}
-	var seed, compacted []string
-	for _, t := range cfg.Topics {
-		if slices.Contains(CompactedTopics, t) {
-			compacted = append(compacted, t)
-		} else {
-			seed = append(seed, t)
-		}
-	}
-	if len(seed) > 0 {
-		opts = append(opts, kfake.SeedTopics(cfg.Partitions, seed...))
+	if len(cfg.Topics) > 0 {
+		opts = append(opts, kfake.SeedTopics(cfg.Partitions, cfg.Topics...))
 	}
 	cluster, err := kfake.NewCluster(opts...)
 	if err != nil {
@@ -263,11 +254,6 @@ func StartBroker(cfg BrokerConfig) (*Broker, error) {
 	}
 	if cfg.DataDir != "" {
 		if err := b.clampOffsets(cfg.Logger); err != nil {
-			return nil, err
-		}
-	}
-	if len(compacted) > 0 {
-		if err := b.createCompacted(compacted); err != nil {
 			return nil, err
 		}
 	}
@@ -303,19 +289,6 @@ func (b *Broker) clampOffsets(logger *slog.Logger) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	return clampOffsets(ctx, client, logger)
-}
-
-// createCompacted creates compacted topics (CompactedTopics) over an
-// in-process connection while the broker serves no client yet.
-func (b *Broker) createCompacted(topics []string) error {
-	client, err := b.internalClient()
-	if err != nil {
-		return errors.Wrap(err, "kafka client to create compacted topics")
-	}
-	defer client.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	return EnsureTopics(ctx, client, 1, topics...)
 }
 
 // internalClient is a client of the broker over in-process connections.

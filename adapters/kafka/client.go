@@ -2,15 +2,12 @@ package kafka
 
 import (
 	"context"
-	"slices"
 	"strings"
 
 	"github.com/cockroachdb/errors"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/sagaengine/saga/domain/protocol"
 )
 
 // SplitBrokers parses a comma-separated broker list.
@@ -44,60 +41,10 @@ func NewClient(brokers []string, opts ...kgo.Opt) (*kgo.Client, error) {
 	return client, errors.Wrapf(err, "kafka client for %v", brokers)
 }
 
-// CompactedTopics are the topics saga creates compacted
-// (cleanup.policy=compact), with one partition: their newest record per
-// key is their content. Retention leaves them alone.
-var CompactedTopics = []string{protocol.AgentsTopic}
-
-// EnsureTopics creates the topics that do not exist yet, those of
-// CompactedTopics compacted. One of those that exists already but is not
-// compacted (created by a client's auto-creation) is made compacted if the
-// cluster lets saga alter topic configs; if not, it is left as it is: it
-// still works, only holds old records longer.
+// EnsureTopics creates the topics that do not exist yet.
 func EnsureTopics(ctx context.Context, client *kgo.Client, partitions int32, topics ...string) error {
-	var plain, compacted []string
-	for _, t := range topics {
-		if slices.Contains(CompactedTopics, t) {
-			compacted = append(compacted, t)
-		} else {
-			plain = append(plain, t)
-		}
-	}
 	adm := kadm.NewClient(client)
-	if len(plain) > 0 {
-		if err := createTopics(ctx, adm, partitions, nil, plain); err != nil {
-			return err
-		}
-	}
-	if len(compacted) == 0 {
-		return nil
-	}
-	compact := "compact"
-	if err := createTopics(ctx, adm, 1, map[string]*string{"cleanup.policy": &compact}, compacted); err != nil {
-		return err
-	}
-	configs, err := adm.DescribeTopicConfigs(ctx, compacted...)
-	if err != nil {
-		return nil // best effort, as above
-	}
-	var loose []string
-	for _, rc := range configs {
-		ok := false
-		for _, c := range rc.Configs {
-			ok = ok || (c.Key == "cleanup.policy" && c.Value != nil && strings.Contains(*c.Value, "compact"))
-		}
-		if rc.Err == nil && !ok {
-			loose = append(loose, rc.Name)
-		}
-	}
-	if len(loose) > 0 {
-		_, _ = adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "cleanup.policy", Value: &compact}}, loose...)
-	}
-	return nil
-}
-
-func createTopics(ctx context.Context, adm *kadm.Client, partitions int32, configs map[string]*string, topics []string) error {
-	resp, err := adm.CreateTopics(ctx, partitions, -1, configs, topics...)
+	resp, err := adm.CreateTopics(ctx, partitions, -1, nil, topics...)
 	if err != nil {
 		return errors.Wrap(err, "create topics")
 	}

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sagaengine/saga/domain/protocol"
@@ -58,8 +57,7 @@ func (h *Heartbeats) produce(ctx context.Context, rec *kgo.Record) error {
 		// Best effort: an agent may lack the right to create topics, and
 		// saga creates this one where it creates its own.
 		ensureCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		compact := "compact"
-		_ = createTopics(ensureCtx, kadm.NewClient(h.client), 1, map[string]*string{"cleanup.policy": &compact}, []string{protocol.AgentsTopic})
+		_ = EnsureCompactedTopics(ensureCtx, h.client, 1, protocol.AgentsTopic)
 		cancel()
 		h.ensured = true
 	}

@@ -23,23 +23,12 @@ import (
 // keyed by instance and typed, list the partitions of its command topics;
 // when it stops it says so, then leaves a tombstone under its key.
 func TestAgentInstanceAnnouncesItselfAndLeaves(t *testing.T) {
-	topics := append(protocol.CommandTopics("payment"), protocol.AgentsTopic)
-	b, err := kafka.StartBroker(kafka.BrokerConfig{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Partitions: 2, Topics: topics,
+	b, err := kafka.StartBroker(kafka.BrokerConfig{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Partitions: 2, Topics: protocol.CommandTopics("payment"),
 		Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	t.Cleanup(b.Close)
 	client := newClient(t, b)
 	ctx := testContext(t)
-
-	configs, err := kadm.NewClient(client).DescribeTopicConfigs(ctx, protocol.AgentsTopic)
-	require.NoError(t, err)
-	policy, err := configs.On(protocol.AgentsTopic, nil)
-	require.NoError(t, err)
-	compacted := false
-	for _, c := range policy.Configs {
-		compacted = compacted || (c.Key == "cleanup.policy" && c.Value != nil && *c.Value == "compact")
-	}
-	assert.True(t, compacted, "saga.agents is compacted")
 
 	producer := kafka.NewProducer(client, "saga/agent/payment", nil)
 	ag := &processes.Agent{Name: "payment", Instance: "host-1/payment", Capacity: 4, Clock: processes.SystemClock, Logger: slog.New(slog.DiscardHandler),
@@ -84,6 +73,7 @@ func TestAgentInstanceAnnouncesItselfAndLeaves(t *testing.T) {
 	for _, topic := range protocol.CommandTopics("payment") {
 		assert.Equal(t, []int32{0, 1}, hb.Partitions[topic], topic)
 	}
+	assert.Equal(t, "compact", cleanupPolicy(t, kadm.NewClient(client), protocol.AgentsTopic), "the first heartbeat created saga.agents compacted")
 	assert.Equal(t, "payment", hb.Agent)
 	assert.Equal(t, protocol.HealthHealthy, hb.Health)
 	assert.Equal(t, 4, hb.Capacity)
@@ -110,30 +100,17 @@ func TestAgentInstanceAnnouncesItselfAndLeaves(t *testing.T) {
 	assert.Equal(t, protocol.HealthStopping, healths[len(healths)-1])
 }
 
-// TestEnsureTopicsMakesTheAgentsTopicCompacted: saga.agents created
-// before saga did (by a client's auto-creation, say) without compaction is
-// made compacted; other topics are created as they were.
-func TestEnsureTopicsMakesTheAgentsTopicCompacted(t *testing.T) {
-	b := startBroker(t, t.TempDir(), nil)
-	client := newClient(t, b)
-	ctx := testContext(t)
-	adm := kadm.NewClient(client)
-	_, err := adm.CreateTopic(ctx, 1, -1, nil, protocol.AgentsTopic)
+// cleanupPolicy is a topic's cleanup.policy.
+func cleanupPolicy(t *testing.T, adm *kadm.Client, topic string) string {
+	t.Helper()
+	configs, err := adm.DescribeTopicConfigs(testContext(t), topic)
 	require.NoError(t, err)
-	policy := func(topic string) string {
-		configs, err := adm.DescribeTopicConfigs(ctx, topic)
-		require.NoError(t, err)
-		rc, err := configs.On(topic, nil)
-		require.NoError(t, err)
-		for _, c := range rc.Configs {
-			if c.Key == "cleanup.policy" && c.Value != nil {
-				return *c.Value
-			}
+	rc, err := configs.On(topic, nil)
+	require.NoError(t, err)
+	for _, c := range rc.Configs {
+		if c.Key == "cleanup.policy" {
+			return c.MaybeValue()
 		}
-		return ""
 	}
-	require.NotEqual(t, "compact", policy(protocol.AgentsTopic))
-	require.NoError(t, kafka.EnsureTopics(ctx, client, 2, protocol.AgentsTopic, protocol.RepliesTopic))
-	assert.Equal(t, "compact", policy(protocol.AgentsTopic))
-	assert.NotEqual(t, "compact", policy(protocol.RepliesTopic))
+	return ""
 }
