@@ -58,3 +58,24 @@ func TestSystemAgentsAnnounceThemselvesAndKeepToTheirCapacity(t *testing.T) {
 	assert.Equal(t, "node-1/payment", charge.Instance)
 	assert.Equal(t, 1, charge.Tries)
 }
+
+// TestSystemAgentRateLimitHoldsInEveryWindow gives payment a rate limit:
+// however many orders arrive at once, the payment service never sees more
+// calls start within any window of the period than the limit, and every
+// order is still processed.
+func TestSystemAgentRateLimitHoldsInEveryWindow(t *testing.T) {
+	s := startSystem(t, engine.Config{AgentInstances: engine.AgentInstances{
+		RateLimit: map[string]protocol.RateLimit{"payment": {Calls: 10, PeriodMillis: 300}}}})
+	ids := orderIDs("rate", 40)
+	s.publishOrders(ids)
+	tasks := s.awaitTerminal(ids, 60*time.Second)
+	for _, id := range ids {
+		require.Equal(t, domain.StateProcessed, tasks[id].State, id)
+	}
+	pay := s.app.Services["payment"]
+	assert.GreaterOrEqual(t, pay.Calls(), int64(40))
+	assert.LessOrEqual(t, pay.MostCallsWithin(300*time.Millisecond), 10)
+	hb := s.app.AgentProcs["payment"].Heartbeat()
+	assert.Equal(t, &protocol.RateLimit{Calls: 10, PeriodMillis: 300}, hb.RateLimit)
+	require.NotNil(t, s.app.AgentDirectory, "the agents' process reads the directory for its share")
+}

@@ -84,7 +84,8 @@ type Agent struct {
 	GlobalLimit int
 	// RateLimit bounds the calls started per period across every instance:
 	// this one starts at most Calls / k (at least one) in any window of
-	// the period, and waits one period after it starts. Every try counts.
+	// the period (kept a little longer, rateMargin), and waits one period
+	// after it starts. Every try counts.
 	RateLimit *protocol.RateLimit
 	// Directory tells how many instances share the limits; nil means this
 	// one alone.

@@ -490,7 +490,8 @@ func TestHandlerBreakerRefusalIsGivenBack(t *testing.T) {
 }
 
 // TestRateLimitWaitsAPeriodAfterStart: the first call of an instance with
-// a rate limit waits one period; a command that cannot call before its
+// a rate limit waits one period (and the margin that keeps calls the
+// period apart at the service too); a command that cannot call before its
 // complete-by is given back.
 func TestRateLimitWaitsAPeriodAfterStart(t *testing.T) {
 	clock := newFakeClock(epoch)
@@ -505,7 +506,7 @@ func TestRateLimitWaitsAPeriodAfterStart(t *testing.T) {
 	handle(t, a, command("later", domain.PriorityNormal, epoch.Add(time.Minute)))
 	require.Eventually(t, func() bool { return clock.pending() > 0 }, 10*time.Second, time.Millisecond)
 	assert.Zero(t, svc.calls.Load())
-	clock.Advance(time.Second)
+	clock.Advance(1100 * time.Millisecond) // the period and its margin
 	assert.Equal(t, protocol.OutcomeSucceeded, replies.await(t, "later").Outcome)
 	hb := a.Heartbeat()
 	assert.Equal(t, &protocol.RateLimit{Calls: 2, PeriodMillis: 1000}, hb.RateLimit)

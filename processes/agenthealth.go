@@ -92,6 +92,16 @@ type pass struct {
 	reason   string
 }
 
+// rateMargin is how much longer than the rate limit's period the instance
+// keeps its window: a call reaches the service a moment after it starts
+// here, and those moments vary (connections, scheduling), so that calls a
+// whole period apart here could arrive a little less apart there. A tenth
+// of the period, from 5 ms to 100 ms, keeps the service's own count within
+// the limit too.
+func rateMargin(period time.Duration) time.Duration {
+	return min(max(period/10, 5*time.Millisecond), 100*time.Millisecond)
+}
+
 // setup fills in the defaults; every entry point calls it.
 func (a *Agent) setup() {
 	a.setupOnce.Do(func() {
@@ -118,7 +128,8 @@ func (a *Agent) setup() {
 		a.st = agentState{started: now, calls: map[*callRecord]struct{}{}, partitions: map[string]map[int32]bool{},
 			health: protocol.HealthHealthy}
 		if a.RateLimit != nil {
-			a.st.rate = NewRateWindow(a.RateLimit.Calls, a.RateLimit.Period(), now)
+			period := a.RateLimit.Period()
+			a.st.rate = NewRateWindow(a.RateLimit.Calls, period+rateMargin(period), now)
 		}
 	})
 }

@@ -186,7 +186,10 @@ type Config struct {
 	// RateLimit bounds the calls started per period across every instance
 	// of the agent (each takes its share, at least 1 per period): no
 	// window of the period holds more, and an instance waits one period
-	// after it starts. Every try counts. Nil means none.
+	// after it starts. Every try counts. The instance keeps its window a
+	// tenth of the period longer (5 ms to 100 ms), so that the service,
+	// which sees each call a moment later, counts no more either. Nil means
+	// none.
 	RateLimit *protocol.RateLimit
 	// Directory tells how many instances of the agent are live, to share
 	// GlobalLimit and RateLimit; nil counts this one alone.
