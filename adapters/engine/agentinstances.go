@@ -25,6 +25,10 @@ type AgentInstances struct {
 	// DefaultHangAfter (0: processes.DefaultHangAfter).
 	HangAfter        map[string]time.Duration
 	DefaultHangAfter time.Duration
+	// HeartbeatEvery is the time between the agents' heartbeats; 0 means
+	// protocol.DefaultHeartbeatEvery, negative sends none (the scheduler
+	// then dispatches to the agents by task id, with no capacity limit).
+	HeartbeatEvery time.Duration
 	// Directory, when set, tells how many instances of an agent are live,
 	// so that each takes its share of the limits; default the engine's
 	// agent directory (App.AgentDirectory), which runs with the scheduler
@@ -45,6 +49,7 @@ func (c AgentInstances) configure(name string, cfg *agent.Config) {
 		cfg.RateLimit = &r
 	}
 	cfg.GlobalLimit = c.GlobalLimit[name]
+	cfg.HeartbeatEvery = c.HeartbeatEvery
 	cfg.HangAfter = c.DefaultHangAfter
 	if d, ok := c.HangAfter[name]; ok {
 		cfg.HangAfter = d
