@@ -236,7 +236,7 @@ func (a *authenticator) stream(srv any, ss grpc.ServerStream, info *grpc.StreamS
 		}
 		return err
 	}
-	return handler(srv, &checkedStream{ServerStream: ss, user: u})
+	return handler(srv, &checkedStream{ServerStream: ss, user: u, ctx: context.WithValue(ss.Context(), userKey{}, u)})
 }
 
 // drainRefused reads what a refused client-streaming call (an append) has
@@ -266,12 +266,17 @@ func drainRefused(ss grpc.ServerStream) {
 }
 
 // checkedStream checks the first message of a read or an append, which
-// names the stream, against the caller's rights.
+// names the stream, against the caller's rights. Its context carries the
+// caller's user, for BatchAppend, whose every append names a stream of its
+// own and is checked by the handler.
 type checkedStream struct {
 	grpc.ServerStream
 	user    User
+	ctx     context.Context
 	checked bool
 }
+
+func (s *checkedStream) Context() context.Context { return s.ctx }
 
 func (s *checkedStream) RecvMsg(m any) error {
 	if err := s.ServerStream.RecvMsg(m); err != nil || s.checked {

@@ -98,6 +98,7 @@ func BenchmarkCatchUpRead(b *testing.B) {
 	}
 	b.ResetTimer()
 	start := time.Now()
+	cpuBefore := cpuTime()
 	for n := 0; n < b.N; n++ {
 		sub, err := c.SubscribeToAll(ctx(t), esdb.SubscribeToAllOptions{From: esdb.Start{}})
 		require.NoError(b, err)
@@ -112,6 +113,9 @@ func BenchmarkCatchUpRead(b *testing.B) {
 		_ = sub.Close()
 	}
 	b.ReportMetric(float64(backlog*b.N)/time.Since(start).Seconds(), "events/s")
+	// CPU per event (client and server together) depends less on other
+	// work on a shared machine than throughput does.
+	b.ReportMetric(float64((cpuTime()-cpuBefore).Nanoseconds())/1000/float64(backlog*b.N), "cpu-us/event")
 }
 
 // benchClients is how many client connections the appenders share, from

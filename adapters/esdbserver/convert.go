@@ -178,22 +178,30 @@ func toStatus(ctx context.Context, err error) error {
 		_ = grpc.SetTrailer(ctx, metadata.Pairs("exception", "wrong-expected-version",
 			"expected-version", wrong.Expected.String(), "actual-version", current))
 		return status.Error(codes.FailedPrecondition, err.Error())
-	case errors.Is(err, eslog.ErrInvalidRequest):
-		return status.Error(codes.InvalidArgument, err.Error())
-	case errors.Is(err, eslog.ErrClosed):
-		return status.Error(codes.Unavailable, err.Error())
-	case errors.Is(err, eslog.ErrNoSpace):
-		return status.Error(codes.ResourceExhausted, err.Error())
-	case errors.Is(err, eslog.ErrWriteFailed):
-		return status.Error(codes.Unavailable, err.Error())
-	case errors.Is(err, context.DeadlineExceeded):
-		return status.Error(codes.DeadlineExceeded, err.Error())
-	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, err.Error())
 	default:
-		if _, ok := status.FromError(err); ok {
-			return err
+		return storeStatus(err).Err()
+	}
+}
+
+// storeStatus maps a store error that needs no trailer to its status.
+func storeStatus(err error) *status.Status {
+	switch {
+	case errors.Is(err, eslog.ErrInvalidRequest):
+		return status.New(codes.InvalidArgument, err.Error())
+	case errors.Is(err, eslog.ErrClosed):
+		return status.New(codes.Unavailable, err.Error())
+	case errors.Is(err, eslog.ErrNoSpace):
+		return status.New(codes.ResourceExhausted, err.Error())
+	case errors.Is(err, eslog.ErrWriteFailed):
+		return status.New(codes.Unavailable, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.New(codes.DeadlineExceeded, err.Error())
+	case errors.Is(err, context.Canceled):
+		return status.New(codes.Canceled, err.Error())
+	default:
+		if st, ok := status.FromError(err); ok {
+			return st
 		}
-		return status.Error(codes.Internal, err.Error())
+		return status.New(codes.Internal, err.Error())
 	}
 }

@@ -145,3 +145,75 @@ func FuzzRead(f *testing.F) {
 }
 
 type readStream struct{ fakeStream }
+
+// batchStream stands in for a BatchAppend call: it feeds requests and
+// collects the answers.
+type batchStream struct {
+	grpc.ServerStream
+	ctx  context.Context
+	in   []*streams.BatchAppendReq
+	sent []*streams.BatchAppendResp
+}
+
+func (f *batchStream) Context() context.Context { return f.ctx }
+func (f *batchStream) Send(m *streams.BatchAppendResp) error {
+	f.sent = append(f.sent, m)
+	return nil
+}
+func (f *batchStream) Recv() (*streams.BatchAppendReq, error) {
+	if len(f.in) == 0 {
+		return nil, io.EOF
+	}
+	m := f.in[0]
+	f.in = f.in[1:]
+	return m, nil
+}
+
+// FuzzBatchAppend feeds arbitrary request sequences to BatchAppend: it must
+// never panic, answer only correlation ids it was given, and, when the call
+// ends cleanly, answer every append whose first request arrived.
+func FuzzBatchAppend(f *testing.F) {
+	id := &shared.UUID{Value: &shared.UUID_String_{String_: "8c5e9a3e-9a4b-4f6e-8d2a-2b1f7d0c9e11"}}
+	corr := &shared.UUID{Value: &shared.UUID_String_{String_: "1c5e9a3e-9a4b-4f6e-8d2a-2b1f7d0c9e12"}}
+	opts := &streams.BatchAppendReq_Options{StreamIdentifier: &shared.StreamIdentifier{StreamName: []byte("s")}}
+	ev := &streams.BatchAppendReq_ProposedMessage{Id: id, Metadata: map[string]string{"type": "E"}, Data: []byte(`{}`)}
+	final := &streams.BatchAppendReq{CorrelationId: corr, Options: opts, ProposedMessages: []*streams.BatchAppendReq_ProposedMessage{ev}, IsFinal: true}
+	chunk := &streams.BatchAppendReq{CorrelationId: corr, Options: opts, ProposedMessages: []*streams.BatchAppendReq_ProposedMessage{ev}}
+	f.Add(joinMessages(final))
+	f.Add(joinMessages(chunk, chunk, final))
+	f.Add(joinMessages(chunk))
+	f.Add(joinMessages(&streams.BatchAppendReq{IsFinal: true}))
+	svc := newFuzzService(f)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var in []*streams.BatchAppendReq
+		given := map[string]bool{}
+		for _, raw := range splitMessages(data) {
+			m := &streams.BatchAppendReq{}
+			if proto.Unmarshal(raw, m) != nil {
+				return
+			}
+			in = append(in, m)
+			if u, err := parseUUID(m.GetCorrelationId()); err == nil {
+				given[string(u[:])] = true
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		fs := &batchStream{ctx: ctx, in: in}
+		err := svc.BatchAppend(fs)
+		answered := map[string]bool{}
+		for _, resp := range fs.sent {
+			u, perr := parseUUID(resp.GetCorrelationId())
+			if perr != nil || !given[string(u[:])] {
+				t.Fatalf("answered a correlation id it was not given: %v", resp.GetCorrelationId())
+			}
+			if resp.GetSuccess() == nil && resp.GetError() == nil {
+				t.Fatalf("an answer with neither success nor error")
+			}
+			answered[string(u[:])] = true
+		}
+		if err == nil && len(answered) != len(given) {
+			t.Fatalf("the call ended cleanly but answered %d of %d appends", len(answered), len(given))
+		}
+	})
+}

@@ -101,6 +101,10 @@ type Config struct {
 	// IndexCacheStreams is how many streams' states the store caches. 0
 	// means eslog's default.
 	IndexCacheStreams int
+	// DisableBatchAppend makes the server answer BatchAppend with
+	// Unimplemented, as EventStoreDB before 21.10 does, so that clients'
+	// fallback to Append can be tested.
+	DisableBatchAppend bool
 	// Logger receives the server's logs. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -222,7 +226,7 @@ func Start(cfg Config) (*Server, error) {
 	)...)
 	s.streams = &streamsService{store: store, cfg: &s.cfg, closing: s.closing}
 	streams.RegisterStreamsServer(s.grpc, s.streams)
-	serverfeatures.RegisterServerFeaturesServer(s.grpc, featuresService{})
+	serverfeatures.RegisterServerFeaturesServer(s.grpc, featuresService{batchAppend: !cfg.DisableBatchAppend})
 	go func() { s.done <- s.grpc.Serve(lis) }()
 	cfg.Logger.Info("event store listening", "addr", lis.Addr().String(), "data", cfg.DataDir, "tls", cfg.TLS != nil, "authentication", cfg.TLS != nil)
 	return s, nil
@@ -264,9 +268,10 @@ func (s *Server) Close() error {
 
 type featuresService struct {
 	serverfeatures.UnimplementedServerFeaturesServer
+	batchAppend bool
 }
 
-func (featuresService) GetSupportedMethods(context.Context, *shared.Empty) (*serverfeatures.SupportedMethods, error) {
+func (f featuresService) GetSupportedMethods(context.Context, *shared.Empty) (*serverfeatures.SupportedMethods, error) {
 	const streamsService = "event_store.client.streams.streams"
 	methods := []*serverfeatures.SupportedMethod{
 		{ServiceName: streamsService, MethodName: "read"},
@@ -274,6 +279,9 @@ func (featuresService) GetSupportedMethods(context.Context, *shared.Empty) (*ser
 		{ServiceName: streamsService, MethodName: "delete"},
 		{ServiceName: streamsService, MethodName: "tombstone"},
 		{ServiceName: "event_store.client.server_features.serverfeatures", MethodName: "getsupportedmethods"},
+	}
+	if f.batchAppend {
+		methods = append(methods, &serverfeatures.SupportedMethod{ServiceName: streamsService, MethodName: "batchappend"})
 	}
 	return &serverfeatures.SupportedMethods{Methods: methods, EventStoreServerVersion: ProtocolVersion}, nil
 }

@@ -45,6 +45,8 @@ type Store struct {
 	gens map[string]int
 	// observeAppend, when set, hears how each Append went.
 	observeAppend AppendObserver
+	// pipe, when set, carries appends (AppendPipelined).
+	pipe *pipeline
 }
 
 // Outcomes of an append, as an AppendObserver hears them.
@@ -65,12 +67,17 @@ type AppendObserver func(outcome string, took time.Duration)
 func (s *Store) ObserveAppends(o AppendObserver) { s.observeAppend = o }
 
 // Dial connects to the event store at url, e.g. esdb://127.0.0.1:2113?tls=false.
-// The client connects lazily, on the first call.
+// The client connects lazily, on the first call. Appends are pipelined
+// (AppendPipelined) unless the connection string says appendPath=unary.
 func Dial(url string, logger *slog.Logger) (*Store, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	conf, err := esdb.ParseConnectionString(url)
+	path, forClient, err := appendPathOf(url)
+	if err != nil {
+		return nil, errors.Newf("event store address %q: %s", Redact(url), redactIn(err.Error(), url))
+	}
+	conf, err := esdb.ParseConnectionString(forClient)
 	if err != nil {
 		// The client's errors may quote the address, password included.
 		return nil, errors.Newf("event store address %q: %s", Redact(url), redactIn(err.Error(), url))
@@ -84,15 +91,36 @@ func Dial(url string, logger *slog.Logger) (*Store, error) {
 	if err != nil {
 		return nil, errors.Newf("create event store client for %s: %s", Redact(url), redactIn(err.Error(), url))
 	}
-	return &Store{conf: conf, client: client, logger: logger}, nil
+	s := &Store{conf: conf, client: client, logger: logger}
+	if path == AppendPipelined {
+		if s.pipe, err = newPipeline(conf, logger); err != nil {
+			_ = client.Close()
+			return nil, errors.Newf("event store address %q: %s", Redact(url), redactIn(err.Error(), url))
+		}
+	}
+	return s, nil
 }
 
-// Close closes the connection.
+// AppendPath is the path appends take now: AppendPipelined, or AppendUnary
+// when chosen, when the connection string names several nodes, or once the
+// server has answered that it does not implement BatchAppend.
+func (s *Store) AppendPath() AppendPath {
+	if s.pipe == nil || s.pipe.unsupported.Load() {
+		return AppendUnary
+	}
+	return AppendPipelined
+}
+
+// Close closes the connections.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
-	return s.client.Close()
+	var err error
+	if s.pipe != nil {
+		err = s.pipe.close()
+	}
+	return errors.CombineErrors(s.client.Close(), err)
 }
 
 // current returns the client in use.
@@ -143,6 +171,12 @@ func (s *Store) Append(ctx context.Context, stream string, expected domain.Expec
 	began := time.Now()
 	err := s.retry(ctx, func(c *esdb.Client) error {
 		var err error
+		if s.pipe != nil && pipelinable(data) {
+			res, err = s.pipe.append(ctx, stream, expected, data)
+			if !errors.Is(err, errBatchUnsupported) {
+				return err
+			}
+		}
 		res, err = c.AppendToStream(ctx, stream, opts, data...)
 		return err
 	})
@@ -320,6 +354,10 @@ func codeOf(err error) esdb.ErrorCode {
 	var e *esdb.Error
 	if errors.As(err, &e) {
 		return e.Code()
+	}
+	var a *appendError
+	if errors.As(err, &a) {
+		return a.code
 	}
 	return -1
 }

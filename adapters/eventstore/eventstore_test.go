@@ -135,25 +135,36 @@ func TestAppendsThatCanNeverSucceedAreRefused(t *testing.T) {
 	srv, err := esdbserver.Start(esdbserver.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), MaxEventSize: 64 << 10})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = srv.Close() })
-	s, err := eventstore.Dial(fmt.Sprintf("esdb://%s?tls=false", srv.Addr()), nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close() })
+	for path, suffix := range paths {
+		t.Run(string(path), func(t *testing.T) {
+			s, err := eventstore.Dial(fmt.Sprintf("esdb://%s?tls=false%s", srv.Addr(), suffix), nil)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = s.Close() })
+			name := func(n string) string { return "task-" + n + "-" + string(path) }
 
-	big := newEvent("A", `{}`)
-	big.Data = []byte(`"` + strings.Repeat("a", 100<<10) + `"`)
-	_, err = s.Append(ctx(t), "task-big", domain.ExpectNoStream(), big)
-	require.ErrorIs(t, err, domain.ErrAppendRefused)
+			big := newEvent("A", `{}`)
+			big.Data = []byte(`"` + strings.Repeat("a", 100<<10) + `"`)
+			_, err = s.Append(ctx(t), name("big"), domain.ExpectNoStream(), big)
+			require.ErrorIs(t, err, domain.ErrAppendRefused)
 
-	huge := newEvent("A", `{}`)
-	huge.Metadata.TraceParent = strings.Repeat("a", 20<<20)
-	_, err = s.Append(ctx(t), "task-huge", domain.ExpectNoStream(), huge)
-	require.ErrorIs(t, err, domain.ErrAppendRefused)
+			huge := newEvent("A", `{}`)
+			huge.Metadata.TraceParent = strings.Repeat("a", 20<<20)
+			_, err = s.Append(ctx(t), name("huge"), domain.ExpectNoStream(), huge)
+			require.ErrorIs(t, err, domain.ErrAppendRefused)
 
-	_, err = s.Append(ctx(t), "task-fine", domain.ExpectNoStream(), newEvent("A", `{}`))
-	require.NoError(t, err)
-	_, err = s.Append(ctx(t), "task-fine", domain.ExpectNoStream(), newEvent("B", `{}`))
-	require.ErrorIs(t, err, domain.ErrConcurrencyConflict)
-	assert.NotErrorIs(t, err, domain.ErrAppendRefused)
+			_, err = s.Append(ctx(t), name("fine"), domain.ExpectNoStream(), newEvent("A", `{}`))
+			require.NoError(t, err)
+			_, err = s.Append(ctx(t), name("fine"), domain.ExpectNoStream(), newEvent("B", `{}`))
+			require.ErrorIs(t, err, domain.ErrConcurrencyConflict)
+			assert.NotErrorIs(t, err, domain.ErrAppendRefused)
+
+			_, err = s.Append(ctx(t), name("fine"), domain.ExpectRevision(0), newEvent("B", `{}`))
+			require.NoError(t, err)
+			_, err = s.Append(ctx(t), name("fine"), domain.ExpectRevision(0), newEvent("C", `{}`))
+			require.ErrorIs(t, err, domain.ErrConcurrencyConflict, "a stale revision conflicts")
+			assert.Equal(t, path, s.AppendPath())
+		})
+	}
 }
 
 // TestCheckpointSurvivesDeletedStreams tombstones and soft-deletes a

@@ -63,7 +63,12 @@ type Result struct {
 	Embedded      bool               `json:"embedded"`
 	KafkaFsync    bool               `json:"kafkaFsync"`
 	SyncTopics    string             `json:"kafkaSyncTopics"`
-	latencies     []time.Duration
+	// CPUSeconds is the CPU this process used while measuring: with the
+	// embedded system, the whole system's, client and services included.
+	CPUSeconds        float64 `json:"cpuSeconds"`
+	CPUMillisPerOrder float64 `json:"cpuMillisPerOrder"`
+
+	latencies []time.Duration
 
 	// LatencyByPriority are the percentiles of each priority's orders,
 	// with --priority-mix.
@@ -181,6 +186,7 @@ func run(ctx context.Context, c config) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	cpu0 := processCPU()
 	start := time.Now()
 	latencies, err := load(ctx, cl, c, "bench-"+run, c.orders, res.Outcomes)
 	if err != nil {
@@ -191,6 +197,8 @@ func run(ctx context.Context, c config) error {
 	res.Seconds = elapsed.Seconds()
 	res.OrdersPerSec = float64(c.orders) / elapsed.Seconds()
 	res.StepsPerSec = res.OrdersPerSec * float64(c.steps)
+	res.CPUSeconds = (processCPU() - cpu0).Seconds()
+	res.CPUMillisPerOrder = res.CPUSeconds * 1000 / float64(c.orders)
 	res.LatencyMillis = percentiles(latencies)
 	res.LatencyByPriority = latencyByPriority(c.priorities, latencies)
 	report(os.Stdout, res)
@@ -324,6 +332,7 @@ func report(w io.Writer, r *Result) {
 	fmt.Fprintf(w, "orders %d (%s), %d steps each, service latency %s, %d CPUs\n", r.Orders, paceOf(r), r.Steps, r.ServiceDelay, r.CPUs)
 	fmt.Fprintf(w, "  %.1f s: %.0f orders/s, %.0f steps/s\n", r.Seconds, r.OrdersPerSec, r.StepsPerSec)
 	fmt.Fprintf(w, "  latency ms: p50 %.2f  p90 %.2f  p99 %.2f  max %.2f\n", r.LatencyMillis["p50"], r.LatencyMillis["p90"], r.LatencyMillis["p99"], r.LatencyMillis["max"])
+	fmt.Fprintf(w, "  cpu: %.2f ms per order, %.0f %% of one core\n", r.CPUMillisPerOrder, r.CPUSeconds*100/r.Seconds)
 	reportByPriority(w, r)
 	fmt.Fprintf(w, "  outcomes: %v\n", r.Outcomes)
 }

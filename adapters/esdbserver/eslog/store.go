@@ -293,6 +293,61 @@ func (s *Store) Append(ctx context.Context, stream string, expected Expected, ev
 	return s.submit(ctx, &request{op: opAppend, stream: stream, expected: expected, events: events})
 }
 
+// QueuedAppend is an append queued by QueueAppend, waiting for its group
+// commit.
+type QueuedAppend struct {
+	s   *Store
+	r   *request
+	err error
+}
+
+// QueueAppend validates an append as Append does and queues it for the
+// writer, returning as soon as it is queued (it blocks only while the queue
+// is full). Appends queued one after another are decided in that order and
+// committed together when they arrive together, so a caller with many
+// appends in flight (a pipelined client) gets one fsync for all of them.
+// Wait returns the result.
+func (s *Store) QueueAppend(ctx context.Context, stream string, expected Expected, events []ProposedEvent) *QueuedAppend {
+	q := &QueuedAppend{s: s}
+	if q.err = s.validateAppend(stream, events); q.err != nil {
+		return q
+	}
+	r := &request{op: opAppend, stream: stream, expected: expected, events: events, result: make(chan response, 1)}
+	select {
+	case s.requests <- r:
+		q.r = r
+	case <-s.closing:
+		q.err = ErrClosed
+	case <-ctx.Done():
+		q.err = errors.Wrap(ctx.Err(), "queue write")
+	}
+	return q
+}
+
+// Wait returns the queued append's result once it is durable, or why it was
+// refused. Like Append, it is acknowledged only after its fsync; if ctx
+// ends first the append may still be committed, and retrying it with the
+// same event ids is idempotent.
+func (q *QueuedAppend) Wait(ctx context.Context) (WriteResult, error) {
+	if q.r == nil {
+		return WriteResult{}, q.err
+	}
+	select {
+	case resp := <-q.r.result:
+		return resp.res, resp.err
+	case <-q.s.done:
+		// The writer answers every request it took before it stops.
+		select {
+		case resp := <-q.r.result:
+			return resp.res, resp.err
+		default:
+			return WriteResult{}, ErrClosed
+		}
+	case <-ctx.Done():
+		return WriteResult{}, errors.Wrap(ctx.Err(), "await write")
+	}
+}
+
 // AppendRequest is one append of AppendAll.
 type AppendRequest struct {
 	Stream   string

@@ -1,0 +1,345 @@
+package esdbserver
+
+import (
+	"context"
+	"io"
+	"time"
+
+	"github.com/EventStore/EventStore-Client-Go/v4/protos/shared"
+	"github.com/EventStore/EventStore-Client-Go/v4/protos/streams"
+	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/protoadapt"
+	"google.golang.org/protobuf/types/known/emptypb"
+
+	"github.com/sagaengine/saga/adapters/esdbserver/eslog"
+)
+
+// maxBatchInFlight bounds the appends one BatchAppend call has queued and
+// not yet answered. Past it the call stops reading, and gRPC's flow control
+// holds the client back.
+const maxBatchInFlight = 1024
+
+// maxBatchChunked bounds the appends of one BatchAppend call that arrived in
+// chunks (is_final unset) and are not complete yet. One more ends the call
+// with ResourceExhausted.
+const maxBatchChunked = 64
+
+// chunkedAppend is one append of a BatchAppend call while its chunks arrive.
+type chunkedAppend struct {
+	corr     *shared.UUID
+	name     string
+	opts     *streams.BatchAppendReq_Options
+	expected eslog.Expected
+	events   []eslog.ProposedEvent
+	size     int
+	// err, once set, is the append's answer: its later chunks are read and
+	// dropped.
+	err error
+}
+
+// batchOutcome is one append of a BatchAppend call, queued or refused, in
+// the order the call's final chunks arrived.
+type batchOutcome struct {
+	append *chunkedAppend
+	queued *eslog.QueuedAppend
+}
+
+// BatchAppend serves EventStoreDB's pipelined append: one long-lived call
+// carries many appends, to any streams, each named by a correlation id and
+// answered under it as soon as its group commit is durable. Each append gets
+// what Append gives: the same validation, limits, permissions, expected
+// revision checks and idempotent retries, and an acknowledgement only after
+// fsync. Appends arriving together are queued together and so share a group
+// commit. An append may come in chunks: every request with is_final unset
+// adds events to it, the first one carrying the options, and the final one
+// commits it; an append never finished when the client closes its side is
+// answered with InvalidArgument. A request with no correlation id cannot be
+// answered and ends the call with InvalidArgument.
+func (s *streamsService) BatchAppend(srv streams.Streams_BatchAppendServer) error {
+	if s.cfg.DisableBatchAppend {
+		return status.Error(codes.Unimplemented, "BatchAppend is disabled on this server (Config.DisableBatchAppend); use Append")
+	}
+	ctx := srv.Context()
+	out := make(chan batchOutcome, maxBatchInFlight)
+	done := make(chan struct{})
+	defer close(done)
+	received := make(chan error, 1)
+	go func() {
+		received <- s.receiveBatch(ctx, srv, out, done)
+		close(out)
+	}()
+	for {
+		select {
+		case o, ok := <-out:
+			if !ok {
+				return <-received
+			}
+			if err := answerBatch(ctx, srv, o); err != nil {
+				return err
+			}
+		case <-s.closing:
+			return s.closeBatch(ctx, srv, out, received)
+		}
+	}
+}
+
+// closeBatch answers the appends already queued when the server shuts down
+// and ends the call with Unavailable. An append that arrives meanwhile may
+// be committed unanswered: the client retries it, idempotently, as any
+// append whose answer it did not get.
+func (s *streamsService) closeBatch(ctx context.Context, srv streams.Streams_BatchAppendServer, out <-chan batchOutcome, received <-chan error) error {
+	for {
+		select {
+		case o, ok := <-out:
+			if !ok {
+				return <-received
+			}
+			if err := answerBatch(ctx, srv, o); err != nil {
+				return err
+			}
+		default:
+			return status.Error(codes.Unavailable, "server shutting down")
+		}
+	}
+}
+
+// receiveBatch reads the call's requests and queues each finished append,
+// in order, until the client closes its side or the call breaks.
+func (s *streamsService) receiveBatch(ctx context.Context, srv streams.Streams_BatchAppendServer, out chan<- batchOutcome, done <-chan struct{}) error {
+	emit := func(o batchOutcome) bool {
+		select {
+		case out <- o:
+			return true
+		case <-done:
+			return false
+		}
+	}
+	user, secure := ctx.Value(userKey{}).(User)
+	chunked := map[uuid.UUID]*chunkedAppend{}
+	buffered := 0
+	for n := 1; ; n++ {
+		req, err := srv.Recv()
+		if err == io.EOF {
+			for _, a := range chunked {
+				a.err = invalid("append to %s ended without its final chunk (is_final)", a.name)
+				if !emit(batchOutcome{append: a}) {
+					return nil
+				}
+			}
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		id, err := parseUUID(req.GetCorrelationId())
+		if err != nil {
+			return invalid("batch append request %d has no valid correlation id, so it cannot be answered: %v", n, status.Convert(err).Message())
+		}
+		a, open := chunked[id]
+		if !open {
+			a = s.startBatchAppend(req, user, secure)
+		}
+		others := buffered
+		if open {
+			others -= a.size
+		}
+		if a.err == nil {
+			s.addChunk(a, req.GetProposedMessages(), others)
+		}
+		if a.err != nil {
+			// A refused append holds nothing while its last chunks arrive.
+			a.events, a.size = nil, 0
+		}
+		if !req.GetIsFinal() {
+			if !open {
+				if len(chunked) >= maxBatchChunked {
+					return status.Errorf(codes.ResourceExhausted, "more than %d appends sent in chunks are open at once on this call; finish one (is_final) first", maxBatchChunked)
+				}
+				chunked[id] = a
+			}
+			buffered = others + a.size
+			continue
+		}
+		if open {
+			delete(chunked, id)
+		}
+		buffered = others
+		o := batchOutcome{append: a}
+		if a.err == nil && expired(a.opts) {
+			a.err = status.Error(codes.DeadlineExceeded, "the append's deadline passed before it reached the server; nothing was written")
+		}
+		if a.err == nil {
+			o.queued = s.store.QueueAppend(ctx, a.name, a.expected, a.events)
+		}
+		if !emit(o) {
+			return nil
+		}
+	}
+}
+
+// startBatchAppend reads the options of an append's first request and
+// checks the caller may write its stream.
+func (s *streamsService) startBatchAppend(req *streams.BatchAppendReq, user User, secure bool) *chunkedAppend {
+	a := &chunkedAppend{corr: req.GetCorrelationId(), opts: req.GetOptions()}
+	if a.opts == nil {
+		a.err = invalid("the first request of an append must carry options")
+		return a
+	}
+	a.name, a.err = streamName(a.opts.GetStreamIdentifier())
+	if a.err != nil {
+		return a
+	}
+	if secure && !user.Admin() && systemStream(a.name) {
+		a.err = denied(user, "write system stream "+a.name)
+		return a
+	}
+	switch e := a.opts.GetExpectedStreamPosition().(type) {
+	case *streams.BatchAppendReq_Options_StreamPosition:
+		a.expected = eslog.Revision(e.StreamPosition)
+	case *streams.BatchAppendReq_Options_NoStream:
+		a.expected = eslog.NoStreamExpected
+	case *streams.BatchAppendReq_Options_StreamExists:
+		a.expected = eslog.StreamExists
+	default:
+		a.expected = eslog.Any
+	}
+	return a
+}
+
+// addChunk converts a chunk's events with the checks and limits of Append;
+// buffered is what the call's other unfinished appends hold.
+func (s *streamsService) addChunk(a *chunkedAppend, msgs []*streams.BatchAppendReq_ProposedMessage, buffered int) {
+	for _, m := range msgs {
+		e, err := toProposed(&streams.AppendReq_ProposedMessage{
+			Id: m.GetId(), Metadata: m.GetMetadata(), CustomMetadata: m.GetCustomMetadata(), Data: m.GetData(),
+		})
+		if err != nil {
+			a.err = err
+			return
+		}
+		size := len(e.Data) + len(e.Metadata)
+		if size > s.cfg.MaxEventSize {
+			a.err = invalid("event %s is %d bytes, over the limit of %d", uuid.UUID(e.ID), size, s.cfg.MaxEventSize)
+			return
+		}
+		if a.size += size; a.size > s.cfg.MaxAppendSize {
+			a.err = invalid("append is over the limit of %d bytes", s.cfg.MaxAppendSize)
+			return
+		}
+		if buffered+a.size > s.cfg.MaxAppendSize {
+			a.err = status.Errorf(codes.ResourceExhausted, "this call's unfinished chunked appends hold over %d bytes; finish them first", s.cfg.MaxAppendSize)
+			return
+		}
+		a.events = append(a.events, e)
+	}
+}
+
+// expired reports whether an append's deadline, if it names one, has
+// passed. The deadline is checked when the append arrives: once queued, an
+// append is committed.
+func expired(o *streams.BatchAppendReq_Options) bool {
+	switch d := o.GetDeadlineOption().(type) {
+	case *streams.BatchAppendReq_Options_Deadline_21_10_0:
+		return d.Deadline_21_10_0.IsValid() && time.Now().After(d.Deadline_21_10_0.AsTime())
+	default:
+		// A duration is relative to when the client sent the request, which
+		// the server cannot know better than by its arrival: never expired.
+		return false
+	}
+}
+
+// answerBatch sends one append's answer once it is durable or refused.
+func answerBatch(ctx context.Context, srv streams.Streams_BatchAppendServer, o batchOutcome) error {
+	var res eslog.WriteResult
+	err := o.append.err
+	if o.queued != nil {
+		res, err = o.queued.Wait(ctx)
+	}
+	return srv.Send(batchResponse(o.append, res, err))
+}
+
+// batchResponse is the answer to one append: success with the stream's
+// revision and the position, or an error status whose details say what
+// happened, as EventStoreDB's own (WrongExpectedVersion, StreamDeleted,
+// AccessDenied, BadRequest, Timeout).
+func batchResponse(a *chunkedAppend, res eslog.WriteResult, err error) *streams.BatchAppendResp {
+	resp := &streams.BatchAppendResp{CorrelationId: a.corr, StreamIdentifier: &shared.StreamIdentifier{StreamName: []byte(a.name)}}
+	switch e := a.opts.GetExpectedStreamPosition().(type) {
+	case *streams.BatchAppendReq_Options_StreamPosition:
+		resp.ExpectedStreamPosition = &streams.BatchAppendResp_StreamPosition{StreamPosition: e.StreamPosition}
+	case *streams.BatchAppendReq_Options_NoStream:
+		resp.ExpectedStreamPosition = &streams.BatchAppendResp_NoStream{NoStream: &emptypb.Empty{}}
+	case *streams.BatchAppendReq_Options_StreamExists:
+		resp.ExpectedStreamPosition = &streams.BatchAppendResp_StreamExists{StreamExists: &emptypb.Empty{}}
+	default:
+		resp.ExpectedStreamPosition = &streams.BatchAppendResp_Any{Any: &emptypb.Empty{}}
+	}
+	if err != nil {
+		resp.Result = &streams.BatchAppendResp_Error{Error: batchStatus(err).Proto()}
+		return resp
+	}
+	success := &streams.BatchAppendResp_Success{
+		PositionOption: &streams.BatchAppendResp_Success_Position{Position: &shared.AllStreamPosition{
+			CommitPosition: res.Position, PreparePosition: res.Position,
+		}},
+	}
+	if res.Revision == eslog.NoStream {
+		success.CurrentRevisionOption = &streams.BatchAppendResp_Success_NoStream{NoStream: &emptypb.Empty{}}
+	} else {
+		success.CurrentRevisionOption = &streams.BatchAppendResp_Success_CurrentRevision{CurrentRevision: uint64(res.Revision)}
+	}
+	resp.Result = &streams.BatchAppendResp_Success_{Success: success}
+	return resp
+}
+
+// batchStatus maps an append's error to the status BatchAppend answers with:
+// the code Append's call would end with, and EventStoreDB's detail message.
+func batchStatus(err error) *status.Status {
+	var wrong *eslog.WrongExpectedVersionError
+	var deleted *eslog.StreamDeletedError
+	var detail protoadapt.MessageV1
+	var st *status.Status
+	switch {
+	case errors.As(err, &wrong):
+		st = status.New(codes.FailedPrecondition, err.Error())
+		w := &shared.WrongExpectedVersion{}
+		if wrong.Current == eslog.NoStream {
+			w.CurrentStreamRevisionOption = &shared.WrongExpectedVersion_CurrentNoStream{CurrentNoStream: &emptypb.Empty{}}
+		} else {
+			w.CurrentStreamRevisionOption = &shared.WrongExpectedVersion_CurrentStreamRevision{CurrentStreamRevision: uint64(wrong.Current)}
+		}
+		switch wrong.Expected.Kind {
+		case eslog.ExpectNoStream:
+			w.ExpectedStreamPositionOption = &shared.WrongExpectedVersion_ExpectedNoStream{ExpectedNoStream: &emptypb.Empty{}}
+		case eslog.ExpectStreamExists:
+			w.ExpectedStreamPositionOption = &shared.WrongExpectedVersion_ExpectedStreamExists{ExpectedStreamExists: &emptypb.Empty{}}
+		case eslog.ExpectRevision:
+			w.ExpectedStreamPositionOption = &shared.WrongExpectedVersion_ExpectedStreamPosition{ExpectedStreamPosition: wrong.Expected.Revision}
+		default:
+			w.ExpectedStreamPositionOption = &shared.WrongExpectedVersion_ExpectedAny{ExpectedAny: &emptypb.Empty{}}
+		}
+		detail = protoadapt.MessageV1Of(w)
+	case errors.As(err, &deleted):
+		st = status.New(codes.FailedPrecondition, err.Error())
+		detail = protoadapt.MessageV1Of(&shared.StreamDeleted{StreamIdentifier: &shared.StreamIdentifier{StreamName: []byte(deleted.Stream)}})
+	default:
+		st = storeStatus(err)
+		switch st.Code() {
+		case codes.InvalidArgument:
+			detail = protoadapt.MessageV1Of(&shared.BadRequest{Message: st.Message()})
+		case codes.PermissionDenied:
+			detail = protoadapt.MessageV1Of(&shared.AccessDenied{})
+		case codes.DeadlineExceeded:
+			detail = protoadapt.MessageV1Of(&shared.Timeout{})
+		}
+	}
+	if detail != nil {
+		if withDetail, err := st.WithDetails(detail); err == nil {
+			st = withDetail
+		}
+	}
+	return st
+}
