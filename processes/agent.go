@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -41,6 +42,13 @@ type StepHandler func(ctx context.Context, cmd protocol.ExecuteStep) (json.RawMe
 // scheduler. An agent never replies once CompleteBy has passed; when retries
 // would run past it, it replies a transient failure while it still can, so
 // the scheduler may try again.
+//
+// An agent instance makes at most Capacity calls at once (and its share
+// of GlobalLimit and RateLimit); commands past it wait, higher priority
+// first. It knows its health (see Health) and gives back, without calling
+// its service, the commands it cannot carry out: it replies
+// protocol.OutcomeUnavailable with the reason, and the attempt does not
+// count. Run announces it with heartbeats.
 type Agent struct {
 	Name        string
 	Handler     StepHandler
@@ -52,21 +60,69 @@ type Agent struct {
 	Backoff domain.Backoff
 	// Breaker guards the remote service; nil means none.
 	Breaker *Breaker
+	// Breakers, when set, reports the breakers the handler keeps itself
+	// (the built-in HTTP agent keeps one per host): the instance is
+	// unhealthy while one is open.
+	Breakers func() BreakerState
 	// Tracing starts the span of each command (SpanAgent), the parent of
 	// the handler's calls; nil means the global TracerProvider.
 	Tracing trace.TracerProvider
 
-	succeeded, failed, expired, retries, rejected atomic.Int64
+	// Instance names this instance in replies and heartbeats; default a
+	// name unique to the process and agent (DefaultInstance).
+	Instance string
+	// Capacity bounds the handler's calls at once; default
+	// DefaultAgentCapacity. Commands past it wait, the best
+	// domain.AgedRank of priority and time waited first.
+	Capacity int
+	// Aging is the aging interval of that rank; default
+	// domain.DefaultPriorityAging.
+	Aging time.Duration
+	// GlobalLimit bounds the calls at once across every instance of the
+	// agent: this one takes GlobalLimit / k of them (at least one), k the
+	// live instances Directory knows. 0 means no bound.
+	GlobalLimit int
+	// RateLimit bounds the calls started per period across every instance:
+	// this one starts at most Calls / k (at least one) in any window of
+	// the period (kept a little longer, rateMargin), and waits one period
+	// after it starts. Every try counts.
+	RateLimit *protocol.RateLimit
+	// Directory tells how many instances share the limits; nil means this
+	// one alone.
+	Directory AgentDirectory
+	// HangAfter is the calls' latency budget: once the oldest call in
+	// flight has run longer, and no call finished meanwhile, the calls
+	// hang and the instance is unhealthy. Default DefaultHangAfter.
+	HangAfter time.Duration
+	// OpenFor is how long an instance whose calls hang stays unhealthy
+	// before a trial; default the Breaker's OpenFor, else
+	// DefaultHealthOpenFor.
+	OpenFor time.Duration
+	// Heartbeats announce the instance while Run runs; nil means none.
+	Heartbeats Heartbeats
+	// HeartbeatEvery is the time between heartbeats; default
+	// protocol.DefaultHeartbeatEvery.
+	HeartbeatEvery time.Duration
+
+	succeeded, failed, expired, retries, rejected, returned, tries atomic.Int64
+
+	setupOnce sync.Once
+	kick      chan struct{}
+	mu        sync.Mutex
+	st        agentState
 }
 
-// AgentStats counts what an agent did.
+// AgentStats counts what an agent did: replies that succeeded, failed and
+// gave the command back (Returned), commands dropped past their deadline,
+// retries, malformed commands, and calls made (Tries).
 type AgentStats struct {
-	Succeeded, Failed, Expired, Retries, Rejected int64
+	Succeeded, Failed, Expired, Retries, Rejected, Returned, Tries int64
 }
 
 // Stats returns the agent's counters.
 func (a *Agent) Stats() AgentStats {
-	return AgentStats{a.succeeded.Load(), a.failed.Load(), a.expired.Load(), a.retries.Load(), a.rejected.Load()}
+	return AgentStats{a.succeeded.Load(), a.failed.Load(), a.expired.Load(), a.retries.Load(), a.rejected.Load(),
+		a.returned.Load(), a.tries.Load()}
 }
 
 // HandleCommand runs one command message. It returns an error only when the
@@ -75,6 +131,7 @@ func (a *Agent) Stats() AgentStats {
 // dispatch's and the parent of the reply's handling; the handler's context
 // carries it, so that the handler's calls continue the trace.
 func (a *Agent) HandleCommand(ctx context.Context, msg Inbound) (err error) {
+	a.setup()
 	ctx, span := consumerSpan(ctx, tracer(a.Tracing), SpanAgent, msg)
 	defer func() { endSpan(span, err) }()
 	cmd, err := protocol.ParseExecuteStep(msg.Value)
@@ -95,71 +152,130 @@ func (a *Agent) HandleCommand(ctx context.Context, msg Inbound) (err error) {
 		a.log(ctx, cmd).Info("command past its complete-by dropped")
 		return nil
 	}
+	// Keep back part of the budget to report a failure before CompleteBy.
+	reserve := min(max(cmd.CompleteBy.Sub(a.Clock.Now())/10, 20*time.Millisecond), 500*time.Millisecond)
+	pass, err := a.enter(ctx, cmd, cmd.CompleteBy.Add(-reserve))
+	if err != nil {
+		return err
+	}
+	if !pass.admitted {
+		return a.giveBack(ctx, cmd, pass.reason)
+	}
+	succeeded := false
+	defer func() { a.leave(pass, succeeded) }()
+	err = a.attempt(ctx, cmd, reserve, &succeeded)
+	return err
+}
+
+// attempt carries out an admitted command: calls, retries, and the reply.
+func (a *Agent) attempt(ctx context.Context, cmd protocol.ExecuteStep, reserve time.Duration, succeeded *bool) error {
+	span := trace.SpanFromContext(ctx)
 	callCtx, cancel := context.WithDeadline(ctx, cmd.CompleteBy)
 	defer cancel()
 	backoff := a.Backoff
 	if backoff.Initial == 0 {
 		backoff = DefaultBackoff
 	}
-	// Keep back part of the budget to report a failure before CompleteBy.
-	reserve := min(max(cmd.CompleteBy.Sub(a.Clock.Now())/10, 20*time.Millisecond), 500*time.Millisecond)
-	var cause error // the last failure that was not the breaker's refusal
-	for try := 1; ; try++ {
-		span.SetAttributes(AttrTries.Int(try))
-		result, err := a.call(callCtx, cmd)
-		if err != nil && !errors.Is(err, ErrCircuitOpen) {
-			cause = err
+	tries := 0
+	var cause error // the last failure that was not a refusal
+	for {
+		if reason, ok := a.awaitRate(ctx, cmd.CompleteBy.Add(-reserve)); !ok {
+			switch {
+			case ctx.Err() != nil:
+				return ctx.Err()
+			case tries == 0:
+				return a.giveBack(ctx, cmd, reason)
+			}
+			return a.reply(ctx, cmd, protocol.StepReply{Outcome: protocol.OutcomeFailed, Failure: domain.FailureTransient, Tries: tries,
+				Reason: "gave up after " + itoa(int64(tries)) + " tries: " + cause.Error() + " (then: " + reason + ")"})
+		}
+		result, called, err := a.call(callCtx, cmd)
+		if called {
+			tries++
+			span.SetAttributes(AttrTries.Int(tries))
 		}
 		switch {
 		case err == nil:
-			return a.reply(ctx, cmd, protocol.StepReply{Outcome: protocol.OutcomeSucceeded, Result: result})
+			*succeeded = true
+			return a.reply(ctx, cmd, protocol.StepReply{Outcome: protocol.OutcomeSucceeded, Result: result, Tries: tries})
 		case ctx.Err() != nil:
 			return ctx.Err() // stopping: the command is redelivered after restart
 		case errors.Is(err, ErrPermanent):
-			return a.reply(ctx, cmd, protocol.StepReply{Outcome: protocol.OutcomeFailed, Failure: domain.FailurePermanent, Reason: err.Error()})
+			*succeeded = true // the service answered
+			return a.reply(ctx, cmd, protocol.StepReply{Outcome: protocol.OutcomeFailed, Failure: domain.FailurePermanent, Reason: err.Error(), Tries: tries})
+		case !called && tries == 0:
+			// Refused before any call: give the attempt back.
+			return a.giveBack(ctx, cmd, refusalCause(err))
+		case !called:
+			// Calls failed, then the breaker refused: name what went
+			// wrong, not the refusal.
+			return a.reply(ctx, cmd, protocol.StepReply{Outcome: protocol.OutcomeFailed, Failure: domain.FailureTransient, Tries: tries,
+				Reason: "gave up after " + itoa(int64(tries)) + " tries: " + cause.Error() + " (the service is unhealthy)"})
 		}
-		pause := wait(backoff, try)
+		cause = err
+		pause := wait(backoff, tries)
 		var hinted interface{ RetryAfter() time.Duration }
 		if errors.As(err, &hinted) {
 			// The service said when to come back (Retry-After).
 			pause = max(pause, hinted.RetryAfter())
 		}
 		if a.Clock.Now().Add(pause).After(cmd.CompleteBy.Add(-reserve)) {
-			reason := "gave up after " + itoa(int64(try)) + " tries: " + err.Error()
-			if cause != nil && errors.Is(err, ErrCircuitOpen) {
-				// Name what went wrong, not only that the breaker then refused.
-				reason = "gave up after " + itoa(int64(try)) + " tries: " + cause.Error() + " (then: " + err.Error() + ")"
-			}
-			return a.reply(ctx, cmd, protocol.StepReply{Outcome: protocol.OutcomeFailed, Failure: domain.FailureTransient, Reason: reason})
+			return a.reply(ctx, cmd, protocol.StepReply{Outcome: protocol.OutcomeFailed, Failure: domain.FailureTransient, Tries: tries,
+				Reason: "gave up after " + itoa(int64(tries)) + " tries: " + err.Error()})
 		}
 		a.retries.Add(1)
-		span.AddEvent("retry", trace.WithAttributes(AttrTries.Int(try), AttrReason.String(err.Error()), attribute.String("saga.pause", pause.String())))
+		span.AddEvent("retry", trace.WithAttributes(AttrTries.Int(tries), AttrReason.String(err.Error()), attribute.String("saga.pause", pause.String())))
 		if !sleep(ctx, a.Clock, pause) {
 			return ctx.Err()
 		}
 	}
 }
 
+// refusalCause is the root cause a breaker's refusal carries, or the
+// refusal itself.
+func refusalCause(err error) string {
+	var open *CircuitOpenError
+	if errors.As(err, &open) && open.Cause != "" {
+		return open.Cause
+	}
+	return err.Error()
+}
+
 // outcomeExpired is the agent span's outcome for a command it dropped or
 // did not answer because its complete-by had passed.
 const outcomeExpired = "expired"
 
-// call runs the handler through the circuit breaker.
-func (a *Agent) call(ctx context.Context, cmd protocol.ExecuteStep) (json.RawMessage, error) {
-	if a.Breaker == nil {
-		return a.Handler(ctx, cmd)
+// call runs the handler through the circuit breaker. It reports whether a
+// call was made: not when a breaker (the agent's or the handler's own)
+// refused it.
+func (a *Agent) call(ctx context.Context, cmd protocol.ExecuteStep) (json.RawMessage, bool, error) {
+	if a.Breaker != nil {
+		if err := a.Breaker.Allow(); err != nil {
+			return nil, false, err
+		}
 	}
-	if err := a.Breaker.Allow(); err != nil {
-		return nil, err
-	}
+	c := a.callStarted()
 	result, err := a.Handler(ctx, cmd)
-	a.Breaker.Record(err)
-	return result, err
+	refused := errors.Is(err, ErrCircuitOpen)
+	if a.Breaker != nil {
+		a.Breaker.Record(err)
+	}
+	a.callEnded(c, err, refused, ctx.Err() == nil)
+	if !refused {
+		a.tries.Add(1)
+	}
+	return result, !refused, err
 }
 
 // log returns the logger of lines about a command.
 func (a *Agent) log(ctx context.Context, cmd protocol.ExecuteStep) *slog.Logger {
 	return taskLogger(ctx, a.Logger, cmd.TaskID).With("agent", a.Name, "step", cmd.Step, "attempt", cmd.Attempt)
+}
+
+// giveBack replies that the instance gives the command back without
+// calling its service (protocol.OutcomeUnavailable).
+func (a *Agent) giveBack(ctx context.Context, cmd protocol.ExecuteStep, reason string) error {
+	return a.reply(ctx, cmd, protocol.StepReply{Outcome: protocol.OutcomeUnavailable, Reason: reason})
 }
 
 func (a *Agent) reply(ctx context.Context, cmd protocol.ExecuteStep, r protocol.StepReply) error {
@@ -170,19 +286,25 @@ func (a *Agent) reply(ctx context.Context, cmd protocol.ExecuteStep, r protocol.
 		a.log(ctx, cmd).Info("complete-by passed; staying silent")
 		return nil
 	}
-	r.TaskID, r.Step, r.Action, r.Attempt, r.Agent = cmd.TaskID, cmd.Step, cmd.Action, cmd.Attempt, a.Name
+	r.TaskID, r.Step, r.Action, r.Attempt, r.Agent, r.Instance = cmd.TaskID, cmd.Step, cmd.Action, cmd.Attempt, a.Name, a.Instance
 	r.TraceParent = outgoingTraceParent(ctx, cmd.TraceParent)
 	span.SetAttributes(AttrOutcome.String(r.Outcome))
-	if r.Outcome == protocol.OutcomeFailed {
+	if r.Outcome != protocol.OutcomeSucceeded {
 		span.SetAttributes(AttrReason.String(r.Reason))
+	}
+	if r.Outcome == protocol.OutcomeFailed {
 		span.SetStatus(codes.Error, string(r.Failure)+": "+r.Reason)
 	}
 	if err := a.Replies.SendReply(ctx, r); err != nil {
 		return errors.Wrapf(err, "reply for %s/%s attempt %d", cmd.TaskID, cmd.Step, cmd.Attempt)
 	}
-	if r.Outcome == protocol.OutcomeSucceeded {
+	switch r.Outcome {
+	case protocol.OutcomeSucceeded:
 		a.succeeded.Add(1)
-	} else {
+	case protocol.OutcomeUnavailable:
+		a.returned.Add(1)
+		a.log(ctx, cmd).Debug("command given back", "reason", r.Reason)
+	default:
 		a.failed.Add(1)
 	}
 	return nil

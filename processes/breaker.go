@@ -11,6 +11,21 @@ import (
 // circuit breaker is open. It is a transient failure.
 var ErrCircuitOpen = errors.New("circuit breaker open")
 
+// CircuitOpenError is the refusal of an open breaker: errors.Is(err,
+// ErrCircuitOpen) holds for it. Cause is the failure that opened the
+// breaker, the root cause to report rather than the refusal.
+type CircuitOpenError struct {
+	Until time.Time
+	Cause string
+}
+
+func (e *CircuitOpenError) Error() string {
+	return ErrCircuitOpen.Error() + " until " + e.Until.Format(time.RFC3339Nano) + ", after: " + e.Cause
+}
+
+// Is makes errors.Is(err, ErrCircuitOpen) hold.
+func (e *CircuitOpenError) Is(target error) bool { return target == ErrCircuitOpen }
+
 // breakerBuckets is how many slices the breaker's time window has.
 const breakerBuckets = 10
 
@@ -64,7 +79,7 @@ func (b *Breaker) Allow() error {
 		return nil
 	}
 	if b.Clock.Now().Before(b.openUntil) || b.trial {
-		return errors.Wrapf(ErrCircuitOpen, "until %s, after: %s", b.openUntil.Format(time.RFC3339Nano), b.lastFailure)
+		return &CircuitOpenError{Until: b.openUntil, Cause: b.lastFailure}
 	}
 	b.trial = true // half-open: this call is the trial
 	return nil
@@ -126,4 +141,26 @@ func (b *Breaker) Opened() int64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.opened
+}
+
+// BreakerState is what a breaker, or the breakers a handler keeps (one per
+// host in the built-in HTTP agent), say of the service: Open while calls
+// are refused, Trial once OpenFor has passed and a trial call may go
+// through (or one is under way). Cause is the failure that opened it.
+type BreakerState struct {
+	Open, Trial bool
+	Cause       string
+}
+
+// State returns the breaker's state now.
+func (b *Breaker) State() BreakerState {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.open {
+		return BreakerState{}
+	}
+	if b.trial || !b.Clock.Now().Before(b.openUntil) {
+		return BreakerState{Trial: true, Cause: b.lastFailure}
+	}
+	return BreakerState{Open: true, Cause: b.lastFailure}
 }

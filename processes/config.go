@@ -144,5 +144,14 @@ func (a *Agent) Validate() error {
 	if a.Backoff.Initial < 0 || a.Backoff.Max < 0 || a.Backoff.Multiplier < 0 {
 		p.list = append(p.list, "Backoff must not be negative")
 	}
+	p.notNegative(int64(a.Capacity), "Capacity")
+	p.notNegative(int64(a.GlobalLimit), "GlobalLimit")
+	p.notNegative(int64(a.Aging), "Aging")
+	p.notNegative(int64(a.HangAfter), "HangAfter")
+	p.notNegative(int64(a.OpenFor), "OpenFor")
+	p.notNegative(int64(a.HeartbeatEvery), "HeartbeatEvery")
+	if r := a.RateLimit; r != nil && (r.Calls < 1 || r.PeriodMillis < 1) {
+		p.list = append(p.list, "RateLimit needs at least 1 call and a period of at least 1ms")
+	}
 	return p.err()
 }

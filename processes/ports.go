@@ -54,6 +54,15 @@ type AgentDirectory interface {
 	Instances(agent string, now time.Time) []protocol.AgentHeartbeat
 }
 
+// Heartbeats announce agent instances on protocol.AgentsTopic.
+type Heartbeats interface {
+	// Beat publishes an instance's heartbeat and waits until the broker
+	// has it.
+	Beat(ctx context.Context, hb protocol.AgentHeartbeat) error
+	// Leave removes a stopped instance: a tombstone under its key.
+	Leave(ctx context.Context, instance string) error
+}
+
 // ReplySender delivers agents' replies to the scheduler.
 type ReplySender interface {
 	SendReply(ctx context.Context, reply protocol.StepReply) error

@@ -20,10 +20,14 @@
 // The agent consumes the workflow steps' commands from Kafka
 // (saga.cmd.<name>, and saga.cmd.<name>.high and .low, the priority bands),
 // in a consumer group shared by every instance of the agent, and does
-// everything saga's own agents do: it takes higher-priority commands first
-// when more wait than it handles at once (MaxInFlight), a command's
-// priority rising one band for every PriorityAging it has waited, so that
-// none starves; it gives the handler a
+// everything saga's own agents do: it makes at most Capacity calls at once
+// (and its share of GlobalLimit and RateLimit), taking higher-priority
+// commands first when more wait, a command's priority rising one band for
+// every PriorityAging it has waited, so that none starves; it announces
+// itself on saga.agents with heartbeats (health, capacity, partitions),
+// and while its breaker is open or its calls hang it gives commands back
+// (outcome unavailable) for the scheduler to send elsewhere; it gives the
+// handler a
 // context that ends at the command's complete-by deadline, retries
 // transient errors with backoff and jitter inside it, guards the service
 // with a circuit breaker, replies to the scheduler, stays silent once the
@@ -142,6 +146,16 @@ func RequestOf(cmd protocol.ExecuteStep) Request {
 // may be at most 64 KiB. Return Permanent(err) when retrying cannot help.
 type Handler func(ctx context.Context, req Request) (result any, err error)
 
+// Directory knows the live instances of agents, from their heartbeats on
+// protocol.AgentsTopic: Instances returns the last heartbeat of each live
+// instance of an agent.
+type Directory = processes.AgentDirectory
+
+// BreakerState is what breakers a handler keeps itself say: Open while
+// they refuse calls, Trial once a trial call may go through, and Cause, the
+// failure that opened them.
+type BreakerState = processes.BreakerState
+
 // Config configures an agent. Brokers is required.
 type Config struct {
 	Brokers []string
@@ -154,9 +168,49 @@ type Config struct {
 	// BreakerOpenFor is how long the circuit breaker stays open once the
 	// service fails too often; default 2 s; negative means no breaker.
 	BreakerOpenFor time.Duration
-	// MaxInFlight bounds the commands handled at once; default 1024. Past
-	// it, commands wait, and higher priorities go first.
+	// Capacity bounds the calls the instance makes at once; default
+	// processes.DefaultAgentCapacity (1024). Past it, commands wait, and
+	// higher priorities go first; the instance receives up to
+	// 2×Capacity+16 commands, so that it can give back those waiting when
+	// it turns unhealthy. Heartbeats announce it, and a scheduler that reads
+	// them never sends an instance more than it has room for.
+	Capacity int
+	// MaxInFlight is the former name of Capacity, used when Capacity is 0.
+	//
+	// Deprecated: use Capacity.
 	MaxInFlight int
+	// GlobalLimit bounds the calls at once across every instance of the
+	// agent (each takes its share, GlobalLimit / instances, at least 1);
+	// 0 means none.
+	GlobalLimit int
+	// RateLimit bounds the calls started per period across every instance
+	// of the agent (each takes its share, at least 1 per period): no
+	// window of the period holds more, and an instance waits one period
+	// after it starts. Every try counts. The instance keeps its window a
+	// tenth of the period longer (5 ms to 100 ms), so that the service,
+	// which sees each call a moment later, counts no more either. Nil means
+	// none.
+	RateLimit *protocol.RateLimit
+	// Directory tells how many instances of the agent are live, to share
+	// GlobalLimit and RateLimit; nil counts this one alone.
+	Directory Directory
+	// HangAfter is the calls' latency budget: when the oldest call in
+	// flight has run longer, and no call has been answered meanwhile, the
+	// instance is unhealthy and gives commands back. Default
+	// processes.DefaultHangAfter (2 s).
+	HangAfter time.Duration
+	// Instance names this instance in heartbeats and replies; default
+	// hostname-pid-random/<name> (processes.DefaultInstance).
+	Instance string
+	// HeartbeatEvery is the time between heartbeats on
+	// protocol.AgentsTopic; default protocol.DefaultHeartbeatEvery.
+	// Negative sends none: the scheduler then routes by task and applies
+	// no capacity limit to the agent.
+	HeartbeatEvery time.Duration
+	// Breakers, when set, reports breakers the handler keeps itself (saga's
+	// built-in HTTP agent keeps one per host): while one is open the
+	// instance is unhealthy.
+	Breakers func() BreakerState
 	// PriorityAging is how long a command waits before it competes as if
 	// it had the next higher priority (domain.AgedRank); default
 	// domain.DefaultPriorityAging (2 s).
@@ -181,8 +235,14 @@ func (c Config) Validate(name string) error {
 	if name == "" || !validAgentName(name) {
 		errs = errors.CombineErrors(errs, errors.Newf("agent: name %q must be 1 to 100 letters, digits, ., _ or - and start with a letter or digit", name))
 	}
-	if c.MaxInFlight < 0 {
-		errs = errors.CombineErrors(errs, errors.New("agent: MaxInFlight must not be negative"))
+	if c.MaxInFlight < 0 || c.Capacity < 0 {
+		errs = errors.CombineErrors(errs, errors.New("agent: Capacity must not be negative"))
+	}
+	if c.GlobalLimit < 0 || c.HangAfter < 0 {
+		errs = errors.CombineErrors(errs, errors.New("agent: GlobalLimit and HangAfter must not be negative"))
+	}
+	if r := c.RateLimit; r != nil && (r.Calls < 1 || r.PeriodMillis < 1) {
+		errs = errors.CombineErrors(errs, errors.New("agent: RateLimit needs at least 1 call and a period of at least 1ms"))
 	}
 	if c.PriorityAging < 0 {
 		errs = errors.CombineErrors(errs, errors.New("agent: PriorityAging must not be negative"))
@@ -217,13 +277,27 @@ func New(name string, handler Handler, cfg Config) (*Agent, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
+	if cfg.Capacity == 0 {
+		cfg.Capacity = cfg.MaxInFlight
+	}
+	if cfg.Capacity == 0 {
+		cfg.Capacity = processes.DefaultAgentCapacity
+	}
+	if cfg.Instance == "" {
+		cfg.Instance = processes.DefaultInstance(name)
+	}
 	client, err := kafka.NewClient(cfg.Brokers, cfg.KafkaOptions...)
 	if err != nil {
 		return nil, err
 	}
 	producer := kafka.NewProducer(client, "saga/agent/"+name, cfg.Logger)
 	rt := &processes.Agent{Name: name, Replies: producer, DeadLetters: producer, Clock: processes.ClockFunc(cfg.Clock), Logger: cfg.Logger,
-		Backoff: cfg.Backoff, Handler: adapt(handler), Tracing: cfg.TracerProvider}
+		Backoff: cfg.Backoff, Handler: adapt(handler), Tracing: cfg.TracerProvider, Instance: cfg.Instance, Capacity: cfg.Capacity,
+		Aging: cfg.PriorityAging, GlobalLimit: cfg.GlobalLimit, RateLimit: cfg.RateLimit, Directory: cfg.Directory, HangAfter: cfg.HangAfter,
+		Breakers: cfg.Breakers, HeartbeatEvery: max(cfg.HeartbeatEvery, 0)}
+	if cfg.HeartbeatEvery >= 0 {
+		rt.Heartbeats = kafka.NewHeartbeats(client, "saga/agent/"+name)
+	}
 	if cfg.BreakerOpenFor >= 0 {
 		openFor := cfg.BreakerOpenFor
 		if openFor == 0 {
@@ -271,30 +345,48 @@ func (a *Agent) Name() string { return a.name }
 // Group is the Kafka consumer group the agent consumes in.
 func (a *Agent) Group() string { return a.cfg.Group }
 
+// Instance names this instance in heartbeats and replies.
+func (a *Agent) Instance() string { return a.cfg.Instance }
+
+// Health returns the instance's health (protocol.HealthHealthy, ...) and,
+// when it is not healthy, why.
+func (a *Agent) Health() (health, reason string) { return a.runtime.Health() }
+
+// Heartbeat returns what the instance announces about itself now.
+func (a *Agent) Heartbeat() protocol.AgentHeartbeat { return a.runtime.Heartbeat() }
+
 // Run serves commands until ctx ends, then lets the calls in flight finish
 // (their replies are sent; a command not finished is redelivered to another
-// instance) and returns. It returns an error only if it cannot start.
+// instance) and returns. It announces the instance with heartbeats while it
+// runs, stopping while it drains, and a tombstone once it has. It returns
+// an error only if it cannot start.
 func (a *Agent) Run(ctx context.Context) error {
 	defer a.client.Close()
-	return kafka.Consume(ctx, kafka.ConsumerConfig{Brokers: a.cfg.Brokers, Group: a.cfg.Group,
-		Topics: protocol.CommandTopics(a.name), MaxInFlight: a.cfg.MaxInFlight, Logger: a.cfg.Logger, Opts: a.cfg.KafkaOptions,
-		Band: func(topic string) domain.Priority { return protocol.CommandTopicPriority(a.name, topic) }, Aging: a.cfg.PriorityAging, Now: a.cfg.Clock},
-		a.runtime.HandleCommand)
+	return a.runtime.Run(ctx, func(ctx context.Context) error {
+		return kafka.Consume(ctx, kafka.ConsumerConfig{Brokers: a.cfg.Brokers, Group: a.cfg.Group,
+			Topics: protocol.CommandTopics(a.name), MaxInFlight: 2*a.cfg.Capacity + 16, Logger: a.cfg.Logger, Opts: a.cfg.KafkaOptions,
+			Band: func(topic string) domain.Priority { return protocol.CommandTopicPriority(a.name, topic) }, Aging: a.cfg.PriorityAging, Now: a.cfg.Clock,
+			OnAssigned: a.runtime.Assigned, OnRevoked: a.runtime.Revoked},
+			a.runtime.HandleCommand)
+	})
 }
 
 // Stats counts what the agent did.
 type Stats struct {
-	// Succeeded and Failed count replies sent; Expired counts commands
-	// that arrived or ended past their deadline (no reply); Retries counts
-	// calls retried inside a deadline; Rejected counts malformed commands
-	// dead-lettered; BreakerOpened counts how often the breaker opened.
-	Succeeded, Failed, Expired, Retries, Rejected, BreakerOpened int64
+	// Succeeded and Failed count replies sent; Returned counts commands
+	// given back (outcome unavailable) without a call; Expired counts
+	// commands that arrived or ended past their deadline (no reply);
+	// Retries counts calls retried inside a deadline; Tries counts calls
+	// made; Rejected counts malformed commands dead-lettered;
+	// BreakerOpened counts how often the breaker opened.
+	Succeeded, Failed, Returned, Expired, Retries, Tries, Rejected, BreakerOpened int64
 }
 
 // Stats returns the agent's counters.
 func (a *Agent) Stats() Stats {
 	s := a.runtime.Stats()
-	out := Stats{Succeeded: s.Succeeded, Failed: s.Failed, Expired: s.Expired, Retries: s.Retries, Rejected: s.Rejected}
+	out := Stats{Succeeded: s.Succeeded, Failed: s.Failed, Returned: s.Returned, Expired: s.Expired, Retries: s.Retries, Tries: s.Tries,
+		Rejected: s.Rejected}
 	if a.runtime.Breaker != nil {
 		out.BreakerOpened = a.runtime.Breaker.Opened()
 	}
@@ -310,11 +402,13 @@ func (a *Agent) WriteMetrics(w io.Writer) {
 	for _, o := range []struct {
 		outcome string
 		n       int64
-	}{{"succeeded", s.Succeeded}, {"failed", s.Failed}, {"expired", s.Expired}, {"dead_lettered", s.Rejected}} {
+	}{{"succeeded", s.Succeeded}, {"failed", s.Failed}, {"unavailable", s.Returned}, {"expired", s.Expired}, {"dead_lettered", s.Rejected}} {
 		fmt.Fprintf(w, "saga_agent_commands_total{agent=%q,outcome=%q} %d\n", a.name, o.outcome, o.n)
 	}
 	fmt.Fprintf(w, "# HELP saga_agent_retries_total Calls agents retried within a command's deadline.\n# TYPE saga_agent_retries_total counter\n")
 	fmt.Fprintf(w, "saga_agent_retries_total{agent=%q} %d\n", a.name, s.Retries)
+	fmt.Fprintf(w, "# HELP saga_agent_tries_total Calls agents made to their services.\n# TYPE saga_agent_tries_total counter\n")
+	fmt.Fprintf(w, "saga_agent_tries_total{agent=%q} %d\n", a.name, s.Tries)
 	fmt.Fprintf(w, "# HELP saga_agent_breaker_opened_total Times an agent's circuit breaker opened.\n# TYPE saga_agent_breaker_opened_total counter\n")
 	fmt.Fprintf(w, "saga_agent_breaker_opened_total{agent=%q} %d\n", a.name, s.BreakerOpened)
 }

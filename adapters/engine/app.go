@@ -162,6 +162,12 @@ type Config struct {
 	// for processes that run without the api role (whose HTTP API serves
 	// /metrics too).
 	MetricsListen string
+	// AgentInstances configures the agents this process runs: capacity,
+	// shared limits, latency budget.
+	AgentInstances AgentInstances
+
+	// instanceGiven says Instance was set rather than defaulted.
+	instanceGiven bool
 }
 
 // Role is a part of the system a process runs.
@@ -280,6 +286,7 @@ func Start(cfg Config) (*App, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
+	cfg.instanceGiven = cfg.Instance != ""
 	if cfg.Instance == "" {
 		host, _ := os.Hostname()
 		cfg.Instance = "sagad@" + host
@@ -492,7 +499,9 @@ func (a *App) startProcesses(ctx context.Context) error {
 	// The followers of the shared subscription register as they are built
 	// (Register), and it starts delivering once all of them are: no counts.
 	defer a.run("event fan-out", func() error { return a.followers.Run(ctx) })
-	if cfg.has(RoleScheduler) || cfg.has(RoleAPI) {
+	// Agents with limits shared by their instances read it too, to know
+	// their share.
+	if cfg.has(RoleScheduler) || cfg.has(RoleAPI) || (cfg.has(RoleAgents) && a.cfg.AgentInstances.shared()) {
 		if err := a.startAgentDirectory(ctx); err != nil {
 			return err
 		}
@@ -649,7 +658,7 @@ func (a *App) startAPI(ctx context.Context) error {
 // demo services with an HTTP agent in front of each.
 func (a *App) startAgents(ctx context.Context) error {
 	for name, handler := range a.cfg.Agents {
-		if err := a.startAgent(ctx, name, handler, 0); err != nil {
+		if err := a.startAgent(ctx, name, handler, 0, nil); err != nil {
 			return err
 		}
 	}
@@ -698,13 +707,15 @@ func (a *App) startHTTPAgent(ctx context.Context, name string, cfg httpagent.Con
 	a.HTTPHandlers[name] = h
 	return a.startAgent(ctx, name, func(ctx context.Context, req agent.Request) (any, error) {
 		return h.Handle(ctx, req.Command())
-	}, -1)
+	}, -1, h.BreakerState)
 }
 
 // startAgent runs an agent through the Go agent SDK, as any program would.
-func (a *App) startAgent(ctx context.Context, name string, handler agent.Handler, breakerOpenFor time.Duration) error {
+func (a *App) startAgent(ctx context.Context, name string, handler agent.Handler, breakerOpenFor time.Duration, breakers func() processes.BreakerState) error {
 	cfg := agent.Config{Brokers: a.KafkaBrokers, KafkaOptions: a.kafkaOpts, Logger: a.logger, Clock: a.cfg.Clock, BreakerOpenFor: breakerOpenFor,
-		TracerProvider: a.tracing}
+		TracerProvider: a.tracing, Instance: a.agentInstance(name), Breakers: breakers}
+	a.cfg.AgentInstances.configure(name, &cfg)
+	cfg.Directory = a.directory()
 	ag, err := agent.New(name, handler, cfg)
 	if err != nil {
 		return errors.Wrapf(err, "agent %s", name)

@@ -143,17 +143,21 @@ func (a *App) registerAgentMetrics(m *metrics.Metrics) {
 		}
 	}
 	m.Register(metrics.Family{Name: "saga_agent_commands_total", Type: counter, Labels: []string{"agent", "outcome"},
-		Help: "Commands agents finished, by outcome; expired ones arrived or ended past their completeBy.",
+		Help: "Commands agents finished, by outcome; unavailable ones were given back uncalled, expired ones arrived or ended past their completeBy.",
 		Read: each(func(n string, emit func(float64, ...string)) {
 			st := a.AgentProcs[n].Stats()
 			emit(float64(st.Succeeded), n, "succeeded")
 			emit(float64(st.Failed), n, "failed")
+			emit(float64(st.Returned), n, "unavailable")
 			emit(float64(st.Expired), n, "expired")
 			emit(float64(st.Rejected), n, "dead_lettered")
 		})},
 		metrics.Family{Name: "saga_agent_retries_total", Type: counter, Labels: []string{"agent"},
 			Help: "Calls agents retried within a command's deadline.",
 			Read: each(func(n string, emit func(float64, ...string)) { emit(float64(a.AgentProcs[n].Stats().Retries), n) })},
+		metrics.Family{Name: "saga_agent_tries_total", Type: counter, Labels: []string{"agent"},
+			Help: "Calls agents made to their services.",
+			Read: each(func(n string, emit func(float64, ...string)) { emit(float64(a.AgentProcs[n].Stats().Tries), n) })},
 		metrics.Family{Name: "saga_agent_breaker_opened_total", Type: counter, Labels: []string{"agent"},
 			Help: "Times an agent's circuit breaker opened.",
 			Read: each(func(n string, emit func(float64, ...string)) {

@@ -494,6 +494,29 @@ func (h *Handler) AnyBreakerOpen() bool {
 	return false
 }
 
+// BreakerState reports the breakers of the hosts it calls as one, for the
+// agent's health: open while a host's breaker refuses calls (Cause names
+// the host and the failure that opened it), in trial while one lets a
+// trial call through.
+func (h *Handler) BreakerState() processes.BreakerState {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	// The first host in order of those open (else in trial), so that the
+	// same one is named every time.
+	var out processes.BreakerState
+	var named string
+	for host, b := range h.breakers {
+		s := b.State()
+		switch {
+		case s.Open && (!out.Open || host < named):
+			out, named = processes.BreakerState{Open: true, Cause: "host " + host + ": " + s.Cause}, host
+		case s.Trial && !out.Open && (!out.Trial || host < named):
+			out, named = processes.BreakerState{Trial: true, Cause: "host " + host + ": " + s.Cause}, host
+		}
+	}
+	return out
+}
+
 // BreakersOpened counts how often the breakers of the hosts it knows
 // opened.
 func (h *Handler) BreakersOpened() int64 {

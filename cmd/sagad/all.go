@@ -108,7 +108,7 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	*esURL = eventstore.URLFlag(envOr("SAGA_EVENTSTORE", ""))
 	fs.Var(esURL, "eventstore", "use this EventStoreDB (esdb://...) and start no embedded event store; give a password through $SAGA_EVENTSTORE, not this flag, which others can read in the process list [$SAGA_EVENTSTORE]")
 	esPasswordFile := fs.String("eventstore-password-file", envOr("SAGA_EVENTSTORE_PASSWORD_FILE", ""), "file holding the password of the user --eventstore names (esdb://USER@host...), so the connection string itself holds no secret [$SAGA_EVENTSTORE_PASSWORD_FILE]")
-	instance := fs.String("instance", envOr("SAGA_INSTANCE", ""), "name of this instance in events (default sagad@HOSTNAME) [$SAGA_INSTANCE]")
+	instance := fs.String("instance", envOr("SAGA_INSTANCE", ""), "name of this instance in events (default sagad@HOSTNAME); its agent instances are INSTANCE/AGENT (default HOSTNAME-PID-RANDOM/AGENT) [$SAGA_INSTANCE]")
 	partitions := fs.Int("partitions", 4, "partitions of the topics saga creates")
 	kafkaFsync := fs.Bool("kafka-fsync", false, "make the embedded Kafka fsync every batch of every topic and every offset commit, one by one (slower). Off: the sync topics are still fsynced before they are acknowledged; other records survive kill -9 but not power loss")
 	kafkaSyncTopics := fs.String("kafka-sync-topics", strings.Join(kafka.DefaultSyncTopics, ","), "topics (or prefix*) the embedded Kafka acknowledges only once fsynced, with group commit; \"*\" all, \"\" none")
@@ -135,8 +135,18 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	fs.Var(services, "demo-service", "let the demo agent AGENT call a demo service at URL instead of one in this process: AGENT=URL (repeatable)")
 	faults := faultFlags{}
 	fs.Var(faults, "fault", "inject a fault into a demo service: AGENT=MODE[:RATE], MODE transient, permanent or hang (repeatable)")
+	capacity, rates, globalLimits, hangAfter := agentCounts{}, agentRates{}, agentCounts{}, agentDurations{}
+	fs.Var(capacity, "agent-capacity", "calls an agent's instance in this process makes at once, at most: AGENT=N[,AGENT=N...] (repeatable); other agents take --agent-capacity-default. Heartbeats announce it; past it, commands wait, higher priority first")
+	defaultCapacity := fs.Int("agent-capacity-default", processes.DefaultAgentCapacity, "calls at once of the agents --agent-capacity does not name")
+	fs.Var(rates, "agent-rate", "calls an agent makes per period across all its instances, each taking its share: AGENT=CALLS/PERIOD, e.g. payment=50/1s (repeatable). No window of the period holds more, and an instance waits one period after it starts")
+	fs.Var(globalLimits, "agent-global-limit", "calls an agent makes at once across all its instances, each taking its share: AGENT=N[,AGENT=N...] (repeatable)")
+	fs.Var(hangAfter, "agent-hang-after", "latency budget of an agent's calls: once the oldest call in flight has run longer with no answer meanwhile, the instance is unhealthy and gives commands back: AGENT=DURATION[,...] (repeatable); others take --agent-hang-after-default")
+	defaultHangAfter := fs.Duration("agent-hang-after-default", processes.DefaultHangAfter, "latency budget of the agents --agent-hang-after does not name")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *defaultCapacity < 1 || *defaultHangAfter <= 0 {
+		return errors.New("--agent-capacity-default must be at least 1 and --agent-hang-after-default positive")
 	}
 	roles, err := engine.ParseRoles(*rolesFlag)
 	if err != nil {
@@ -168,6 +178,8 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 		ReplyTopicPattern: *replyTopics, APITokensFile: *apiTokens, APITLSCert: *apiCert, APITLSKey: *apiKey,
 		Secure: *secureMode, KafkaSecurity: *kafkaSecurity, MaxOrderSize: *maxOrderSize, TaskViewBatch: *taskViewBatch,
 		KafkaRetention: &kafka.Retention{MaxAge: *retentionAge, MaxRecords: *retentionRecords, Interval: kafka.DefaultRetentionInterval},
+		AgentInstances: engine.AgentInstances{Capacity: capacity, DefaultCapacity: *defaultCapacity, RateLimit: rates, GlobalLimit: globalLimits,
+			HangAfter: hangAfter, DefaultHangAfter: *defaultHangAfter},
 	})
 	if err != nil {
 		return err

@@ -87,6 +87,9 @@ type AgentHeartbeat struct {
 	// counts as gone without a newer one (three intervals later).
 	At        time.Time `json:"at"`
 	ExpiresAt time.Time `json:"expiresAt"`
+	// IntervalMillis is the instance's time between heartbeats, in
+	// milliseconds; absent means DefaultHeartbeatEvery.
+	IntervalMillis int64 `json:"intervalMillis,omitempty"`
 }
 
 // ParseAgentHeartbeat decodes and validates a heartbeat. Unknown fields are
