@@ -2,6 +2,7 @@ package domain_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -101,4 +102,21 @@ func TestRepliesRecordTriesAndInstance(t *testing.T) {
 	assert.Equal(t, 3, s.Tries)
 	assert.Equal(t, "payment-1", s.Instance)
 	assert.Equal(t, 1, s.FailureCount)
+}
+
+func TestAStepGivenBackWithNowhereToGoPausesBeforeItGoesAgain(t *testing.T) {
+	task := domain.Fold("o-1", with(processed(1), dispatched("charge-payment", 1)))
+	dec := d
+	dec.ReturnPause = time.Second
+	events, err := task.RecordReply(wf, domain.Reply{Step: "charge-payment", Attempt: 1, Unavailable: true, Reason: "breaker open"}, dec)
+	require.NoError(t, err)
+	require.Len(t, events, 1, "nothing is dispatched during the pause")
+	task.Apply(events[0])
+	assert.Empty(t, task.Next(wf, at(500*time.Millisecond)))
+	wake, ok := task.NextWake()
+	require.True(t, ok)
+	assert.Equal(t, t0.Add(time.Second), wake)
+	again := task.Next(wf, at(time.Second))
+	require.Len(t, again, 1)
+	assert.Equal(t, 1, again[0].(domain.StepDispatched).Attempt)
 }

@@ -45,6 +45,11 @@ type Decision struct {
 	// the reason it gives) and nothing is dispatched. Nil admits every
 	// dispatch.
 	Admit func(agent string) Admission
+	// ReturnPause is how long a step whose attempt an agent gave back
+	// waits before it is dispatched again: zero when another instance may
+	// take it now, a pause when none may, so that an agent that keeps
+	// giving back is not sent the step in a tight loop.
+	ReturnPause time.Duration
 }
 
 // Admission is whether a dispatch may go now, and where.
@@ -330,7 +335,12 @@ func (t *Task) RecordReply(wf *Workflow, r Reply, d Decision) ([]Event, error) {
 	var outcome Event
 	switch {
 	case r.Unavailable:
-		outcome = StepReturned{TaskID: t.ID, Step: r.Step, Compensation: r.Compensation, Attempt: r.Attempt, Instance: r.Instance, Reason: r.Reason, At: d.Now}
+		ret := StepReturned{TaskID: t.ID, Step: r.Step, Compensation: r.Compensation, Attempt: r.Attempt, Instance: r.Instance, Reason: r.Reason, At: d.Now}
+		if d.ReturnPause > 0 {
+			notBefore := d.Now.Add(d.ReturnPause)
+			ret.NotBefore = &notBefore
+		}
+		outcome = ret
 	case !r.Compensation && r.Succeeded:
 		outcome = StepSucceeded{TaskID: t.ID, Step: r.Step, Attempt: r.Attempt, Result: r.Result, At: d.Now, Answer: answer}
 	case !r.Compensation:

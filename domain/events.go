@@ -227,13 +227,16 @@ type StepWaiting struct {
 // stopping). The attempt does not count: the step is dispatched again, with
 // the same attempt number, to a healthy instance when there is one.
 type StepReturned struct {
-	TaskID       string    `json:"taskId"`
-	Step         string    `json:"step"`
-	Compensation bool      `json:"compensation,omitempty"`
-	Attempt      int       `json:"attempt"`
-	Instance     string    `json:"instance,omitempty"`
-	Reason       string    `json:"reason"`
-	At           time.Time `json:"at"`
+	TaskID       string `json:"taskId"`
+	Step         string `json:"step"`
+	Compensation bool   `json:"compensation,omitempty"`
+	Attempt      int    `json:"attempt"`
+	Instance     string `json:"instance,omitempty"`
+	Reason       string `json:"reason"`
+	// NotBefore, when set, is when the step may go again: no other
+	// instance could take it when it was given back.
+	NotBefore *time.Time `json:"notBefore,omitempty"`
+	At        time.Time  `json:"at"`
 }
 
 // TaskCompensated records that every step that needed it was undone.

@@ -117,6 +117,10 @@ func (l *Leg) returned(e StepReturned) {
 		return
 	}
 	l.State, l.Attempt, l.CompleteBy, l.NotBefore = StepStateRetrying, e.Attempt-1, nil, nil
+	if e.NotBefore != nil {
+		notBefore := *e.NotBefore
+		l.NotBefore = &notBefore
+	}
 	l.Returned++
 	l.LastReturn = e.Reason
 	if e.Instance != "" {

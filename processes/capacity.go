@@ -162,9 +162,30 @@ func plural(n int, one, many string) string {
 	return many
 }
 
-// usable reports whether an instance may get work: live, healthy or on
+// DefaultReturnPause is how long a step given back waits before it goes
+// again when no instance of its agent may take it now (the scheduler knows
+// none, or every one is unhealthy or gave work back).
+const DefaultReturnPause = time.Second
+
+// usable reports whether some live instance of agent may get work now.
+func (c *capacity) usable(agent string, now time.Time) bool {
+	if c == nil || c.dir == nil {
+		return false
+	}
+	instances := c.dir.Instances(agent, now)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, h := range instances {
+		if c.usableLocked(h) {
+			return true
+		}
+	}
+	return false
+}
+
+// usableLocked reports whether an instance may get work: live, healthy or on
 // trial, and not avoided since it gave an attempt back.
-func (c *capacity) usable(h protocol.AgentHeartbeat) bool {
+func (c *capacity) usableLocked(h protocol.AgentHeartbeat) bool {
 	if h.Health != protocol.HealthHealthy && h.Health != protocol.HealthTrial {
 		return false
 	}
@@ -192,7 +213,7 @@ func (c *capacity) roomLocked(agent string, instances []protocol.AgentHeartbeat)
 		if h.GlobalLimit > 0 && (global == 0 || h.GlobalLimit < global) {
 			global = h.GlobalLimit
 		}
-		if !c.usable(h) {
+		if !c.usableLocked(h) {
 			if r.why == "" && h.Reason != "" {
 				r.why = h.Instance + ": " + h.Reason
 			}
@@ -231,7 +252,7 @@ func (c *capacity) chooseLocked(agent string, instances []protocol.AgentHeartbea
 	best, bestShare := "", 2.0
 	for _, h := range instances {
 		n := takes(h)
-		if !c.usable(h) || n <= 0 || load[h.Instance] >= n {
+		if !c.usableLocked(h) || n <= 0 || load[h.Instance] >= n {
 			continue
 		}
 		if share := float64(load[h.Instance]) / float64(n); share < bestShare {

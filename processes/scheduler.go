@@ -746,7 +746,11 @@ func (sh *shard) onReply(ctx context.Context, r protocol.StepReply, source strin
 		if l := legOf(t, r.Step, compensation); l != nil && l.Attempt == r.Attempt {
 			agent, dispatchedAt = t.Step(r.Step).Agent, l.DispatchedAt
 		}
-		return t.RecordReply(wf, r.Reply(), sh.decision(t))
+		d := sh.decision(t)
+		if s := t.Step(r.Step); r.Outcome == protocol.OutcomeUnavailable && s != nil && !sh.s.capacity.usable(s.Agent, d.Now) {
+			d.ReturnPause = DefaultReturnPause
+		}
+		return t.RecordReply(wf, r.Reply(), d)
 	})
 	switch {
 	case errors.Is(err, domain.ErrStaleReply):

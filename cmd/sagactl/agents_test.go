@@ -32,10 +32,10 @@ func (s *saga) produceHeartbeats(beats ...protocol.AgentHeartbeat) {
 // TestAgentsShowsInstancesAndQueues: heartbeats of two payment instances
 // (one unhealthy, its reason carrying a terminal escape), one that is gone,
 // one of an agent no workflow names, plus a command queued for that agent,
-// and one naming an agent saga cannot have, as sagactl agents shows them; the demo agents send no heartbeats
-// yet and show without instances.
+// and one naming an agent saga cannot have, as sagactl agents shows them; the demo agents are told to send no
+// heartbeats, so that they show without instances.
 func TestAgentsShowsInstancesAndQueues(t *testing.T) {
-	s := startSaga(t, engine.Config{Workflows: testWorkflows(time.Second)})
+	s := startSaga(t, engine.Config{Workflows: testWorkflows(time.Second), AgentInstances: engine.AgentInstances{HeartbeatEvery: -1}})
 	now := time.Now().UTC()
 	beat := func(agent, instance, health, reason string, expires time.Duration) protocol.AgentHeartbeat {
 		return protocol.AgentHeartbeat{Agent: agent, Instance: instance, Health: health, Reason: reason, Capacity: 4, InFlight: 1,
