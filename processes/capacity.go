@@ -98,7 +98,17 @@ func (c *capacity) admit(agent string, t *domain.Task, wake func()) domain.Admis
 	// compensations go one at a time): what was noted for it (the attempt
 	// that just ended, or this dispatch when decided again after a
 	// conflict) no longer holds.
-	c.setLocked(t.ID, nil)
+	if old, had := c.inflight[t.ID]; had {
+		c.setLocked(t.ID, nil)
+		if old.agent != agent {
+			// The attempt that just ended freed room at its agent: wake
+			// whoever waits there (track sees no change once this
+			// dispatch is noted).
+			for _, wake := range c.wakeLocked(old.agent) {
+				wake()
+			}
+		}
+	}
 	room := c.roomLocked(agent, instances)
 	since := waitingSince(t, now)
 	mine := domain.AgedRank(t.Priority, now.Sub(since), c.aging)
@@ -246,13 +256,21 @@ func known(instances []protocol.AgentHeartbeat, instance string) bool {
 }
 
 // chooseLocked picks the usable instance with the most room for its
-// capacity; a trial instance only while it has nothing in flight.
+// capacity; a trial instance only while it has nothing in flight. When
+// some usable instance announces the partitions it consumes, only those
+// that announce some are chosen (an instance that has none gets nothing
+// through Kafka); when none does (agents that do not say), any usable one
+// is, and the command goes by task id.
 func (c *capacity) chooseLocked(agent string, instances []protocol.AgentHeartbeat) (string, bool) {
 	load := c.load[agent]
+	anyConsumes := false
+	for _, h := range instances {
+		anyConsumes = anyConsumes || (c.usableLocked(h) && len(h.Partitions) > 0)
+	}
 	best, bestShare := "", 2.0
 	for _, h := range instances {
 		n := takes(h)
-		if !c.usableLocked(h) || n <= 0 || load[h.Instance] >= n {
+		if !c.usableLocked(h) || n <= 0 || load[h.Instance] >= n || (anyConsumes && !consumes(h, agent)) {
 			continue
 		}
 		if share := float64(load[h.Instance]) / float64(n); share < bestShare {
@@ -260,6 +278,17 @@ func (c *capacity) chooseLocked(agent string, instances []protocol.AgentHeartbea
 		}
 	}
 	return best, best != ""
+}
+
+// consumes reports whether an instance announces a partition of one of
+// agent's command topics.
+func consumes(h protocol.AgentHeartbeat, agent string) bool {
+	for _, topic := range protocol.CommandTopics(agent) {
+		if len(h.Partitions[topic]) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // track notes the attempts t has in flight after an event; when one ended,
@@ -390,9 +419,11 @@ func (c *capacity) waitingCount() map[string]int {
 	return out
 }
 
-// routeOf is the partition of topic to send a command for instance to:
-// one the instance consumes, picked at random; ok is false when the
-// instance announced none (the command then goes by task id).
+// routeOf is where to send a command for instance: a partition, picked at
+// random, that the instance consumes of topic (the command's band) or,
+// when it has none of that band, of the agent's other command topics,
+// highest first. ok is false when the instance announced none (the command
+// then goes by task id).
 func routeOf(dir AgentDirectory, agent, instance, topic string, now time.Time) (*protocol.Route, bool) {
 	if dir == nil || instance == "" {
 		return nil, false
@@ -401,11 +432,12 @@ func routeOf(dir AgentDirectory, agent, instance, topic string, now time.Time) (
 		if h.Instance != instance {
 			continue
 		}
-		parts := h.Partitions[topic]
-		if len(parts) == 0 {
-			return nil, false
+		for _, t := range append([]string{topic}, protocol.CommandTopics(agent)...) {
+			if parts := h.Partitions[t]; len(parts) > 0 {
+				return &protocol.Route{Instance: instance, Topic: t, Partition: parts[rand.IntN(len(parts))]}, true
+			}
 		}
-		return &protocol.Route{Instance: instance, Partition: parts[rand.IntN(len(parts))]}, true
+		return nil, false
 	}
 	return nil, false
 }

@@ -366,7 +366,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return kafka.Consume(ctx, kafka.ConsumerConfig{Brokers: a.cfg.Brokers, Group: a.cfg.Group,
 			Topics: protocol.CommandTopics(a.name), MaxInFlight: 2*a.cfg.Capacity + 16, Logger: a.cfg.Logger, Opts: a.cfg.KafkaOptions,
 			Band: func(topic string) domain.Priority { return protocol.CommandTopicPriority(a.name, topic) }, Aging: a.cfg.PriorityAging, Now: a.cfg.Clock,
-			OnAssigned: a.runtime.Assigned, OnRevoked: a.runtime.Revoked},
+			OnAssigned: a.runtime.Assigned, OnRevoking: a.runtime.Revoked},
 			a.runtime.HandleCommand)
 	})
 }

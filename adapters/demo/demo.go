@@ -98,8 +98,9 @@ func ParseFault(spec string) (agent string, f Fault, err error) {
 type Service struct {
 	Name   string
 	Logger *slog.Logger
-	// Latency is added to every call that is not hung.
-	Latency time.Duration
+	// Latency is added to every call that is not hung, and a random part
+	// of Jitter on top, as real services vary.
+	Latency, Jitter time.Duration
 
 	mu      sync.Mutex
 	faults  []Fault
@@ -264,9 +265,9 @@ func (s *Service) serveAction(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if s.Latency > 0 {
+	if wait := s.Latency + time.Duration(rand.Int64N(int64(s.Jitter)+1)); wait > 0 {
 		select {
-		case <-time.After(s.Latency):
+		case <-time.After(wait):
 		case <-r.Context().Done():
 			return
 		}

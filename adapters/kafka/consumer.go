@@ -33,6 +33,11 @@ type ConsumerConfig struct {
 	// OnAssigned and OnRevoked, when set, are told about the group's
 	// assignments, after the loop's own bookkeeping.
 	OnAssigned, OnRevoked func(map[string][]int32)
+	// OnRevoking, when set, is told as soon as partitions are being
+	// revoked or are lost, before the records in flight on them finish
+	// (which may take up to 15 s): an agent stops announcing them at once,
+	// so that no command is routed to a partition it is giving up.
+	OnRevoking func(map[string][]int32)
 	// Opts are extra client options.
 	Opts []kgo.Opt
 	// MoreTopics, when set, is asked every TopicsInterval (default 2 s)
@@ -502,6 +507,9 @@ func (c *consumer) commit(ctx context.Context, only map[partition]bool) {
 // waits (bounded) for their records in flight and commits them, so the next
 // owner starts where this one finished.
 func (c *consumer) release(ctx context.Context, m map[string][]int32, revoked bool) {
+	if c.cfg.OnRevoking != nil {
+		c.cfg.OnRevoking(m)
+	}
 	gone := map[partition]bool{}
 	for topic, ids := range m {
 		for _, id := range ids {

@@ -85,8 +85,8 @@ func NewRecord(topic, key, ceType, source string, body []byte, parent string) *k
 }
 
 // SendCommand produces cmd to its agent's topic of the command's priority
-// (protocol.CommandTopicFor), to the partition of its route when the
-// scheduler chose an instance, else of its task id, without waiting: the
+// (protocol.CommandTopicFor), to the topic and partition of its route when
+// the scheduler chose an instance, else of its task id, without waiting: the
 // dispatch is already recorded, and a lost command is re-sent on restart or
 // retried once its CompleteBy passes.
 func (p *Producer) SendCommand(_ context.Context, cmd protocol.ExecuteStep) error {
@@ -94,7 +94,11 @@ func (p *Producer) SendCommand(_ context.Context, cmd protocol.ExecuteStep) erro
 	if err != nil {
 		return errors.Wrap(err, "encode command")
 	}
-	rec := p.TracedRecord(protocol.CommandTopicFor(cmd.Agent, cmd.Priority), cmd.TaskID, protocol.ExecuteStepMessageType, body, cmd.TraceParent)
+	topic := protocol.CommandTopicFor(cmd.Agent, cmd.Priority)
+	if cmd.Route != nil && cmd.Route.Topic != "" {
+		topic = cmd.Route.Topic
+	}
+	rec := p.TracedRecord(topic, cmd.TaskID, protocol.ExecuteStepMessageType, body, cmd.TraceParent)
 	if cmd.Route != nil {
 		routeTo(rec, cmd.Route.Partition)
 	}

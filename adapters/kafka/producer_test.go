@@ -58,3 +58,45 @@ func TestStatusForAMissingReplyTopicIsDeadLettered(t *testing.T) {
 	}
 	assert.Contains(t, reason, "reply.missing")
 }
+
+// TestRoutedCommandsGoToTheirInstancesPartition sends commands of one task
+// routed to each partition in turn, and one not routed: each routed one
+// lands on its partition, the other on its task id's.
+func TestRoutedCommandsGoToTheirInstancesPartition(t *testing.T) {
+	topic := protocol.CommandTopic("payment")
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, topic))
+	require.NoError(t, err)
+	t.Cleanup(cluster.Close)
+	client, err := kafka.NewClient(cluster.ListenAddrs())
+	require.NoError(t, err)
+	t.Cleanup(client.Close)
+	p := kafka.NewProducer(client, "saga/test", nil)
+	c, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cmd := protocol.ExecuteStep{TaskID: "o-1", Step: "charge", Agent: "payment", Action: protocol.ActionExecute, Attempt: 1,
+		CompleteBy: time.Now().Add(time.Minute), IdempotencyKey: "o-1/charge"}
+	for part := int32(0); part < 4; part++ {
+		routed := cmd
+		routed.Route = &protocol.Route{Instance: "pay-x", Partition: part}
+		require.NoError(t, p.SendCommand(c, routed))
+	}
+	require.NoError(t, p.SendCommand(c, cmd))
+	require.NoError(t, client.Flush(c))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	require.NoError(t, err)
+	defer cl.Close()
+	var parts []int32
+	for len(parts) < 5 {
+		fs := cl.PollFetches(c)
+		require.NoError(t, c.Err())
+		fs.EachRecord(func(r *kgo.Record) { parts = append(parts, r.Partition) })
+	}
+	byKey := kgo.StickyKeyPartitioner(nil).ForTopic(topic).Partition(&kgo.Record{Key: []byte("o-1")}, 4)
+	counts := map[int32]int{}
+	for _, p := range parts {
+		counts[p]++
+	}
+	want := map[int32]int{0: 1, 1: 1, 2: 1, 3: 1}
+	want[int32(byKey)]++
+	assert.Equal(t, want, counts)
+}

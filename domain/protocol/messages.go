@@ -89,10 +89,14 @@ type ExecuteStep struct {
 	Route *Route `json:"-"`
 }
 
-// Route is the agent instance a command goes to, and the partition of the
-// command topic that instance consumes (AgentHeartbeat.Partitions).
+// Route is the agent instance a command goes to: a partition it consumes
+// (AgentHeartbeat.Partitions) of the topic of the command's band or, when
+// the group gave it no partition of that band, of another of the agent's
+// command topics (Topic). The command's priority field still says its
+// priority, which is what the agent orders waiting commands by.
 type Route struct {
 	Instance  string
+	Topic     string
 	Partition int32
 }
 
