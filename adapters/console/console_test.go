@@ -263,3 +263,22 @@ func TestTasksPageFiltersByPriority(t *testing.T) {
 	assert.Equal(t, http.StatusBadRequest, code)
 	assert.Contains(t, body, "unknown priority")
 }
+
+// TestTaskPageShowsCallsAndWorkGivenBack: a step's calls, the instance
+// that answered, the attempts given back and why, and why a step waits.
+func TestTaskPageShowsCallsAndWorkGivenBack(t *testing.T) {
+	tasks := newOneTask(t)
+	pay := tasks.view.Steps[1]
+	pay.Tries, pay.Instance, pay.Returned, pay.LastReturn = 7, "pay-2/payment", 2, "pay-1/payment: calls hang: oldest in flight 3s"
+	tasks.view.Steps[2].WaitReason = "at capacity: shipping takes 4 at once on 1 healthy instance"
+	ui := console.Handler(console.Config{Tasks: tasks, History: tasks})
+	srv := httptest.NewServer(httpapi.Handler(tasks, &recorder{}, nil, noChecks{}, noChecks{}, nil, httpapi.Mount{Pattern: console.Pattern, Handler: ui}))
+	t.Cleanup(srv.Close)
+	code, body := get(t, srv.Client(), srv.URL+"/ui/tasks/o-1")
+	require.Equal(t, http.StatusOK, code, body)
+	assert.Contains(t, body, "<td>7</td>")
+	assert.Contains(t, body, "<small>pay-2/payment</small>")
+	assert.Contains(t, body, "2 given back")
+	assert.Contains(t, body, "given back: pay-1/payment: calls hang: oldest in flight 3s")
+	assert.Contains(t, body, "waits: at capacity: shipping takes 4 at once on 1 healthy instance")
+}
