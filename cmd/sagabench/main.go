@@ -40,6 +40,7 @@ type config struct {
 	rate                               float64
 	brokers, data, jsonOut, svgOut     string
 	latency                            time.Duration
+	agentCapacity                      int
 	workflow                           string
 	kafkaFsync, secure                 bool
 	cpuProfile, syncTopics             string
@@ -83,6 +84,7 @@ func main() {
 	flag.IntVar(&c.steps, "steps", 3, "steps per order (embedded only)")
 	flag.IntVar(&c.warmup, "warmup", 100, "orders run before measuring")
 	flag.DurationVar(&c.latency, "service-latency", 0, "latency of each demo service call (embedded only)")
+	flag.IntVar(&c.agentCapacity, "agent-capacity", 0, "calls each demo agent makes at once (embedded only; default sagad's); set it below --concurrency to make the agents the bottleneck, so that steps wait for room in priority order")
 	flag.StringVar(&c.brokers, "kafka-brokers", "", "measure a running sagad through these brokers instead of an embedded system")
 	flag.StringVar(&c.workflow, "workflow", "", "workflow of the orders (default: bench on embedded, order otherwise)")
 	flag.StringVar(&c.data, "data", "", "data directory of the embedded system (default: a new temporary one)")
@@ -137,7 +139,7 @@ func run(ctx context.Context, c config) error {
 			dir = tmp
 		}
 		a, err := engine.Start(engine.Config{DataDir: dir, KafkaListen: "127.0.0.1:0", EventStoreListen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0",
-			DemoAgents: true, KafkaFsync: c.kafkaFsync, KafkaSyncTopics: append([]string{}, kafka.SplitBrokers(c.syncTopics)...), Secure: c.secure, Workflows: []*domain.Workflow{demo.Workflow(), benchWorkflow(c.steps)},
+			DemoAgents: true, AgentInstances: engine.AgentInstances{DefaultCapacity: c.agentCapacity}, KafkaFsync: c.kafkaFsync, KafkaSyncTopics: append([]string{}, kafka.SplitBrokers(c.syncTopics)...), Secure: c.secure, Workflows: []*domain.Workflow{demo.Workflow(), benchWorkflow(c.steps)},
 			Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 		if err != nil {
 			return err
