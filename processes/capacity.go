@@ -403,17 +403,20 @@ func (c *capacity) wakeAll() {
 	}
 }
 
-// waitingCount is how many tasks wait for room, by agent.
-func (c *capacity) waitingCount() map[string]int {
+// waitingCount is how many tasks wait for room, by agent and priority.
+func (c *capacity) waitingCount() map[string]map[domain.Priority]int {
 	if c == nil {
 		return nil
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := map[string]int{}
+	out := map[string]map[domain.Priority]int{}
 	for agent, ws := range c.waiting {
-		if len(ws) > 0 {
-			out[agent] = len(ws)
+		for _, w := range ws {
+			if out[agent] == nil {
+				out[agent] = map[domain.Priority]int{}
+			}
+			out[agent][w.priority.OrNormal()]++
 		}
 	}
 	return out

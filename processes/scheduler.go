@@ -378,6 +378,18 @@ func (s *Scheduler) watchRoom(ctx context.Context) {
 
 // Waiting counts the dispatches that wait for room, by agent.
 func (s *Scheduler) Waiting() map[string]int {
+	out := map[string]int{}
+	for agent, byPriority := range s.WaitingByPriority() {
+		for _, n := range byPriority {
+			out[agent] += n
+		}
+	}
+	return out
+}
+
+// WaitingByPriority counts the dispatches of this scheduler's tasks that
+// wait for room, by agent and priority.
+func (s *Scheduler) WaitingByPriority() map[string]map[domain.Priority]int {
 	s.setup()
 	return s.capacity.waitingCount()
 }

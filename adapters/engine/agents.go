@@ -39,6 +39,9 @@ type agentsView struct {
 	registered func(context.Context) ([]string, error)
 	adm        *kadm.Client
 	now        func() time.Time
+	// held counts, by agent and priority, the steps the scheduler in this
+	// process holds until their agent has room; nil without a scheduler.
+	held func() map[string]map[domain.Priority]int
 }
 
 var _ httpapi.Agents = agentsView{}
@@ -86,8 +89,14 @@ func (v agentsView) views(ctx context.Context, now time.Time, only string) ([]pr
 	}
 	slices.Sort(names)
 	views := make([]protocol.AgentView, 0, len(names))
+	var held map[string]map[domain.Priority]int
+	if v.held != nil {
+		held = v.held()
+	}
 	for _, name := range names {
-		views = append(views, protocol.NewAgentView(name, slices.Contains(registered, name), instances[name]))
+		view := protocol.NewAgentView(name, slices.Contains(registered, name), instances[name])
+		view.Held = held[name]
+		views = append(views, view)
 	}
 	if len(names) == 0 {
 		return views, nil
@@ -133,6 +142,18 @@ func (a *App) registerDirectoryMetrics(m *metrics.Metrics) {
 		}
 		return kafka.CommandQueues(ctx, kadm.NewClient(a.client), names...)
 	})
+	m.Register(metrics.Family{Name: "saga_agent_held_steps", Type: gauge, Labels: []string{"agent", "priority"},
+		Help: "Steps this process's scheduler holds until their agent has room (StepWaiting), by agent and priority.",
+		Read: func(emit func(float64, ...string)) {
+			if a.Scheduler == nil {
+				return
+			}
+			for agent, byPriority := range a.Scheduler.WaitingByPriority() {
+				for p, n := range byPriority {
+					emit(float64(n), agent, string(p))
+				}
+			}
+		}})
 	m.Register(metrics.Family{Name: "saga_agent_heartbeats_total", Type: counter, Labels: []string{"outcome"},
 		Help: "Records of saga.agents the agent directory read, by outcome: applied (a heartbeat), tombstone, invalid (ignored), evicted (an instance dropped to keep within the cap).",
 		Read: func(emit func(float64, ...string)) {

@@ -629,7 +629,13 @@ func (a *App) startAPI(ctx context.Context) error {
 	a.HTTPAddr = lis.Addr().String()
 	// Timeouts and a header limit, so that slow or hostile clients cannot
 	// hold connections and memory: bodies are small (1 MiB at most).
-	agents := agentsView{dir: a.AgentDirectory, registered: a.Workflows.Agents, adm: kadm.NewClient(a.client), now: a.cfg.Clock}
+	agents := agentsView{dir: a.AgentDirectory, registered: a.Workflows.Agents, adm: kadm.NewClient(a.client), now: a.cfg.Clock,
+		held: func() map[string]map[domain.Priority]int {
+			if a.Scheduler == nil {
+				return nil
+			}
+			return a.Scheduler.WaitingByPriority()
+		}}
 	ui := console.Handler(console.Config{Tasks: a.Tasks, History: a.Store, Tokens: tokens, Kafka: topics.Dial(a.KafkaBrokers, a.cfg.KafkaSecurity.Explain, a.kafkaOpts...),
 		Metrics: a.Metrics.Registry, Context: ctx, Agents: agents})
 	mounts := append([]httpapi.Mount{{Pattern: console.Pattern, Handler: ui},

@@ -54,7 +54,7 @@ func agents(ctx context.Context, args []string) error {
 // whatever wrote to saga.agents.
 func printAgents(views []protocol.AgentView) error {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "AGENT\tINSTANCE\tHEALTH\tIN FLIGHT/CAP\tWAITING H/N/L\tQUEUED H/N/L\tREASON")
+	fmt.Fprintln(tw, "AGENT\tINSTANCE\tHEALTH\tIN FLIGHT/CAP\tHELD H/N/L\tWAITING H/N/L\tQUEUED H/N/L\tREASON")
 	for _, v := range views {
 		name := topics.Preview([]byte(v.Name), 60)
 		queued := bandsOf(v.Queued)
@@ -79,14 +79,14 @@ func printAgents(views []protocol.AgentView) error {
 		if t.GlobalLimit > 0 {
 			limits = fmt.Sprintf(" (limit %d)", t.GlobalLimit)
 		}
-		fmt.Fprintf(tw, "%s\t*\t%d/%d healthy\t%d/%d%s\t%s\t%s\t%s\n", name, t.Healthy, t.Live, t.InFlight, t.Capacity, limits,
-			bandsOf(intsToInt64(t.Waiting)), queued, dash(note))
+		fmt.Fprintf(tw, "%s\t*\t%d/%d healthy\t%d/%d%s\t%s\t%s\t%s\t%s\n", name, t.Healthy, t.Live, t.InFlight, t.Capacity, limits,
+			bandsOf(intsToInt64(v.Held)), bandsOf(intsToInt64(t.Waiting)), queued, dash(note))
 		for _, in := range v.Instances {
 			health := topics.Preview([]byte(in.Health), 20)
 			if in.Gone {
 				health = "gone (" + health + ")"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%s\t-\t%s\n", name, topics.Preview([]byte(in.Instance), 60), health, in.InFlight, in.Capacity,
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t-\t%s\t-\t%s\n", name, topics.Preview([]byte(in.Instance), 60), health, in.InFlight, in.Capacity,
 				bandsOf(intsToInt64(in.Waiting)), dash(topics.Preview([]byte(in.Reason), 80)))
 		}
 	}

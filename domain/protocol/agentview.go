@@ -24,6 +24,10 @@ type AgentView struct {
 	Queued map[domain.Priority]int64 `json:"queued,omitempty"`
 	// QueueError says why Queued could not be read.
 	QueueError string `json:"queueError,omitempty"`
+	// Held is how many steps wait at the scheduler for room at the agent
+	// (StepWaiting), by priority, as the scheduler in the serving process
+	// counts them; absent when none waits or no scheduler runs there.
+	Held map[domain.Priority]int `json:"held,omitempty"`
 }
 
 // AgentInstanceView is an instance of an agent: its newest heartbeat, and
