@@ -93,9 +93,14 @@ func TestMeasureHistory(t *testing.T) {
 	t.Logf("restart (view and checkpoints present): ready %v, first order processed %v; RSS %s, peak %s",
 		again.ready.Round(time.Millisecond), again.live.Round(time.Millisecond), again.rss, again.hwm)
 
-	pages, total, lat := d.walkPages()
-	t.Logf("paging: %d pages, %d Processed tasks, per page p50 %v p99 %v max %v", pages, total,
-		lat[len(lat)/2].Round(10*time.Microsecond), lat[len(lat)*99/100].Round(10*time.Microsecond), lat[len(lat)-1].Round(10*time.Microsecond))
+	// The first walk right after the restart reads pages no cache holds
+	// yet (SQLite's, the Go heap's growth); the second is the steady
+	// state. Both are reported.
+	for _, walk := range []string{"first walk after the restart", "second walk"} {
+		pages, total, lat := d.walkPages()
+		t.Logf("paging, %s: %d pages, %d Processed tasks, per page p50 %v p99 %v max %v", walk, pages, total,
+			lat[len(lat)/2].Round(10*time.Microsecond), lat[len(lat)*99/100].Round(10*time.Microsecond), lat[len(lat)-1].Round(10*time.Microsecond))
+	}
 
 	joined := d.join()
 	t.Logf("a second sagad --roles scheduler,supervisor joined: live in %v", joined.Round(time.Millisecond))

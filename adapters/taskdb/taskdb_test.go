@@ -370,7 +370,14 @@ func BenchmarkListPage(b *testing.B) {
 	for start := 0; start < n; start += 500 {
 		views := make([]*protocol.TaskView, 0, 500)
 		for i := start; i < start+500; i++ {
-			views = append(views, task(fmt.Sprintf("task-%08d", i), "order", domain.StateProcessed, t0.Add(time.Duration(i)*time.Millisecond)))
+			v := task(fmt.Sprintf("task-%08d", i), "order", domain.StateProcessed, t0.Add(time.Duration(i)*time.Millisecond))
+			// About the size of a finished three-step demo task: every
+			// step with its result.
+			for _, name := range []string{"reserve-inventory", "charge-payment", "schedule-shipping"} {
+				v.Steps = append(v.Steps, &protocol.StepView{Name: name, Agent: "agent", LegView: protocol.LegView{State: domain.StepStateProcessed, Attempt: 1,
+					IdempotencyKey: v.ID + "/" + name}, Result: json.RawMessage(`{"service":"x","action":"` + name + `","key":"` + v.ID + `/` + name + `","at":"2026-11-22T10:00:00.123456789Z"}`)})
+			}
+			views = append(views, v)
 		}
 		require.NoError(b, db.Commit(ctx, views, uint64(start+500)))
 	}
