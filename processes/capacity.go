@@ -315,12 +315,10 @@ func (c *capacity) track(t *domain.Task) {
 			waiting = waiting || s.Waiting() || s.Compensation.Waiting()
 		}
 	}
-	if !waiting && now != nil {
-		for _, ws := range c.waiting {
-			delete(ws, t.ID)
-		}
-	}
-	if t.State.Terminal() {
+	// A task that finished, or whose step went, waits for nothing. One
+	// that neither waits nor has anything in flight keeps a wait admit
+	// noted: the append of its StepWaiting may have failed.
+	if t.State.Terminal() || (!waiting && now != nil) {
 		for _, ws := range c.waiting {
 			delete(ws, t.ID)
 		}

@@ -196,3 +196,38 @@ func TestNoHealthyInstanceHoldsDispatchesUntilOneRecovers(t *testing.T) {
 	clock.Advance(time.Second)
 	assert.Len(t, rec.commands(), 1, "an instance on trial gets one call at a time")
 }
+
+// TestTheSchedulerGoesLiveOnlyOnceItKnowsTheAgents: until the directory
+// has read the heartbeats there were, the scheduler knows no instance and
+// would dispatch every due step unlimited; it waits, and then keeps to the
+// instances' capacity.
+func TestTheSchedulerGoesLiveOnlyOnceItKnowsTheAgents(t *testing.T) {
+	store := embeddedStore(t)
+	start := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	wf := oneStep("work", 10*time.Second, domain.CompensateOnExhausted)
+	for _, id := range []string{"a", "b", "c"} {
+		history{t: t, store: store, now: start}.task(id, wf, false)
+	}
+	dir := &directory{} // not read yet: no instance known
+	ready := make(chan struct{})
+	rec := &holdingAgent{}
+	s := &processes.Scheduler{Store: store, Commands: rec, DeadLetters: dropLetters{}, Workflows: workflows{"work": wf},
+		Actor: "scheduler/test", Clock: newFakeClock(start), Logger: quiet(), Shards: 1, Agents: dir, AgentsReady: ready}
+	run(t, s.Run)
+	require.Never(t, func() bool {
+		select {
+		case <-s.Ready():
+			return true
+		default:
+			return false
+		}
+	}, 300*time.Millisecond, 10*time.Millisecond, "live before the agents are known")
+	assert.Empty(t, rec.commands())
+
+	dir.set(worker("w-1", protocol.HealthHealthy, 1, 0, start))
+	close(ready)
+	<-s.Ready()
+	rec.await(t, 1)
+	require.Eventually(t, func() bool { return s.Waiting()["worker"] == 2 }, 10*time.Second, 5*time.Millisecond)
+	assert.Len(t, rec.commands(), 1, "no more than the one instance takes")
+}

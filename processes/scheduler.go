@@ -82,6 +82,11 @@ type Scheduler struct {
 	// heartbeats gets its commands by task id, with no limit. Nil means
 	// no agent is known.
 	Agents AgentDirectory
+	// AgentsReady, when set, is closed once Agents has read the heartbeats
+	// there were when it started. The scheduler goes live only after it:
+	// deciding earlier would see no instance of any agent and dispatch
+	// every due step at once, unlimited, as a restart under load would.
+	AgentsReady <-chan struct{}
 	// PriorityAging is how long a waiting dispatch waits before it ranks
 	// as the next higher priority (domain.AgedRank); default
 	// domain.DefaultPriorityAging.
@@ -244,6 +249,13 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	caughtUp := false
 	err := s.Store.SubscribeAll(ctx, from, domain.TaskStreamPrefix, func(it domain.SubscriptionItem) error {
 		if it.CaughtUp {
+			if s.AgentsReady != nil {
+				select {
+				case <-s.AgentsReady:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
 			for _, sh := range s.shards {
 				if err := s.enqueue(ctx, sh, job{caughtUp: true}); err != nil {
 					return err

@@ -567,7 +567,7 @@ func (a *App) startScheduler(ctx context.Context) error {
 		Checkpoints: a.Store, CheckpointEvery: a.cfg.CheckpointEvery, Observer: a.Metrics, Tracing: a.tracing}
 	if a.AgentDirectory != nil {
 		// Dispatches go by the room and health of agents' instances.
-		a.Scheduler.Agents = a.AgentDirectory
+		a.Scheduler.Agents, a.Scheduler.AgentsReady = a.AgentDirectory, a.AgentDirectory.Ready()
 	}
 	a.run("scheduler", func() error { return a.Scheduler.Run(ctx) })
 	a.consumeWith(ctx, kafka.ConsumerConfig{Group: "saga-scheduler", Topics: []string{protocol.RepliesTopic},
