@@ -15,6 +15,8 @@ const (
 	DefaultSchedulerCheckpoint = "scheduler"
 	// DefaultSupervisorCheckpoint names the supervisors' task checkpoint.
 	DefaultSupervisorCheckpoint = "supervisor"
+	// DefaultStatusCheckpoint names the status publishers' checkpoint.
+	DefaultStatusCheckpoint = "status"
 	// DefaultSupervisorInterval is the time between a supervisor's scans.
 	DefaultSupervisorInterval = time.Second
 	// DefaultSupervisorGrace is how long past CompleteBy an attempt still

@@ -92,6 +92,11 @@ func (p *StatusPublisher) round(ctx context.Context) error {
 	}
 	if ok {
 		from = domain.AfterPosition(position)
+	} else {
+		// Never skipping is what at-least-once promises; on a store with a
+		// long history (a status role added late, a deleted checkpoint
+		// stream) it is a burst of old statuses, so say so.
+		p.Logger.Info("no status checkpoint: publishing the status of every task event from the start of the store", "checkpoint", p.Name)
 	}
 	var pending uint64
 	var hasPending bool

@@ -538,7 +538,7 @@ func (a *App) startProcesses(ctx context.Context) error {
 	if cfg.has(RoleStatus) {
 		statuses := a.newProducer("status")
 		a.Status = &processes.StatusPublisher{Store: a.followers.Register("status"), Checkpoints: a.Store, Sink: statuses, Alerts: statuses,
-			Logger: a.logger, Name: "status"}
+			Logger: a.logger, Name: processes.DefaultStatusCheckpoint}
 		a.run("status publisher", func() error { return a.Status.Run(ctx) })
 	}
 	if cfg.has(RoleAgents) {

@@ -13,6 +13,14 @@
 // so sagad must not be running on DIR, and appends thousands of decisions per
 // commit, which is much faster than submitting orders.
 //
+// Then it saves, through the engine's own event-store adapter, the
+// checkpoints a system that had processed this history would have: those of
+// the status publisher, the scheduler and the supervisor, at the history's
+// last event, with no unfinished task (--checkpoints=false leaves them out,
+// and sagad then starts as one pointed at a store it never followed: its
+// status publisher publishes the statuses of the whole history). The task
+// view is not written: sagad builds it at its first start.
+//
 // With --tasks 0 it only opens the store and reports how long that took and
 // the memory in use after it.
 package main
@@ -36,8 +44,11 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/sagaengine/saga/adapters/demo"
+	"github.com/sagaengine/saga/adapters/esdbserver"
 	"github.com/sagaengine/saga/adapters/esdbserver/eslog"
+	"github.com/sagaengine/saga/adapters/eventstore"
 	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/processes"
 )
 
 func main() {
@@ -46,18 +57,19 @@ func main() {
 	prefix := flag.String("prefix", "hist-", "prefix of the generated order ids")
 	batch := flag.Int("batch", 5000, "tasks per bulk append")
 	interval := flag.Duration("interval", 10*time.Millisecond, "time between generated orders; the history ends now")
+	checkpoints := flag.Bool("checkpoints", true, "save the status publisher's, scheduler's and supervisor's checkpoints at the history's end, as a system that had run would have them")
 	flag.Parse()
 	if *data == "" {
 		fmt.Fprintln(os.Stderr, "sagahistory: --data is required")
 		os.Exit(2)
 	}
-	if err := run(filepath.Join(*data, "eventstore"), *tasks, *batch, *prefix, *interval); err != nil {
+	if err := run(filepath.Join(*data, "eventstore"), *tasks, *batch, *prefix, *interval, *checkpoints); err != nil {
 		fmt.Fprintln(os.Stderr, "sagahistory:", err)
 		os.Exit(1)
 	}
 }
 
-func run(dir string, tasks, batch int, prefix string, interval time.Duration) error {
+func run(dir string, tasks, batch int, prefix string, interval time.Duration, checkpoints bool) error {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	start := time.Now()
 	store, err := eslog.Open(eslog.Options{Dir: dir, Logger: logger})
@@ -76,6 +88,7 @@ func run(dir string, tasks, batch int, prefix string, interval time.Duration) er
 	}
 	first := time.Now().Add(-time.Duration(tasks) * interval)
 	var events int
+	var last uint64
 	for done := 0; done < tasks; {
 		var appends []eslog.AppendRequest
 		for ; done < tasks && len(appends) < batch*5; done++ {
@@ -85,12 +98,13 @@ func run(dir string, tasks, batch int, prefix string, interval time.Duration) er
 			}
 			appends = append(appends, a...)
 		}
-		_, errs := store.AppendAll(context.Background(), appends)
+		results, errs := store.AppendAll(context.Background(), appends)
 		for i, err := range errs {
 			if err != nil {
 				return errors.Wrapf(err, "append to %s", appends[i].Stream)
 			}
 			events += len(appends[i].Events)
+			last = max(last, results[i].Position)
 		}
 		if done%100_000 < batch {
 			fmt.Fprintf(os.Stderr, "%d tasks, %d events, %s\n", done, events, time.Since(start).Round(time.Millisecond))
@@ -99,8 +113,41 @@ func run(dir string, tasks, batch int, prefix string, interval time.Duration) er
 	if err := store.Close(); err != nil {
 		return err
 	}
+	if checkpoints {
+		if err := saveCheckpoints(dir, last, logger); err != nil {
+			return err
+		}
+	}
 	took := time.Since(start)
 	fmt.Printf("wrote %d tasks, %d events in %s (%.0f events/s) to %s\n", tasks, events, took.Round(time.Millisecond), float64(events)/took.Seconds(), dir)
+	return nil
+}
+
+// saveCheckpoints serves the store on a loopback port for a moment and
+// saves, through adapters/eventstore as the engine does, the checkpoints
+// of the processes that follow the store, at position with no unfinished
+// task.
+func saveCheckpoints(dir string, position uint64, logger *slog.Logger) error {
+	srv, err := esdbserver.Start(esdbserver.Config{Listen: "127.0.0.1:0", DataDir: dir, Logger: logger})
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	store, err := eventstore.Dial(fmt.Sprintf("esdb://%s?tls=false", srv.Addr()), logger)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := store.SaveCheckpoint(ctx, processes.DefaultStatusCheckpoint, position); err != nil {
+		return err
+	}
+	for _, name := range []string{processes.DefaultSchedulerCheckpoint, processes.DefaultSupervisorCheckpoint} {
+		if err := store.SaveTaskCheckpoint(ctx, name, domain.TaskCheckpoint{Position: position}); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

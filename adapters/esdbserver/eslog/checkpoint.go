@@ -321,6 +321,43 @@ func (s *Store) indexWorker() {
 // checkpoint, drops the memtable and merges tables where due. Only the index
 // worker (or Open, before it starts) calls it.
 func (s *Store) flushFrozen() error {
+	if err := s.writeFrozen(); err != nil {
+		return err
+	}
+	return s.mergeTables()
+}
+
+// flushOnClose writes the memtables to tables when the store closes
+// cleanly, so that the next open replays no log: a restart after a clean
+// shutdown then costs the same whatever the history's length. It leaves
+// merging to the next flush, and does nothing after a disk failure (the
+// log is cut back to its last good frame at the next open, and the index
+// checkpoint must not name what it cuts). A failure is logged, not
+// returned: the index checkpoint before it stays valid, and the next open
+// replays the log after it as after a crash. Only Close calls it, after
+// the writer and the index worker stopped.
+func (s *Store) flushOnClose() {
+	if s.failure.Load() != nil || s.opts.closeAsCrash {
+		return
+	}
+	for range 2 { // a frozen memtable left by the worker, then the active one
+		if s.frozen == nil && s.mem.entries > 0 {
+			s.frozen = s.mem
+			s.mem = newMemtable(s.frozen.to, s.frozen)
+		}
+		if s.frozen == nil {
+			return
+		}
+		if err := s.writeFrozen(); err != nil {
+			s.opts.Logger.Warn("event store: index not written at close; the next open replays the log after its checkpoint", "error", err)
+			return
+		}
+	}
+}
+
+// writeFrozen writes the frozen memtable as a table and records it in a new
+// checkpoint, which drops the memtable.
+func (s *Store) writeFrozen() error {
 	s.mu.RLock()
 	fz, tables := s.frozen, slices.Clone(s.tables)
 	s.mu.RUnlock()
@@ -336,7 +373,7 @@ func (s *Store) flushFrozen() error {
 		_ = t.close()
 		return err
 	}
-	return s.mergeTables()
+	return nil
 }
 
 func (s *Store) finishFlush(c checkpoint, fz *memtable, tables []*table) error {

@@ -157,7 +157,9 @@ func fillIndexed(t *testing.T) (string, map[string][][16]byte) {
 
 func requireAll(t *testing.T, s *eslog.Store, want map[string][][16]byte) {
 	t.Helper()
+	total := 0
 	for name, ids := range want {
+		total += len(ids)
 		page, err := s.ReadStream(name, eslog.Forwards, 0, false, 1000)
 		require.NoError(t, err, name)
 		got := make([][16]byte, 0, len(page.Events))
@@ -168,7 +170,7 @@ func requireAll(t *testing.T, s *eslog.Store, want map[string][][16]byte) {
 	}
 	page, err := s.ReadAll(eslog.Forwards, eslog.AllFrom{}, 10_000, 0, nil)
 	require.NoError(t, err)
-	assert.Len(t, page.Events, 600)
+	assert.Len(t, page.Events, total)
 }
 
 func logBytes(t *testing.T, dir string) uint64 {
@@ -191,6 +193,79 @@ func TestOpenReplaysOnlyTheLogAfterTheCheckpoint(t *testing.T) {
 	st := s.Stats()
 	assert.Less(t, st.Replayed, logBytes(t, dir)/5, "the log after the last checkpoint, at most two memtables")
 	requireAll(t, s, want)
+}
+
+// TestOpenAfterACleanCloseReplaysNothing closes a store with events in its
+// memtable: the close writes them to the index, so the next open reads no
+// log and still finds every event, and events appended after that open
+// are indexed and found after the next one. Closed as a crash would, the
+// same store replays its tail.
+func TestOpenAfterACleanCloseReplaysNothing(t *testing.T) {
+	for _, crash := range []bool{false, true} {
+		t.Run(fmt.Sprintf("crash=%v", crash), func(t *testing.T) {
+			dir := t.TempDir()
+			opts := eslog.Options{Dir: dir, IndexMemtableEntries: 1000}
+			if crash {
+				opts = eslog.ClosingAsCrash(opts)
+			}
+			want := map[string][][16]byte{}
+			for round := range 3 {
+				s, err := eslog.Open(opts)
+				require.NoError(t, err)
+				if round > 0 {
+					if crash {
+						assert.Positive(t, s.Stats().Replayed, "a crash leaves the memtable to the log")
+					} else {
+						assert.Zero(t, s.Stats().Replayed, "a clean close wrote the memtable to the index")
+					}
+				}
+				requireAll(t, s, want)
+				for i := range 150 { // fewer than a memtable: nothing is flushed while open
+					name := fmt.Sprintf("s-%d", i%7)
+					e := ev(byte(i))
+					e.ID = [16]byte{byte(round), byte(i), 0xdd}
+					_, err := s.Append(context.Background(), name, eslog.Any, []eslog.ProposedEvent{e})
+					require.NoError(t, err)
+					want[name] = append(want[name], e.ID)
+				}
+				require.NoError(t, s.Close())
+			}
+			s, err := eslog.Open(eslog.Options{Dir: dir})
+			require.NoError(t, err)
+			defer s.Close()
+			requireAll(t, s, want)
+		})
+	}
+}
+
+// TestCorruptByteAfterACleanCloseIsReportedByTheRead corrupts an event's
+// byte after a clean close, which left open nothing to replay: open does
+// not see it, but the read that meets the event fails with ErrCorrupt
+// rather than serving it.
+func TestCorruptByteAfterACleanCloseIsReportedByTheRead(t *testing.T) {
+	dir := t.TempDir()
+	s, err := eslog.Open(eslog.Options{Dir: dir})
+	require.NoError(t, err)
+	for i := range 10 {
+		_, err := s.Append(context.Background(), "s", eslog.Any, []eslog.ProposedEvent{ev(byte(i))})
+		require.NoError(t, err)
+	}
+	require.NoError(t, s.Close())
+	segs, err := filepath.Glob(filepath.Join(dir, "*.log"))
+	require.NoError(t, err)
+	require.Len(t, segs, 1)
+	b, err := os.ReadFile(segs[0])
+	require.NoError(t, err)
+	b[len(b)/2] ^= 0xff
+	require.NoError(t, os.WriteFile(segs[0], b, 0o644))
+
+	s, err = eslog.Open(eslog.Options{Dir: dir})
+	require.NoError(t, err)
+	defer s.Close()
+	_, err = s.ReadStream("s", eslog.Forwards, 0, false, 100)
+	require.ErrorIs(t, err, eslog.ErrCorrupt)
+	_, err = s.ReadAll(eslog.Forwards, eslog.AllFrom{}, 100, 0, nil)
+	require.ErrorIs(t, err, eslog.ErrCorrupt)
 }
 
 // TestDamagedIndexFallsBackToARescan leaves the index directory as a crash

@@ -68,7 +68,8 @@ func TestTornTailIsCutAndWritingResumes(t *testing.T) {
 
 func TestCorruptionBeforeTheTailIsReported(t *testing.T) {
 	dir := t.TempDir()
-	s := open(t, dir)
+	s, err := eslog.Open(eslog.ClosingAsCrash(eslog.Options{Dir: dir, SegmentSize: 200}))
+	require.NoError(t, err)
 	for i := 1; i <= 10; i++ {
 		_, err := s.Append(context.Background(), "s", eslog.Any, []eslog.ProposedEvent{ev(byte(i))})
 		require.NoError(t, err)

@@ -23,3 +23,11 @@ func IndexFiles(s *Store) (tables int, frozen bool) {
 	defer s.mu.RUnlock()
 	return len(s.tables), s.frozen != nil
 }
+
+// ClosingAsCrash returns opts with Close leaving the index as a crash
+// would: the events since the last index checkpoint are replayed from the
+// log at the next open.
+func ClosingAsCrash(opts Options) Options {
+	opts.closeAsCrash = true
+	return opts
+}

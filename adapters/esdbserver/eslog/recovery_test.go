@@ -19,7 +19,7 @@ import (
 // segment and returns the segment's path and size.
 func writeOneSegment(t *testing.T, dir string, n int) (string, int64) {
 	t.Helper()
-	s, err := eslog.Open(eslog.Options{Dir: dir})
+	s, err := eslog.Open(eslog.ClosingAsCrash(eslog.Options{Dir: dir}))
 	require.NoError(t, err)
 	for i := 1; i <= n; i++ {
 		_, err := s.Append(context.Background(), "s", eslog.Any, []eslog.ProposedEvent{ev(byte(i))})

@@ -29,6 +29,9 @@ type Options struct {
 	Now func() time.Time
 	// fileIO replaces the disk writes and syncs in tests.
 	fileIO fileIO
+	// closeAsCrash makes Close leave the index as a crash would (no flush
+	// of the memtables), for tests of what open finds after a crash.
+	closeAsCrash bool
 	// Logger receives what open repairs, such as a cut torn tail. Default
 	// slog.Default().
 	Logger *slog.Logger
@@ -277,6 +280,7 @@ func (s *Store) Close() error {
 		<-s.done
 		close(s.idxStop)
 		<-s.idxDone
+		s.flushOnClose()
 		s.closeIndexFiles()
 		s.closeErr = errors.CombineErrors(s.log.close(), s.lock.release())
 	})
