@@ -55,6 +55,10 @@ type TaskQuery struct {
 	// protocol.TaskView), not decoded: what an API that passes them on
 	// needs.
 	Raw bool
+	// RawBuffer, with Raw, is where the rows are copied (from its length
+	// 0, growing it as needed), so that a caller can reuse one buffer for
+	// many pages; TaskPage.RawBuffer returns it. Nil allocates one.
+	RawBuffer []byte
 }
 
 // ActiveStepStates are the states of a step that a task is at
@@ -104,6 +108,9 @@ type TaskPage struct {
 	Tasks []*protocol.TaskView
 	// Raw holds the tasks as stored JSON when the query asked for Raw.
 	Raw []json.RawMessage
+	// RawBuffer is the buffer Raw's rows are in (TaskQuery.RawBuffer, grown
+	// as needed): the caller may reuse it once done with Raw.
+	RawBuffer []byte
 	// NextCursor continues with the next page; empty on the last one.
 	NextCursor string
 }

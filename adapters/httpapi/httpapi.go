@@ -46,6 +46,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sagaengine/saga/domain"
@@ -125,6 +126,32 @@ type Rebuilder interface {
 	RebuildStatus() (running bool, last any)
 }
 
+// pageBuffers keeps the buffers of pages of tasks between requests: a page
+// of 1,000 tasks is about 1 MB, copied once out of the view and once into
+// the answer, and fresh memory for each (the Go heap growing, then the
+// kernel's pages faulted in) made the first pages after a start the
+// slowest.
+var pageBuffers = bufferPool{max: 16 << 20}
+
+// bufferPool is a sync.Pool of byte buffers that drops those grown past max.
+type bufferPool struct {
+	pool sync.Pool
+	max  int
+}
+
+func (p *bufferPool) get() *[]byte {
+	if b, ok := p.pool.Get().(*[]byte); ok {
+		return b
+	}
+	return new([]byte)
+}
+
+func (p *bufferPool) put(b *[]byte) {
+	if cap(*b) <= p.max {
+		p.pool.Put(b)
+	}
+}
+
 // rawTaskList is protocol.TaskList with the tasks as the view stores them.
 type rawTaskList struct {
 	Tasks      []json.RawMessage        `json:"tasks"`
@@ -142,7 +169,11 @@ func writeTaskList(w http.ResponseWriter, l rawTaskList) {
 	for _, row := range l.Tasks {
 		size += len(row) + 1
 	}
-	b := bytes.NewBuffer(make([]byte, 0, size))
+	answer := pageBuffers.get()
+	defer pageBuffers.put(answer)
+	b := bytes.NewBuffer((*answer)[:0])
+	b.Grow(size)
+	defer func() { *answer = b.Bytes()[:0] }()
 	b.WriteString(`{"tasks":[`)
 	for i, row := range l.Tasks {
 		if i > 0 {
@@ -236,7 +267,11 @@ func Handler(tasks Tasks, ops Operations, workflows Workflows, metrics Metrics, 
 			return
 		}
 		q.Raw = true // the rows are passed on as stored: no decoding, no re-encoding
+		rowsBuf := pageBuffers.get()
+		defer pageBuffers.put(rowsBuf)
+		q.RawBuffer = *rowsBuf
 		page, err := tasks.List(r.Context(), q)
+		*rowsBuf = page.RawBuffer[:0]
 		if errors.Is(err, projections.ErrBadCursor) {
 			writeError(w, http.StatusBadRequest, err.Error())
 			return

@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -120,6 +122,59 @@ func TestTasksArePagedWithACursor(t *testing.T) {
 		require.NoError(t, err)
 		resp.Body.Close()
 		assert.Equal(t, code, resp.StatusCode, q)
+	}
+}
+
+// TestPagesServedAtOnceKeepTheirOwnRows asks for different pages from many
+// clients at once, over and over: the buffers pages are built in are reused
+// between requests, and no answer may carry another's rows.
+func TestPagesServedAtOnceKeepTheirOwnRows(t *testing.T) {
+	v := newView(t)
+	t0 := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	var tasks []*protocol.TaskView
+	for i := range 400 {
+		task := domain.NewTask(fmt.Sprintf("c-%03d", i))
+		task.Revision, task.Workflow, task.State, task.SubmittedAt = 1, "order", domain.StateProcessed, t0.Add(time.Duration(i)*time.Millisecond)
+		task.Reason = strings.Repeat("x", i) // rows of different sizes
+		tasks = append(tasks, protocol.ViewOf(task))
+	}
+	require.NoError(t, v.Commit(context.Background(), tasks, 7))
+	srv := httptest.NewServer(httpapi.Handler(v, nil, nil, checks{}, checks{}, nil))
+	defer srv.Close()
+	get := func(since int) ([]byte, error) {
+		resp, err := http.Get(srv.URL + "/api/tasks?limit=37&since=" + url.QueryEscape(t0.Add(time.Duration(since)*time.Millisecond).Format(time.RFC3339Nano)))
+		if err != nil {
+			return nil, err
+		}
+		defer resp.Body.Close()
+		return io.ReadAll(resp.Body)
+	}
+	want := map[int][]byte{}
+	for since := 0; since < 400; since += 50 {
+		b, err := get(since)
+		require.NoError(t, err)
+		want[since] = b
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 8*20)
+	for w := range 8 {
+		wg.Go(func() {
+			for i := range 20 {
+				since := ((w + i) % 8) * 50
+				b, err := get(since)
+				if err == nil && !bytes.Equal(b, want[since]) {
+					err = fmt.Errorf("page since %d differs from the one served alone", since)
+				}
+				if err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }
 
