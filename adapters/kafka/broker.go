@@ -378,6 +378,9 @@ func (b *Broker) Close() {
 	if b.cluster != nil {
 		b.cluster.Close()
 	}
+	if b.sync != nil {
+		b.sync.shutdown()
+	}
 	if b.lock != nil {
 		b.lock.Close() // releases the flock
 		b.lock = nil

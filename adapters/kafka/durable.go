@@ -1,6 +1,7 @@
 package kafka
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/binary"
@@ -10,9 +11,12 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/errors"
 	"github.com/twmb/franz-go/pkg/kbin"
@@ -49,8 +53,16 @@ var errNotDurable = errors.New("kafka: fsync failed, produces to synced topics a
 //   - The fsyncs are group commits: a waiter joins the round that has not
 //     started yet; one goroutine carries out rounds one after another, and a
 //     round fsyncs every segment and index file of its partitions that grew
-//     (or is new) since it was last fsynced, all files at once. Any fd
-//     flushes the inode, so the files are opened by path.
+//     (or is new) since it was last fsynced, all files at once.
+//   - A round costs little besides the fsyncs. The files' fds stay open
+//     from round to round (any fd flushes the inode), up to maxOpenFiles(),
+//     closing those of the partitions used least recently. A file grew if
+//     fstat on its fd says so. The partition directory is listed again only
+//     when its modification time changed since the last listing, which
+//     every file created, removed or replaced (compaction) does, or when
+//     that listing could have missed a change (see partition). Files are
+//     flushed with fdatasync, which skips only the metadata not needed to
+//     read the data back (times), so a file's new size is made durable too.
 //   - A new segment or index file has its directory fsynced once; a new
 //     partition directory also has partitions/ and the data directory
 //     fsynced (the latter also makes kfake's topics.json rename durable, so
@@ -72,10 +84,17 @@ type syncer struct {
 	running bool       // a goroutine is carrying out rounds
 	failed  error      // sticky fsync failure
 
-	// Touched only by the goroutine carrying out rounds, and by tests once
-	// the broker is closed.
-	files map[string]syncedFile
-	dirs  map[string]bool
+	shut bool // the broker is closed: close the fds when rounds stop
+
+	// Touched only by the goroutine carrying out rounds, by shutdown when
+	// none runs, and by tests once the broker is closed.
+	parts   map[topicPartition]*partitionFiles
+	open    int   // cached fds
+	maxOpen int   // at most this many cached fds after a round
+	round   int64 // rounds carried out, to find the partitions used least recently
+	// syncFile flushes a segment or index file: fdatasync; tests make it
+	// fail.
+	syncFile func(*os.File) error
 
 	ids   sync.Mutex
 	names map[[16]byte]string
@@ -92,16 +111,57 @@ type syncHooks struct {
 	round func(parts []topicPartition)
 	// synced runs after a file was fsynced, with its size before the fsync.
 	synced func(path string, size int64)
+	// dirSynced runs after a directory was fsynced.
+	dirSynced func(path string)
+	// listed runs before a partition directory is listed.
+	listed func(dir string)
 }
+
+// maxOpenFiles bounds the fds the sync layer keeps open between rounds.
+// Where an open file cannot be removed (Windows), it keeps none, so kfake
+// can always remove segments.
+func maxOpenFiles() int {
+	if runtime.GOOS == "windows" {
+		return 0
+	}
+	return 256
+}
+
+// racyWindow is how long after a directory's modification time a listing
+// of it is trusted to hold every change the time covers; it exceeds the
+// coarsest granularity of file system times (FAT's 2 s).
+const racyWindow = 3 * time.Second
 
 type topicPartition struct {
 	topic string
 	part  int32
 }
 
-type syncedFile struct {
-	info os.FileInfo
-	size int64
+// partitionFiles is what the sync layer knows of a partition directory.
+type partitionFiles struct {
+	dir   string
+	files map[string]*segmentFile // by name
+	// dirInfo is the directory as last listed; nil before the first
+	// listing.
+	dirInfo os.FileInfo
+	// listed says files holds an open fd for every file of that listing;
+	// false after eviction.
+	listed bool
+	// trusted says the listing came late enough after the directory's
+	// modification time to have seen every change that time covers.
+	trusted bool
+	// dirSynced says the directory's own entry, in partitions/, is
+	// durable; newEntry says an entry in it is new since its last fsync.
+	dirSynced, newEntry bool
+	used                int64 // the last round that synced the partition
+}
+
+// segmentFile is a segment or index file, with its fd while cached.
+type segmentFile struct {
+	path   string
+	f      *os.File
+	info   os.FileInfo // of the file f is or was open on
+	synced int64       // size at the last fsync; -1 before the first
 }
 
 type syncRound struct {
@@ -113,7 +173,8 @@ type syncRound struct {
 func newSyncer(dir string, match func(string) bool, logger *slog.Logger) *syncer {
 	return &syncer{
 		dir: dir, match: match, logger: logger,
-		files: map[string]syncedFile{}, dirs: map[string]bool{}, names: map[[16]byte]string{},
+		parts: map[topicPartition]*partitionFiles{}, names: map[[16]byte]string{},
+		maxOpen: maxOpenFiles(), syncFile: fdatasync,
 	}
 }
 
@@ -145,12 +206,26 @@ func (s *syncer) wait(parts []topicPartition) error {
 	return r.err
 }
 
+// shutdown closes the cached fds once no round runs; a round still under
+// way closes them when it ends.
+func (s *syncer) shutdown() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.shut = true
+	if !s.running {
+		s.closeFiles()
+	}
+}
+
 func (s *syncer) run() {
 	for {
 		s.mu.Lock()
 		r := s.next
 		if r == nil {
 			s.running = false
+			if s.shut {
+				s.closeFiles()
+			}
 			s.mu.Unlock()
 			return
 		}
@@ -182,59 +257,40 @@ func (s *syncer) syncParts(parts map[topicPartition]struct{}) error {
 	if s.hooks.round != nil {
 		s.hooks.round(list)
 	}
+	s.round++
 	type job struct {
-		path string
-		info os.FileInfo
+		file *segmentFile
+		size int64
 	}
 	var (
-		files []job
-		dirs  []string
-		top   bool // partitions/ and the data directory
+		jobs []job
+		dirs []string
+		top  bool // partitions/ and the data directory
 	)
 	for _, p := range list {
-		pdir := partitionDir(s.dir, p.topic, p.part)
-		entries, err := os.ReadDir(pdir)
-		if errors.Is(err, os.ErrNotExist) {
+		ps, err := s.partition(p)
+		if err != nil {
+			return err
+		}
+		if ps == nil {
 			continue // nothing was written: the produce failed
 		}
-		if err != nil {
-			return errors.Wrapf(err, "list %s", pdir)
-		}
-		present := map[string]bool{}
-		newEntry := !s.dirs[pdir]
-		for _, e := range entries {
-			name := e.Name()
-			if !strings.HasSuffix(name, ".dat") && !strings.HasSuffix(name, ".idx") {
-				continue
+		for _, f := range ps.files {
+			if f.f == nil {
+				continue // removed since the listing
 			}
-			path := filepath.Join(pdir, name)
-			present[path] = true
-			info, err := os.Stat(path)
-			if errors.Is(err, os.ErrNotExist) {
-				continue // removed by compaction or retention since the listing
-			}
+			info, err := f.f.Stat()
 			if err != nil {
-				return errors.Wrapf(err, "stat %s", path)
+				return errors.Wrapf(err, "stat %s", f.path)
 			}
-			prev, known := s.files[path]
-			same := known && os.SameFile(prev.info, info)
-			if same && prev.size == info.Size() {
-				continue
-			}
-			if !same {
-				newEntry = true
-			}
-			files = append(files, job{path, info})
-		}
-		for path := range s.files {
-			if filepath.Dir(path) == pdir && !present[path] {
-				delete(s.files, path)
+			if size := info.Size(); size != f.synced {
+				jobs = append(jobs, job{f, size})
 			}
 		}
-		if newEntry {
-			dirs = append(dirs, pdir)
+		if ps.newEntry {
+			dirs = append(dirs, ps.dir)
 		}
-		if !s.dirs[pdir] {
+		if !ps.dirSynced {
 			top = true
 		}
 	}
@@ -242,32 +298,212 @@ func (s *syncer) syncParts(parts map[topicPartition]struct{}) error {
 		dirs = append(dirs, filepath.Join(s.dir, "partitions"), s.dir)
 	}
 
-	errs := make([]error, len(files)+len(dirs))
+	errs := make([]error, len(jobs)+len(dirs))
 	var wg sync.WaitGroup
-	for i, f := range files {
-		wg.Go(func() { errs[i] = fsyncPath(f.path) })
+	for i, j := range jobs {
+		wg.Go(func() { errs[i] = errors.Wrapf(s.syncFile(j.file.f), "fdatasync %s", j.file.path) })
 	}
 	for i, d := range dirs {
-		wg.Go(func() { errs[len(files)+i] = fsyncPath(d) })
+		wg.Go(func() { errs[len(jobs)+i] = fsyncPath(d) })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	for _, f := range files {
-		s.files[f.path] = syncedFile{info: f.info, size: f.info.Size()}
+	for _, j := range jobs {
+		j.file.synced = j.size
 		if s.hooks.synced != nil {
-			s.hooks.synced(f.path, f.info.Size())
+			s.hooks.synced(j.file.path, j.size)
+		}
+	}
+	for _, d := range dirs {
+		if s.hooks.dirSynced != nil {
+			s.hooks.dirSynced(d)
 		}
 	}
 	for _, p := range list {
-		s.dirs[partitionDir(s.dir, p.topic, p.part)] = true
+		if ps := s.parts[p]; ps != nil {
+			ps.newEntry, ps.dirSynced = false, true
+		}
 	}
+	s.evict()
 	return nil
 }
 
-// fsyncPath fsyncs a file or directory by path. A file removed meanwhile
-// (compaction rewrites segments, after fsyncing them itself) is skipped.
+// partition brings a partition's state up to date with its directory: it
+// re-lists the directory only when the directory changed since the last
+// listing (or that listing could have missed a change), opening new files
+// and reopening replaced ones. It returns nil when the directory does not
+// exist.
+//
+// A file is created, removed or replaced in a directory only by changing
+// the directory's entries, which sets the directory's modification time
+// (POSIX requires it), so an unchanged time means the names and files are
+// those of the last listing. The time has a granularity (a clock tick on
+// Linux, 2 s on FAT), so a change right after a listing could leave it as it
+// was; a listing made less than racyWindow after the time it read is
+// therefore not trusted, and the next round lists again (git's "racy git"
+// rule). This assumes the file system stamps the directory with this host's
+// clock, as local file systems do.
+func (s *syncer) partition(p topicPartition) (*partitionFiles, error) {
+	ps := s.parts[p]
+	if ps == nil {
+		ps = &partitionFiles{dir: partitionDir(s.dir, p.topic, p.part), files: map[string]*segmentFile{}}
+	}
+	ps.used = s.round
+	now := time.Now()
+	info, err := os.Stat(ps.dir)
+	if errors.Is(err, os.ErrNotExist) {
+		s.forget(p, ps)
+		return nil, nil
+	}
+	if err != nil {
+		return nil, errors.Wrapf(err, "stat %s", ps.dir)
+	}
+	s.parts[p] = ps
+	if ps.listed && ps.trusted && os.SameFile(ps.dirInfo, info) && ps.dirInfo.ModTime().Equal(info.ModTime()) {
+		return ps, nil
+	}
+	if ps.dirInfo != nil && !os.SameFile(ps.dirInfo, info) {
+		// The partition was deleted and created again: a new directory.
+		ps.dirSynced = false
+	}
+	if s.hooks.listed != nil {
+		s.hooks.listed(ps.dir)
+	}
+	entries, err := os.ReadDir(ps.dir)
+	if errors.Is(err, os.ErrNotExist) {
+		s.forget(p, ps)
+		return nil, nil
+	}
+	if err != nil {
+		return nil, errors.Wrapf(err, "list %s", ps.dir)
+	}
+	if !ps.dirSynced {
+		ps.newEntry = true // a new directory: fsync it once whatever it holds
+	}
+	present := make(map[string]bool, len(entries))
+	for _, e := range entries {
+		name := e.Name()
+		if !strings.HasSuffix(name, ".dat") && !strings.HasSuffix(name, ".idx") {
+			continue
+		}
+		present[name] = true
+		if err := s.refresh(ps, name); err != nil {
+			return nil, err
+		}
+	}
+	for name, f := range ps.files {
+		if !present[name] {
+			s.closeFile(f)
+			delete(ps.files, name)
+		}
+	}
+	ps.dirInfo, ps.listed = info, true
+	ps.trusted = now.Sub(info.ModTime()) >= racyWindow
+	return ps, nil
+}
+
+// refresh makes sure the partition's file name is open on the file the
+// name is now, keeping an fd that is still on it. A file that is new, or
+// replaced since (kfake's compaction removes segments and writes them
+// again under the same names), gets its directory entry fsynced.
+func (s *syncer) refresh(ps *partitionFiles, name string) error {
+	path := filepath.Join(ps.dir, name)
+	f := ps.files[name]
+	if f != nil && f.f != nil {
+		info, err := os.Stat(path)
+		if errors.Is(err, os.ErrNotExist) {
+			s.closeFile(f)
+			delete(ps.files, name)
+			return nil // removed since the listing: the next round lists again
+		}
+		if err != nil {
+			return errors.Wrapf(err, "stat %s", path)
+		}
+		if os.SameFile(f.info, info) {
+			return nil
+		}
+		s.closeFile(f)
+	}
+	fd, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		delete(ps.files, name)
+		return nil
+	}
+	if err != nil {
+		return errors.Wrapf(err, "open %s to fsync", path)
+	}
+	info, err := fd.Stat()
+	if err != nil {
+		fd.Close()
+		return errors.Wrapf(err, "stat %s", path)
+	}
+	s.open++
+	if f != nil && os.SameFile(f.info, info) {
+		f.f = fd // reopened after eviction: its synced size still holds
+		return nil
+	}
+	ps.files[name] = &segmentFile{path: path, f: fd, info: info, synced: -1}
+	ps.newEntry = true
+	return nil
+}
+
+// closeFile closes a cached fd, keeping what is known of the file.
+func (s *syncer) closeFile(f *segmentFile) {
+	if f.f != nil {
+		f.f.Close()
+		f.f = nil
+		s.open--
+	}
+}
+
+// forget drops a partition whose directory is gone.
+func (s *syncer) forget(p topicPartition, ps *partitionFiles) {
+	for _, f := range ps.files {
+		s.closeFile(f)
+	}
+	delete(s.parts, p)
+}
+
+// evict closes the fds of the partitions used least recently until at most
+// maxOpen are open. An evicted partition keeps its files' identities and
+// synced sizes, and lists its directory again when next used.
+func (s *syncer) evict() {
+	if s.open <= s.maxOpen {
+		return
+	}
+	byUse := make([]*partitionFiles, 0, len(s.parts))
+	for _, ps := range s.parts {
+		if ps.listed {
+			byUse = append(byUse, ps)
+		}
+	}
+	slices.SortFunc(byUse, func(a, b *partitionFiles) int { return cmp.Compare(a.used, b.used) })
+	for _, ps := range byUse {
+		if s.open <= s.maxOpen {
+			return
+		}
+		for _, f := range ps.files {
+			s.closeFile(f)
+		}
+		ps.listed = false
+	}
+}
+
+// closeFiles closes every cached fd; the goroutine carrying out rounds
+// must not be running.
+func (s *syncer) closeFiles() {
+	for _, ps := range s.parts {
+		for _, f := range ps.files {
+			s.closeFile(f)
+		}
+		ps.listed = false
+	}
+}
+
+// fsyncPath fsyncs a file or directory by path. One removed meanwhile is
+// skipped: a partition deleted takes its files along.
 func fsyncPath(path string) error {
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {

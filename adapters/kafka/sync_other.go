@@ -1,0 +1,8 @@
+//go:build !linux
+
+package kafka
+
+import "os"
+
+// fdatasync is fsync where the system has no fdatasync to call.
+func fdatasync(f *os.File) error { return f.Sync() }
