@@ -421,9 +421,13 @@ func (r registering) Apply(ctx context.Context, w *domain.Workflow, by string) (
 	return registered, changed, errors.Wrap(kafka.EnsureTopics(ctx, r.app.client, r.app.cfg.Partitions, topics...), "create the workflow's topics")
 }
 
+// EmbeddedBroker is the embedded Kafka broker this process serves, nil
+// when it uses external brokers.
+func (a *App) EmbeddedBroker() *kafka.Broker { return a.broker }
+
 // Topics lists the topics saga creates at start.
 func (a *App) Topics() []string {
-	topics := []string{protocol.RepliesTopic, protocol.StatusTopic, protocol.DeadLetterTopic, protocol.AlertsTopic}
+	topics := []string{protocol.RepliesTopic, protocol.StatusTopic, protocol.DeadLetterTopic, protocol.AlertsTopic, protocol.SyncBarrierTopic}
 	topics = append(topics, a.triggerTopics...)
 	for _, agent := range append(append([]string{domain.HTTPAgent}, a.cfg.HTTPAgents...), a.agents...) {
 		for _, topic := range protocol.CommandTopics(agent) {

@@ -42,14 +42,19 @@ var ErrDataDirLocked = errors.New("data directory is locked by another broker")
 // acknowledges only once they are on stable storage when BrokerConfig's
 // SyncTopics is nil: the orders topic, the input whose loss the event store
 // cannot make good; the dead-letter topic, the only record left of an
-// invalid order once the submitter has committed past it; and the status
-// and alert topics (saga.status, the reply topics, saga.alerts), because
-// the status publisher and the supervisor record in the event store that
-// they sent them, so a power loss must not take back what they sent.
-// Commands and replies are left unsynced: recovery re-sends lost commands
-// and times out attempts whose replies were lost.
-var DefaultSyncTopics = []string{protocol.OrdersTopic, protocol.DeadLetterTopic, protocol.StatusTopic, protocol.AlertsTopic,
-	"reply.*", "saga.reply.*"}
+// invalid order once the submitter has committed past it; the alerts
+// topic, because the supervisor records in the event store that it raised
+// an alert; and the sync barrier topic, whose records are acknowledged
+// only once every record acknowledged before them, on any topic, is on
+// stable storage.
+//
+// Statuses (saga.status and every order's reply topic, whatever its name)
+// are not synced one by one: the status publisher produces a barrier
+// before it saves its checkpoint, so a power loss can take back only
+// statuses after that checkpoint, which it publishes again. Commands and
+// replies are left unsynced: recovery re-sends lost commands and times out
+// attempts whose replies were lost.
+var DefaultSyncTopics = []string{protocol.OrdersTopic, protocol.DeadLetterTopic, protocol.AlertsTopic, protocol.SyncBarrierTopic}
 
 // SyncTopicMatch reports whether topic is one of patterns, names or
 // prefix* patterns as BrokerConfig.SyncTopics takes them.
@@ -365,6 +370,18 @@ func topicMatcher(patterns []string) func(string) bool {
 
 // Addrs are the broker's addresses, to use as seed brokers.
 func (b *Broker) Addrs() []string { return b.cluster.ListenAddrs() }
+
+// ObserveSyncs makes the broker call f after each fsync of a partition's
+// segment or index file, with the file's size that the fsync made durable:
+// what a power loss cannot take back. It is for tests and diagnostics (a
+// power-loss test keeps only what was synced); call it before producing.
+// It does nothing on a broker that syncs no topic or every batch
+// (BrokerConfig.Fsync).
+func (b *Broker) ObserveSyncs(f func(path string, size int64)) {
+	if b.sync != nil {
+		b.sync.hooks.synced = f
+	}
+}
 
 // Close stops the broker, saves its state and releases the data directory.
 func (b *Broker) Close() {

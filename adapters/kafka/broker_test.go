@@ -141,6 +141,65 @@ func TestBrokerFsyncsSyncedTopicBeforeAcknowledging(t *testing.T) {
 	require.EqualValues(t, 1, kafka.SyncRounds(b))
 }
 
+// TestSyncBarrierFsyncsWhatWasAcknowledgedBeforeIt produces statuses,
+// which are acknowledged without an fsync, then a sync barrier: the
+// barrier is acknowledged only once the statuses' files are fsynced as far
+// as they were written when it came, whatever topic they went to. Records
+// produced after the barrier wait for the next one.
+func TestSyncBarrierFsyncsWhatWasAcknowledgedBeforeIt(t *testing.T) {
+	dir := t.TempDir()
+	reply := "reply.shop"
+	b, err := kafka.StartBroker(kafka.BrokerConfig{
+		Listen: "127.0.0.1:0", DataDir: dir, Partitions: 2, Logger: slog.New(slog.DiscardHandler),
+		Topics: []string{protocol.StatusTopic, reply, protocol.SyncBarrierTopic},
+	})
+	require.NoError(t, err)
+	t.Cleanup(b.Close)
+	var sizes syncedSizes
+	kafka.SetSyncHooks(b, kafka.SyncHooks{Synced: sizes.record})
+	client := newClient(t, b)
+	ctx := testContext(t)
+
+	segments := func() map[string]int64 {
+		out := map[string]int64{}
+		for _, topic := range []string{protocol.StatusTopic, reply} {
+			for part := range int32(2) {
+				path := filepath.Join(kafka.PartitionDir(dir, topic, part), "0.dat")
+				if info, err := os.Stat(path); err == nil && info.Size() > 0 {
+					out[path] = info.Size()
+				}
+			}
+		}
+		return out
+	}
+	for i := range 20 {
+		for _, topic := range []string{protocol.StatusTopic, reply} {
+			rec := &kgo.Record{Topic: topic, Key: []byte(fmt.Sprintf("o-%d", i)), Value: []byte("status")}
+			require.NoError(t, client.ProduceSync(ctx, rec).FirstErr())
+		}
+	}
+	written := segments()
+	require.Len(t, written, 4, "keys spread over both partitions of both topics")
+	require.Zero(t, kafka.SyncRounds(b), "statuses are acknowledged without an fsync")
+
+	require.NoError(t, client.ProduceSync(ctx, &kgo.Record{Topic: protocol.SyncBarrierTopic, Value: nil}).FirstErr())
+	for path, size := range written {
+		synced, ok := sizes.get(path)
+		require.True(t, ok, "%s was written before the barrier and never fsynced", path)
+		require.GreaterOrEqual(t, synced, size, "%s is not fsynced as far as it was acknowledged", path)
+	}
+
+	require.NoError(t, client.ProduceSync(ctx, &kgo.Record{Topic: reply, Key: []byte("o-late"), Value: []byte("later")}).FirstErr())
+	later := segments()
+	rounds := kafka.SyncRounds(b)
+	require.NoError(t, client.ProduceSync(ctx, &kgo.Record{Topic: protocol.SyncBarrierTopic, Value: nil}).FirstErr())
+	require.Equal(t, rounds+1, kafka.SyncRounds(b))
+	for path, size := range later {
+		synced, _ := sizes.get(path)
+		require.GreaterOrEqual(t, synced, size, "%s: the second barrier did not sync what came after the first", path)
+	}
+}
+
 func TestBrokerConcurrentProducesShareFsyncs(t *testing.T) {
 	const producers = 16
 	b := startBroker(t, t.TempDir(), nil)

@@ -21,6 +21,8 @@ import (
 	"github.com/cockroachdb/errors"
 	"github.com/twmb/franz-go/pkg/kbin"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sagaengine/saga/domain/protocol"
 )
 
 // errNotDurable marks the failure of an fsync that produces to synced topics
@@ -83,6 +85,12 @@ type syncer struct {
 	next    *syncRound // the round new waiters join; nil when none
 	running bool       // a goroutine is carrying out rounds
 	failed  error      // sticky fsync failure
+	// barrier says produces to protocol.SyncBarrierTopic are synced: each
+	// is then acknowledged only once every partition written before it is
+	// on stable storage. written holds the partitions of unsynced topics
+	// whose produces were answered since the last barrier round took them.
+	barrier bool
+	written map[topicPartition]struct{}
 
 	shut bool // the broker is closed: close the fds when rounds stop
 
@@ -166,6 +174,7 @@ type segmentFile struct {
 
 type syncRound struct {
 	parts map[topicPartition]struct{}
+	all   bool // a barrier waits: sync the partitions written too
 	done  chan struct{}
 	err   error
 }
@@ -175,12 +184,26 @@ func newSyncer(dir string, match func(string) bool, logger *slog.Logger) *syncer
 		dir: dir, match: match, logger: logger,
 		parts: map[topicPartition]*partitionFiles{}, names: map[[16]byte]string{},
 		maxOpen: maxOpenFiles(), syncFile: fdatasync,
+		barrier: match(protocol.SyncBarrierTopic), written: map[topicPartition]struct{}{},
 	}
 }
 
+// answered notes that produces to the partitions of unsynced topics were
+// written and are being answered, so that the next barrier round syncs
+// them. It is called as the answer goes out, never before kfake wrote the
+// records: a barrier produced after that answer was received finds them.
+func (s *syncer) answered(parts []topicPartition) {
+	s.mu.Lock()
+	for _, p := range parts {
+		s.written[p] = struct{}{}
+	}
+	s.mu.Unlock()
+}
+
 // wait returns once every byte written to the partitions' files before it
-// was called is on stable storage.
-func (s *syncer) wait(parts []topicPartition) error {
+// was called is on stable storage; with all, also every byte written to
+// the partitions of answered produces of unsynced topics (a barrier).
+func (s *syncer) wait(parts []topicPartition, all bool) error {
 	s.mu.Lock()
 	if s.failed != nil {
 		s.mu.Unlock()
@@ -194,6 +217,7 @@ func (s *syncer) wait(parts []topicPartition) error {
 	for _, p := range parts {
 		r.parts[p] = struct{}{}
 	}
+	r.all = r.all || all
 	if !s.running {
 		s.running = true
 		go s.run()
@@ -231,6 +255,13 @@ func (s *syncer) run() {
 		}
 		s.next = nil
 		failed := s.failed
+		if r.all {
+			// Everything answered before the barrier joined this round.
+			for p := range s.written {
+				r.parts[p] = struct{}{}
+			}
+			clear(s.written)
+		}
 		s.mu.Unlock()
 
 		if failed != nil {
@@ -521,16 +552,20 @@ func partitionDir(dataDir, topic string, part int32) string {
 	return filepath.Join(dataDir, "partitions", fmt.Sprintf("%s-%d", url.PathEscape(topic), part))
 }
 
-// syncedParts returns the synced-topic partitions a Produce request body
-// (the frame after its size) writes to, if it wants an acknowledgement.
-func (s *syncer) syncedParts(body []byte) (int32, []topicPartition) {
+// produceParts returns what the sync layer must do for a Produce request
+// body (the frame after its size) that wants an acknowledgement: the
+// partitions of synced topics it writes to, whether one is the barrier
+// topic's, and, when barriers are synced, the partitions of the other
+// topics.
+func (s *syncer) produceParts(body []byte) (int32, producePending) {
 	r := kbin.Reader{Src: body}
 	key := r.Int16()
 	version := r.Int16()
 	corr := r.Int32()
 	r.NullableString() // client id
+	var pp producePending
 	if key != 0 || !r.Ok() {
-		return corr, nil
+		return corr, pp
 	}
 	req := kmsg.NewPtrProduceRequest()
 	req.SetVersion(version)
@@ -538,9 +573,8 @@ func (s *syncer) syncedParts(body []byte) (int32, []topicPartition) {
 		kmsg.SkipTags(&r)
 	}
 	if err := req.ReadFrom(r.Src); err != nil || req.Acks == 0 {
-		return corr, nil // kfake fails the connection, or sends no answer
+		return corr, pp // kfake fails the connection, or sends no answer
 	}
-	var parts []topicPartition
 	for _, t := range req.Topics {
 		topic := t.Topic
 		if version >= 13 {
@@ -549,14 +583,28 @@ func (s *syncer) syncedParts(body []byte) (int32, []topicPartition) {
 				continue // kfake answers UNKNOWN_TOPIC_ID
 			}
 		}
-		if !s.match(topic) {
+		synced := s.match(topic)
+		if !synced && !s.barrier {
 			continue
 		}
+		pp.barrier = pp.barrier || (synced && topic == protocol.SyncBarrierTopic)
 		for _, p := range t.Partitions {
-			parts = append(parts, topicPartition{topic, p.Partition})
+			if synced {
+				pp.synced = append(pp.synced, topicPartition{topic, p.Partition})
+			} else {
+				pp.written = append(pp.written, topicPartition{topic, p.Partition})
+			}
 		}
 	}
-	return corr, parts
+	return corr, pp
+}
+
+// producePending is what a produce's answer waits for, or notes, before it
+// goes out.
+type producePending struct {
+	synced  []topicPartition // fsynced before the answer
+	written []topicPartition // noted for the next barrier (syncer.answered)
+	barrier bool             // a barrier: everything answered before it is fsynced too
 }
 
 func (s *syncer) topicName(id [16]byte) (string, bool) {
@@ -585,7 +633,7 @@ type syncConn struct {
 	s *syncer
 
 	mu      sync.Mutex
-	pending map[int32][]topicPartition
+	pending map[int32]producePending
 
 	// Read side, used only by kfake's reading goroutine.
 	rhdr   [6]byte // size and key of the request frame being read
@@ -636,12 +684,12 @@ func (c *syncConn) scanRequests(b []byte) {
 			return
 		}
 		if c.rkeep {
-			if corr, parts := c.s.syncedParts(c.rbody); len(parts) > 0 {
+			if corr, pp := c.s.produceParts(c.rbody); len(pp.synced) > 0 || len(pp.written) > 0 {
 				c.mu.Lock()
 				if c.pending == nil {
-					c.pending = map[int32][]topicPartition{}
+					c.pending = map[int32]producePending{}
 				}
-				c.pending[corr] = parts
+				c.pending[corr] = pp
 				c.mu.Unlock()
 			}
 			if cap(c.rbody) > 1<<20 {
@@ -698,13 +746,19 @@ func (c *syncConn) Write(p []byte) (int, error) {
 
 func (c *syncConn) awaitDurable(corr int32) error {
 	c.mu.Lock()
-	parts, ok := c.pending[corr]
+	pp, ok := c.pending[corr]
 	delete(c.pending, corr)
 	c.mu.Unlock()
 	if !ok {
 		return nil
 	}
-	return c.s.wait(parts)
+	if len(pp.written) > 0 {
+		c.s.answered(pp.written)
+	}
+	if len(pp.synced) == 0 {
+		return nil
+	}
+	return c.s.wait(pp.synced, pp.barrier)
 }
 
 // brokerListener is the listener kfake serves on. Until opened it serves

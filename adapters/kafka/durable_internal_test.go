@@ -41,7 +41,7 @@ func newTestSyncer(t *testing.T) (*syncer, *syncRecorder, string) {
 func runRound(t *testing.T, s *syncer, rec *syncRecorder, parts ...topicPartition) {
 	t.Helper()
 	rec.reset()
-	require.NoError(t, s.wait(parts))
+	require.NoError(t, s.wait(parts, false))
 }
 
 // appendFile appends n bytes to path, creating it if needed, and returns
@@ -214,14 +214,14 @@ func TestSyncerFailedFsyncStaysSticky(t *testing.T) {
 	p := topicPartition{"orders", 0}
 	pdir := newPartition(t, dataDir, p)
 	s.syncFile = func(*os.File) error { return errors.New("injected EIO") }
-	err := s.wait([]topicPartition{p})
+	err := s.wait([]topicPartition{p}, false)
 	require.True(t, errors.Is(err, errNotDurable), "%v", err) // a mark: the standard errors.Is does not see it
 
 	// A later fsync that succeeds would prove nothing.
 	s.syncFile = fdatasync
 	appendFile(t, filepath.Join(pdir, "0.dat"), 10)
 	rec.reset()
-	err = s.wait([]topicPartition{p})
+	err = s.wait([]topicPartition{p}, false)
 	require.True(t, errors.Is(err, errNotDurable), "%v", err)
 	require.Empty(t, rec.synced)
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sagaengine/saga/domain/protocol"
@@ -42,6 +43,8 @@ type Producer struct {
 	statusErr error
 	// undeliverable counts statuses a reply topic refused.
 	undeliverable atomic.Int64
+	// noBarrier says the broker has no sync barrier topic (logged once).
+	noBarrier atomic.Bool
 }
 
 // UndeliverableStatuses counts the statuses an order's reply topic refused
@@ -212,16 +215,38 @@ func (p *Producer) failStatus(err error) {
 	p.mu.Unlock()
 }
 
-// Flush waits until the broker has every status published so far, and
-// reports (once) whether one could not be delivered.
+// Flush waits until the broker has every status published so far, on
+// stable storage, and reports (once) whether one could not be delivered.
+//
+// Status and reply topics are not fsynced record by record: once the
+// broker has acknowledged every status, Flush produces a sync barrier
+// (protocol.SyncBarrierTopic), which the embedded broker acknowledges only
+// once everything it acknowledged before is fsynced. The status publisher
+// saves its checkpoint only after Flush, so a power loss can take back only
+// statuses that it publishes again from that checkpoint. A real Kafka keeps
+// them by replication, as every other record, and stores the barrier as
+// an ordinary record.
 func (p *Producer) Flush(ctx context.Context) error {
 	if err := p.client.Flush(ctx); err != nil {
 		return errors.Wrap(err, "flush")
 	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	err := p.statusErr
 	p.statusErr = nil
+	p.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	err = p.produceSync(ctx, p.Record(protocol.SyncBarrierTopic, p.source, protocol.SyncBarrierMessageType, nil))
+	if errors.Is(err, kerr.UnknownTopicOrPartition) {
+		// saga creates the topic at start, and the embedded broker at its
+		// own; a real Kafka without it (created by an older saga, topics
+		// not ours to create) keeps statuses by replication anyway.
+		if p.noBarrier.CompareAndSwap(false, true) {
+			p.logger.Warn("no sync barrier topic: statuses are as durable as the broker makes every record", "topic", protocol.SyncBarrierTopic)
+		}
+		return nil
+	}
 	return err
 }
 

@@ -40,7 +40,7 @@ func TestEveryEventHasAStatus(t *testing.T) {
 // orders topic, out of what workflows may trigger on and orders may name as
 // replyTo (domain.ReservedTopic knows saga's namespace, not the names).
 func TestSagaTopicsAreReserved(t *testing.T) {
-	for _, topic := range []string{protocol.RepliesTopic, protocol.StatusTopic, protocol.DeadLetterTopic, protocol.AlertsTopic,
+	for _, topic := range []string{protocol.RepliesTopic, protocol.StatusTopic, protocol.DeadLetterTopic, protocol.AlertsTopic, protocol.SyncBarrierTopic,
 		protocol.CommandTopic("payment"), protocol.OrdersTopic} {
 		assert.True(t, domain.ReservedTopic(topic), topic)
 	}

@@ -19,6 +19,12 @@ const (
 	DeadLetterTopic = "saga.deadletter"
 	// AlertsTopic carries alerts for operators.
 	AlertsTopic = "saga.alerts"
+	// SyncBarrierTopic carries sync barriers: the embedded broker
+	// acknowledges a record produced to it only once every record it
+	// acknowledged before, on any topic, is on stable storage. The status
+	// publisher produces one before each checkpoint, so statuses need no
+	// fsync of their own. To a real Kafka it is an ordinary topic.
+	SyncBarrierTopic = "saga.sync"
 )
 
 // CommandTopic names the topic of an agent's normal-priority commands: the
@@ -75,4 +81,7 @@ const (
 	// AlertResolvedMessageType is the type of resolved alerts on
 	// AlertsTopic: a task left Error.
 	AlertResolvedMessageType = "saga.alert.resolved"
+	// SyncBarrierMessageType is the type of sync barriers on
+	// SyncBarrierTopic; they have no body.
+	SyncBarrierMessageType = "saga.sync.barrier"
 )
