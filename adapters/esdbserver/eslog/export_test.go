@@ -31,3 +31,10 @@ func ClosingAsCrash(opts Options) Options {
 	opts.closeAsCrash = true
 	return opts
 }
+
+// VerifyingLastBytes returns opts with open checking only the last n bytes
+// of the indexed log (at frame granularity) instead of verifiedLog.
+func VerifyingLastBytes(opts Options, n uint64) Options {
+	opts.verifiedLog = n
+	return opts
+}

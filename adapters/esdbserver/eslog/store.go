@@ -1,6 +1,7 @@
 package eslog
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -32,6 +33,8 @@ type Options struct {
 	// closeAsCrash makes Close leave the index as a crash would (no flush
 	// of the memtables), for tests of what open finds after a crash.
 	closeAsCrash bool
+	// verifiedLog replaces the constant verifiedLog in tests.
+	verifiedLog uint64
 	// Logger receives what open repairs, such as a cut torn tail. Default
 	// slog.Default().
 	Logger *slog.Logger
@@ -249,6 +252,18 @@ func (s *Store) recover() error {
 	if err != nil {
 		return err
 	}
+	// The newest indexed log is checked too, though not replayed, so that
+	// damage to recent writes stops the open with the file and offset
+	// named, even after a clean close left nothing to replay. Older log is
+	// checked by every read of it.
+	window := cmp.Or(s.opts.verifiedLog, verifiedLog)
+	verifyFrom, err := s.floorSample(max(from, window) - window)
+	if err != nil {
+		return err
+	}
+	if err := s.log.verify(verifyFrom, from); err != nil {
+		return err
+	}
 	start := time.Now()
 	frames := 0
 	err = s.log.replay(from, s.opts.Logger, func(pos uint64, body []byte, sum uint32) error {
@@ -270,6 +285,10 @@ func (s *Store) recover() error {
 		"from", from, "to", s.mem.to, "frames", frames, "took", time.Since(start))
 	return nil
 }
+
+// verifiedLog is how much of the indexed log, at its end, open checks:
+// about what one memtable of index entries covers.
+const verifiedLog = 32 << 20
 
 // Close stops the writer after the writes already queued, closes the files
 // and releases the data directory for another Open. Calling it again does
