@@ -126,8 +126,8 @@ func (s *streamsService) receiveBatch(ctx context.Context, srv streams.Streams_B
 	user, secure := ctx.Value(userKey{}).(User)
 	chunked := map[uuid.UUID]*chunkedAppend{}
 	buffered := 0
+	req := &batchRequest{}
 	for n := 1; ; n++ {
-		req := &batchRequest{}
 		err := srv.RecvMsg(req)
 		if err == io.EOF {
 			for _, a := range chunked {

@@ -88,6 +88,10 @@ const (
 	expectStreamExists   protowire.Number = 5
 )
 
+// errIDMissing is parseUUID's error for a missing id, made once: decoding
+// starts from it for every id.
+var errIDMissing = invalid("event id is missing")
+
 // errUncommon says the fast decoder met an encoding it leaves to protobuf
 // (a message field given twice, which protobuf merges, or a wire type it
 // does not expect).
@@ -141,7 +145,8 @@ func (r *batchRequest) fromProto(m *streams.BatchAppendReq) {
 
 // decode is the fast decoder; errUncommon leaves the request to protobuf.
 func (r *batchRequest) decode(b []byte) error {
-	*r = batchRequest{corrErr: invalid("event id is missing")}
+	// The events' slice is reused: nothing keeps it past the request.
+	*r = batchRequest{corrErr: errIDMissing, events: r.events[:0]}
 	var seen [4]bool
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
@@ -244,7 +249,7 @@ func decodeUUID(b []byte) ([16]byte, error, error) {
 		}
 		return u, nil, nil
 	default:
-		return out, invalid("event id is missing"), nil
+		return out, errIDMissing, nil
 	}
 }
 
@@ -380,7 +385,7 @@ func decodeTimestamp(b []byte) (int64, int32, error) {
 
 // decodeEvent reads a proposed event, copying what it keeps.
 func decodeEvent(b []byte) (batchEvent, error) {
-	e := batchEvent{err: invalid("event id is missing")}
+	e := batchEvent{err: errIDMissing}
 	var custom, data []byte
 	seenID := false
 	for len(b) > 0 {

@@ -351,6 +351,9 @@ func fromRecorded(e *esdb.RecordedEvent) domain.RecordedEvent {
 }
 
 func codeOf(err error) esdb.ErrorCode {
+	if err == nil {
+		return -1
+	}
 	var e *esdb.Error
 	if errors.As(err, &e) {
 		return e.Code()
