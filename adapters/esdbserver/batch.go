@@ -31,9 +31,9 @@ const maxBatchChunked = 64
 // chunkedAppend is one append of a BatchAppend call while its chunks arrive.
 type chunkedAppend struct {
 	// corr is the correlation id as the client sent it, for the answer.
-	corr []byte
+	corr corrBytes
 	name string
-	opts *batchOptions
+	opts batchOptions
 	// expectedField and revision are the expected revision as sent, which
 	// the answer echoes.
 	expectedField protowire.Number
@@ -69,6 +69,7 @@ func (s *streamsService) BatchAppend(srv streams.Streams_BatchAppendServer) erro
 		return status.Error(codes.Unimplemented, "BatchAppend is disabled on this server (Config.DisableBatchAppend); use Append")
 	}
 	ctx := srv.Context()
+	answer := &batchAnswer{}
 	out := make(chan batchOutcome, maxBatchInFlight)
 	done := make(chan struct{})
 	defer close(done)
@@ -83,11 +84,11 @@ func (s *streamsService) BatchAppend(srv streams.Streams_BatchAppendServer) erro
 			if !ok {
 				return <-received
 			}
-			if err := answerBatch(ctx, srv, o); err != nil {
+			if err := answer.send(ctx, srv, o); err != nil {
 				return err
 			}
 		case <-s.closing:
-			return s.closeBatch(ctx, srv, out, received)
+			return s.closeBatch(ctx, srv, answer, out, received)
 		}
 	}
 }
@@ -96,14 +97,14 @@ func (s *streamsService) BatchAppend(srv streams.Streams_BatchAppendServer) erro
 // and ends the call with Unavailable. An append that arrives meanwhile may
 // be committed unanswered: the client retries it, idempotently, as any
 // append whose answer it did not get.
-func (s *streamsService) closeBatch(ctx context.Context, srv streams.Streams_BatchAppendServer, out <-chan batchOutcome, received <-chan error) error {
+func (s *streamsService) closeBatch(ctx context.Context, srv streams.Streams_BatchAppendServer, answer *batchAnswer, out <-chan batchOutcome, received <-chan error) error {
 	for {
 		select {
 		case o, ok := <-out:
 			if !ok {
 				return <-received
 			}
-			if err := answerBatch(ctx, srv, o); err != nil {
+			if err := answer.send(ctx, srv, o); err != nil {
 				return err
 			}
 		default:
@@ -175,7 +176,7 @@ func (s *streamsService) receiveBatch(ctx context.Context, srv streams.Streams_B
 		}
 		buffered = others
 		o := batchOutcome{append: a}
-		if a.err == nil && expired(a.opts) {
+		if a.err == nil && expired(&a.opts) {
 			a.err = status.Error(codes.DeadlineExceeded, "the append's deadline passed before it reached the server; nothing was written")
 		}
 		if a.err == nil {
@@ -191,7 +192,7 @@ func (s *streamsService) receiveBatch(ctx context.Context, srv streams.Streams_B
 // checks the caller may write its stream.
 func (s *streamsService) startBatchAppend(req *batchRequest, user User, secure bool) *chunkedAppend {
 	a := &chunkedAppend{corr: req.corr, opts: req.opts}
-	if a.opts == nil {
+	if !req.hasOpts {
 		a.err = invalid("the first request of an append must carry options")
 		return a
 	}
@@ -256,14 +257,17 @@ func expired(o *batchOptions) bool {
 	return o.hasDeadline && time.Now().After(o.deadline)
 }
 
-// answerBatch sends one append's answer once it is durable or refused.
-func answerBatch(ctx context.Context, srv streams.Streams_BatchAppendServer, o batchOutcome) error {
+// send sends one append's answer once it is durable or refused. A call's
+// answers are sent one at a time, through the same batchAnswer: gRPC has
+// encoded it when SendMsg returns.
+func (answer *batchAnswer) send(ctx context.Context, srv streams.Streams_BatchAppendServer, o batchOutcome) error {
 	var res eslog.WriteResult
 	err := o.append.err
 	if o.queued != nil {
 		res, err = o.queued.Wait(ctx)
 	}
-	return srv.SendMsg(&batchAnswer{b: batchResponse(o.append, res, err)})
+	answer.b = batchResponse(o.append, res, err)
+	return srv.SendMsg(answer)
 }
 
 // batchStatus maps an append's error to the status BatchAppend answers with:

@@ -51,13 +51,42 @@ func (wireCodec) Name() string { return grpcproto.Name }
 // it points into the bytes it was decoded from, which gRPC reuses.
 type batchRequest struct {
 	// corr is the correlation id's message as sent, echoed in the answer.
-	corr    []byte
+	corr    corrBytes
 	corrID  [16]byte
 	corrErr error
-	opts    *batchOptions
+	opts    batchOptions
+	hasOpts bool
 	events  []batchEvent
 	isFinal bool
+	// types interns event types: a call's appends have few.
+	types map[string]string
 }
+
+// corrBytes holds a correlation id's message without an allocation of its
+// own when it is short, as both of the protocol's forms are.
+type corrBytes struct {
+	short [40]byte
+	n     int
+	long  []byte
+}
+
+func (c *corrBytes) set(b []byte) {
+	if len(b) <= len(c.short) {
+		c.n, c.long = copy(c.short[:], b), nil
+		return
+	}
+	c.n, c.long = 0, append([]byte(nil), b...)
+}
+
+func (c *corrBytes) bytes() []byte {
+	if c.long != nil {
+		return c.long
+	}
+	return c.short[:c.n]
+}
+
+// maxInternedTypes bounds batchRequest.types.
+const maxInternedTypes = 64
 
 // batchOptions are an append's options; expectedField is the field number
 // of the expected_stream_position oneof that was set (0 for none).
@@ -107,7 +136,7 @@ func (r *batchRequest) unmarshalWire(data []byte) error {
 	if err := proto.Unmarshal(data, &m); err != nil {
 		return errors.Wrap(err, "decode BatchAppend request")
 	}
-	*r = batchRequest{}
+	*r = batchRequest{types: r.types}
 	r.fromProto(&m)
 	return nil
 }
@@ -115,12 +144,13 @@ func (r *batchRequest) unmarshalWire(data []byte) error {
 // fromProto converts a request decoded by protobuf.
 func (r *batchRequest) fromProto(m *streams.BatchAppendReq) {
 	if m.CorrelationId != nil {
-		r.corr, _ = proto.Marshal(m.CorrelationId)
+		b, _ := proto.Marshal(m.CorrelationId)
+		r.corr.set(b)
 	}
 	r.corrID, r.corrErr = parseUUID(m.GetCorrelationId())
 	r.isFinal = m.GetIsFinal()
 	if o := m.GetOptions(); o != nil {
-		r.opts = &batchOptions{stream: string(o.GetStreamIdentifier().GetStreamName())}
+		r.hasOpts, r.opts = true, batchOptions{stream: string(o.GetStreamIdentifier().GetStreamName())}
 		switch e := o.GetExpectedStreamPosition().(type) {
 		case *streams.BatchAppendReq_Options_StreamPosition:
 			r.opts.expectedField, r.opts.revision = expectStreamPosition, e.StreamPosition
@@ -146,7 +176,7 @@ func (r *batchRequest) fromProto(m *streams.BatchAppendReq) {
 // decode is the fast decoder; errUncommon leaves the request to protobuf.
 func (r *batchRequest) decode(b []byte) error {
 	// The events' slice is reused: nothing keeps it past the request.
-	*r = batchRequest{corrErr: errIDMissing, events: r.events[:0]}
+	*r = batchRequest{corrErr: errIDMissing, events: r.events[:0], types: r.types}
 	var seen [4]bool
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
@@ -170,13 +200,14 @@ func (r *batchRequest) decode(b []byte) error {
 			var err error
 			switch num {
 			case 1:
-				r.corr = append([]byte(nil), v...)
+				r.corr.set(v)
 				r.corrID, r.corrErr, err = decodeUUID(v)
 			case 2:
-				r.opts, err = decodeOptions(v)
+				err = decodeOptions(v, &r.opts)
+				r.hasOpts = true
 			case 3:
 				var e batchEvent
-				e, err = decodeEvent(v)
+				e, err = r.decodeEvent(v)
 				r.events = append(r.events, e)
 			}
 			if err != nil {
@@ -260,47 +291,47 @@ func putUUID(out *[16]byte, most, least uint64) {
 	}
 }
 
-func decodeOptions(b []byte) (*batchOptions, error) {
-	o := &batchOptions{}
+func decodeOptions(b []byte, o *batchOptions) error {
+	*o = batchOptions{}
 	seenStream, seenDeadline := false, false
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
-			return nil, errUncommon
+			return errUncommon
 		}
 		b = b[n:]
 		switch {
 		case num == expectStreamPosition && typ == protowire.VarintType:
 			v, n := protowire.ConsumeVarint(b)
 			if n < 0 {
-				return nil, errUncommon
+				return errUncommon
 			}
 			o.expectedField, o.revision, b = num, v, b[n:]
 		case num >= 1 && num <= 7 && num != expectStreamPosition && typ == protowire.BytesType:
 			v, n := protowire.ConsumeBytes(b)
 			if n < 0 {
-				return nil, errUncommon
+				return errUncommon
 			}
 			b = b[n:]
 			switch num {
 			case 1:
 				if seenStream {
-					return nil, errUncommon
+					return errUncommon
 				}
 				seenStream = true
 				name, err := decodeStreamName(v)
 				if err != nil {
-					return nil, err
+					return err
 				}
 				o.stream = name
 			case 6:
 				if seenDeadline {
-					return nil, errUncommon
+					return errUncommon
 				}
 				seenDeadline = true
 				sec, nanos, err := decodeTimestamp(v)
 				if err != nil {
-					return nil, err
+					return err
 				}
 				// As timestamppb's IsValid.
 				o.hasDeadline = sec >= -62135596800 && sec <= 253402300799 && nanos >= 0 && nanos < 1e9
@@ -309,28 +340,28 @@ func decodeOptions(b []byte) (*batchOptions, error) {
 				}
 			case 7:
 				if seenDeadline {
-					return nil, errUncommon
+					return errUncommon
 				}
 				seenDeadline = true
 				o.hasDeadline = false
 			default:
 				// An Empty, whatever unknown fields it has.
 				if o.expectedField == num {
-					return nil, errUncommon
+					return errUncommon
 				}
 				o.expectedField = num
 			}
 		case num >= 1 && num <= 7:
-			return nil, errUncommon
+			return errUncommon
 		default:
 			n := protowire.ConsumeFieldValue(num, typ, b)
 			if n < 0 {
-				return nil, errUncommon
+				return errUncommon
 			}
 			b = b[n:]
 		}
 	}
-	return o, nil
+	return nil
 }
 
 func decodeStreamName(b []byte) (string, error) {
@@ -384,7 +415,7 @@ func decodeTimestamp(b []byte) (int64, int32, error) {
 }
 
 // decodeEvent reads a proposed event, copying what it keeps.
-func decodeEvent(b []byte) (batchEvent, error) {
+func (r *batchRequest) decodeEvent(b []byte) (batchEvent, error) {
 	e := batchEvent{err: errIDMissing}
 	var custom, data []byte
 	seenID := false
@@ -427,7 +458,7 @@ func decodeEvent(b []byte) (batchEvent, error) {
 			}
 			switch string(key) {
 			case metaType:
-				e.typ = internString(value)
+				e.typ = r.intern(value)
 			case metaContentType:
 				e.contentType = internString(value)
 			}
@@ -479,6 +510,21 @@ func decodeMapEntry(b []byte) ([]byte, []byte, error) {
 	return key, value, nil
 }
 
+// intern returns an event type as a string, the same string each time.
+func (r *batchRequest) intern(b []byte) string {
+	if s, ok := r.types[string(b)]; ok {
+		return s
+	}
+	s := string(b)
+	if r.types == nil {
+		r.types = map[string]string{}
+	}
+	if len(r.types) < maxInternedTypes {
+		r.types[s] = s
+	}
+	return s
+}
+
 // internString avoids an allocation for the content types nearly every
 // event has.
 func internString(b []byte) string {
@@ -521,9 +567,10 @@ func batchResponse(a *chunkedAppend, res eslog.WriteResult, err error) []byte {
 	if err != nil {
 		errMsg, _ = proto.Marshal(batchStatus(err).Proto())
 	}
-	b := make([]byte, 0, 48+len(a.corr)+len(a.name)+len(errMsg))
+	corr := a.corr.bytes()
+	b := make([]byte, 0, 48+len(corr)+len(a.name)+len(errMsg))
 	b = protowire.AppendTag(b, 1, protowire.BytesType)
-	b = protowire.AppendBytes(b, a.corr)
+	b = protowire.AppendBytes(b, corr)
 	if err != nil {
 		b = protowire.AppendTag(b, 2, protowire.BytesType)
 		b = protowire.AppendBytes(b, errMsg)

@@ -291,13 +291,13 @@ func FuzzBatchRequestDecode(f *testing.F) {
 // sameRequest compares what BatchAppend uses of two requests.
 func sameRequest(a, b *batchRequest) bool {
 	var ua, ub shared.UUID
-	if proto.Unmarshal(a.corr, &ua) != nil || proto.Unmarshal(b.corr, &ub) != nil || !proto.Equal(&ua, &ub) {
+	if proto.Unmarshal(a.corr.bytes(), &ua) != nil || proto.Unmarshal(b.corr.bytes(), &ub) != nil || !proto.Equal(&ua, &ub) {
 		return false
 	}
-	if a.corrID != b.corrID || fmt.Sprint(a.corrErr) != fmt.Sprint(b.corrErr) || a.isFinal != b.isFinal || (a.opts == nil) != (b.opts == nil) {
+	if a.corrID != b.corrID || fmt.Sprint(a.corrErr) != fmt.Sprint(b.corrErr) || a.isFinal != b.isFinal || a.hasOpts != b.hasOpts {
 		return false
 	}
-	if a.opts != nil && (a.opts.stream != b.opts.stream || a.opts.expectedField != b.opts.expectedField || a.opts.revision != b.opts.revision ||
+	if a.hasOpts && (a.opts.stream != b.opts.stream || a.opts.expectedField != b.opts.expectedField || a.opts.revision != b.opts.revision ||
 		a.opts.hasDeadline != b.opts.hasDeadline || !a.opts.deadline.Equal(b.opts.deadline)) {
 		return false
 	}

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
@@ -242,7 +243,10 @@ func newPipeline(conf *esdb.Configuration, logger *slog.Logger) (*pipeline, erro
 		}
 	}
 	// Requests are encoded and answers decoded by hand (wireCodec).
-	opts = append(opts, grpc.WithDefaultCallOptions(grpc.ForceCodec(newWireCodec())))
+	// Answers are decoded by hand into values that keep none of their bytes,
+	// so receive buffers can be reused.
+	opts = append(opts, grpc.WithDefaultCallOptions(grpc.ForceCodec(newWireCodec())),
+		experimental.WithRecvBufferPool(grpc.NewSharedBufferPool()))
 	if conf.KeepAliveInterval >= 0 {
 		opts = append(opts, grpc.WithKeepaliveParams(keepalive.ClientParameters{
 			Time: conf.KeepAliveInterval, Timeout: conf.KeepAliveTimeout, PermitWithoutStream: true,
@@ -301,8 +305,8 @@ func (p *pipeline) current() (*batchCall, error) {
 // receive hands each answer of c to the append waiting for it, until the
 // call ends; then it fails every append still waiting.
 func (p *pipeline) receive(c *batchCall) {
+	var r batchReply
 	for {
-		var r batchReply
 		// A bad answer (wireCodec refuses it) ends the call with Internal.
 		if err := c.stream.RecvMsg(&r); err != nil {
 			p.end(c, err)

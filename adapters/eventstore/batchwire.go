@@ -58,7 +58,8 @@ const (
 // final. The deadline is sent relative, so that the clocks of client and
 // server need not agree.
 func batchFrames(id uuid.UUID, stream string, expected domain.ExpectedRevision, events []esdb.EventData, deadline time.Time) []batchFrame {
-	var opts []byte
+	var scratch [128]byte
+	opts := scratch[:0]
 	opts = protowire.AppendTag(opts, 1, protowire.BytesType)
 	opts = protowire.AppendVarint(opts, uint64(protowire.SizeTag(3)+protowire.SizeBytes(len(stream))))
 	opts = protowire.AppendTag(opts, 3, protowire.BytesType)
@@ -103,7 +104,7 @@ func batchFrames(id uuid.UUID, stream string, expected domain.ExpectedRevision, 
 			end++
 		}
 		first := len(frames) == 0
-		b := make([]byte, 0, 64+len(opts)+size)
+		b := make([]byte, 0, 64+len(opts)+size+len(stream))
 		b = appendUUID(b, reqCorrelationID, id)
 		if first {
 			b = protowire.AppendTag(b, reqOptions, protowire.BytesType)

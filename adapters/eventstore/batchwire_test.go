@@ -2,6 +2,8 @@ package eventstore
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
 	"strings"
 	"testing"
 	"time"
@@ -161,4 +163,27 @@ func wrongVersion(t *testing.T) *rpcstatus.Status {
 		t.Fatal(err)
 	}
 	return st.Proto()
+}
+
+// TestEventIDHashesInOnePiece: an event's derived id is the hash of
+// stream, slot, type and data whether they fit on the stack or not.
+func TestEventIDHashesInOnePiece(t *testing.T) {
+	for _, size := range []int{0, 60, 490, 5000} {
+		e := domain.NewEvent{Type: "StepDispatched", Data: bytes.Repeat([]byte("d"), size)}
+		got, err := eventID("task-1", domain.ExpectRevision(6), 1, e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := sha256.New()
+		h.Write([]byte("task-1"))
+		h.Write(binary.BigEndian.AppendUint64(nil, 8))
+		h.Write([]byte(e.Type))
+		h.Write(e.Data)
+		var want uuid.UUID
+		copy(want[:], h.Sum(nil))
+		want[6], want[8] = want[6]&0x0f|0x50, want[8]&0x3f|0x80
+		if got != want {
+			t.Fatalf("%d bytes of data: id %v, want %v", size, got, want)
+		}
+	}
 }
