@@ -2,8 +2,12 @@ package eventstore
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"io"
+	"log/slog"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +17,7 @@ import (
 	"github.com/EventStore/EventStore-Client-Go/v4/protos/streams"
 	"github.com/google/uuid"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -185,5 +190,74 @@ func TestEventIDHashesInOnePiece(t *testing.T) {
 		if got != want {
 			t.Fatalf("%d bytes of data: id %v, want %v", size, got, want)
 		}
+	}
+}
+
+// silentStreams takes BatchAppend requests and never answers them.
+type silentStreams struct {
+	streams.UnimplementedStreamsServer
+	received chan struct{}
+}
+
+func (s *silentStreams) BatchAppend(srv streams.Streams_BatchAppendServer) error {
+	for {
+		if _, err := srv.Recv(); err != nil {
+			return err
+		}
+		s.received <- struct{}{}
+	}
+}
+
+// TestPipelinedAppendDeadline: an append the server never answers fails
+// with DeadlineExceeded at the connection's default deadline, and one
+// whose context ends first fails with its context's error; the call stays
+// usable for the next append.
+func TestPipelinedAppendDeadline(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	silent := &silentStreams{received: make(chan struct{}, 16)}
+	streams.RegisterStreamsServer(srv, silent)
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop()
+	conf, err := esdb.ParseConnectionString("esdb://" + lis.Addr().String() + "?tls=false&defaultDeadline=300")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := newPipeline(conf, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = p.close() }()
+	events := []esdb.EventData{{EventID: uuid.New(), EventType: "E", ContentType: esdb.ContentTypeJson, Data: []byte(`{}`)}}
+
+	began := time.Now()
+	_, err = p.append(context.Background(), "s", domain.ExpectAny(), events)
+	if e, ok := err.(*appendError); !ok || e.code != esdb.ErrorCodeDeadlineExceeded {
+		t.Fatalf("error %v, want DeadlineExceeded", err)
+	}
+	if waited := time.Since(began); waited < 300*time.Millisecond {
+		t.Fatalf("gave up after %v, before the 300 ms deadline", waited)
+	}
+	<-silent.received
+
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-silent.received
+		cancel()
+	}()
+	_, err = p.append(ctx, "s", domain.ExpectAny(), events)
+	if e, ok := err.(*appendError); !ok || e.code != esdb.ErrorCodeUnknown || status.Code(e.err) != codes.Canceled {
+		t.Fatalf("error %v, want Canceled", err)
+	}
+	p.mu.Lock()
+	c := p.call
+	p.mu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil || len(c.waiting) != 0 {
+		t.Fatalf("call ended (%v) or still waits for %d appends", c.err, len(c.waiting))
 	}
 }
