@@ -216,7 +216,7 @@ func (r *batchRequest) decode(b []byte) error {
 		case num >= 1 && num <= 4:
 			return errUncommon
 		default:
-			n := protowire.ConsumeFieldValue(num, typ, b)
+			n := skipField(num, typ, b)
 			if n < 0 {
 				return errUncommon
 			}
@@ -354,7 +354,7 @@ func decodeOptions(b []byte, o *batchOptions) error {
 		case num >= 1 && num <= 7:
 			return errUncommon
 		default:
-			n := protowire.ConsumeFieldValue(num, typ, b)
+			n := skipField(num, typ, b)
 			if n < 0 {
 				return errUncommon
 			}
@@ -384,7 +384,7 @@ func decodeStreamName(b []byte) (string, error) {
 			name, seen, b = v, true, b[n:]
 			continue
 		}
-		n = protowire.ConsumeFieldValue(num, typ, b)
+		n = skipField(num, typ, b)
 		if n < 0 {
 			return "", errUncommon
 		}
@@ -426,7 +426,7 @@ func (r *batchRequest) decodeEvent(b []byte) (batchEvent, error) {
 		}
 		b = b[n:]
 		if num < 1 || num > 4 {
-			n := protowire.ConsumeFieldValue(num, typ, b)
+			n := skipField(num, typ, b)
 			if n < 0 {
 				return e, errUncommon
 			}
@@ -486,7 +486,7 @@ func decodeMapEntry(b []byte) ([]byte, []byte, error) {
 		}
 		b = b[n:]
 		if num != 1 && num != 2 {
-			n := protowire.ConsumeFieldValue(num, typ, b)
+			n := skipField(num, typ, b)
 			if n < 0 {
 				return nil, nil, errUncommon
 			}
@@ -621,4 +621,13 @@ func batchResponse(a *chunkedAppend, res eslog.WriteResult, err error) []byte {
 		b = protowire.AppendVarint(b, 0)
 	}
 	return b
+}
+
+// skipField consumes an unknown field, or returns a negative length where
+// protobuf refuses the field (a number out of range, a truncated value).
+func skipField(num protowire.Number, typ protowire.Type, b []byte) int {
+	if !num.IsValid() {
+		return -1
+	}
+	return protowire.ConsumeFieldValue(num, typ, b)
 }

@@ -270,7 +270,7 @@ func (r *batchReply) decode(b []byte) error {
 		case 2:
 			return errNotPlain
 		default:
-			n := protowire.ConsumeFieldValue(num, typ, b)
+			n := skipField(num, typ, b)
 			if n < 0 {
 				return errNotPlain
 			}
@@ -386,4 +386,13 @@ func (r *batchReply) result() (*esdb.WriteResult, error) {
 		res.NextExpectedVersion = 1
 	}
 	return res, nil
+}
+
+// skipField consumes an unknown field, or returns a negative length where
+// protobuf refuses the field (a number out of range, a truncated value).
+func skipField(num protowire.Number, typ protowire.Type, b []byte) int {
+	if !num.IsValid() {
+		return -1
+	}
+	return protowire.ConsumeFieldValue(num, typ, b)
 }
