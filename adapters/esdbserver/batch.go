@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/protoadapt"
 	"google.golang.org/protobuf/types/known/emptypb"
 
@@ -29,12 +30,17 @@ const maxBatchChunked = 64
 
 // chunkedAppend is one append of a BatchAppend call while its chunks arrive.
 type chunkedAppend struct {
-	corr     *shared.UUID
-	name     string
-	opts     *streams.BatchAppendReq_Options
-	expected eslog.Expected
-	events   []eslog.ProposedEvent
-	size     int
+	// corr is the correlation id as the client sent it, for the answer.
+	corr corrBytes
+	name string
+	opts batchOptions
+	// expectedField and revision are the expected revision as sent, which
+	// the answer echoes.
+	expectedField protowire.Number
+	revision      uint64
+	expected      eslog.Expected
+	events        []eslog.ProposedEvent
+	size          int
 	// err, once set, is the append's answer: its later chunks are read and
 	// dropped.
 	err error
@@ -63,6 +69,7 @@ func (s *streamsService) BatchAppend(srv streams.Streams_BatchAppendServer) erro
 		return status.Error(codes.Unimplemented, "BatchAppend is disabled on this server (Config.DisableBatchAppend); use Append")
 	}
 	ctx := srv.Context()
+	answer := &batchAnswer{}
 	out := make(chan batchOutcome, maxBatchInFlight)
 	done := make(chan struct{})
 	defer close(done)
@@ -77,11 +84,11 @@ func (s *streamsService) BatchAppend(srv streams.Streams_BatchAppendServer) erro
 			if !ok {
 				return <-received
 			}
-			if err := answerBatch(ctx, srv, o); err != nil {
+			if err := answer.send(ctx, srv, o); err != nil {
 				return err
 			}
 		case <-s.closing:
-			return s.closeBatch(ctx, srv, out, received)
+			return s.closeBatch(ctx, srv, answer, out, received)
 		}
 	}
 }
@@ -90,14 +97,14 @@ func (s *streamsService) BatchAppend(srv streams.Streams_BatchAppendServer) erro
 // and ends the call with Unavailable. An append that arrives meanwhile may
 // be committed unanswered: the client retries it, idempotently, as any
 // append whose answer it did not get.
-func (s *streamsService) closeBatch(ctx context.Context, srv streams.Streams_BatchAppendServer, out <-chan batchOutcome, received <-chan error) error {
+func (s *streamsService) closeBatch(ctx context.Context, srv streams.Streams_BatchAppendServer, answer *batchAnswer, out <-chan batchOutcome, received <-chan error) error {
 	for {
 		select {
 		case o, ok := <-out:
 			if !ok {
 				return <-received
 			}
-			if err := answerBatch(ctx, srv, o); err != nil {
+			if err := answer.send(ctx, srv, o); err != nil {
 				return err
 			}
 		default:
@@ -120,8 +127,9 @@ func (s *streamsService) receiveBatch(ctx context.Context, srv streams.Streams_B
 	user, secure := ctx.Value(userKey{}).(User)
 	chunked := map[uuid.UUID]*chunkedAppend{}
 	buffered := 0
+	req := &batchRequest{}
 	for n := 1; ; n++ {
-		req, err := srv.Recv()
+		err := srv.RecvMsg(req)
 		if err == io.EOF {
 			for _, a := range chunked {
 				a.err = invalid("append to %s ended without its final chunk (is_final)", a.name)
@@ -134,10 +142,10 @@ func (s *streamsService) receiveBatch(ctx context.Context, srv streams.Streams_B
 		if err != nil {
 			return err
 		}
-		id, err := parseUUID(req.GetCorrelationId())
-		if err != nil {
-			return invalid("batch append request %d has no valid correlation id, so it cannot be answered: %v", n, status.Convert(err).Message())
+		if req.corrErr != nil {
+			return invalid("batch append request %d has no valid correlation id, so it cannot be answered: %v", n, status.Convert(req.corrErr).Message())
 		}
+		id := req.corrID
 		a, open := chunked[id]
 		if !open {
 			a = s.startBatchAppend(req, user, secure)
@@ -147,13 +155,13 @@ func (s *streamsService) receiveBatch(ctx context.Context, srv streams.Streams_B
 			others -= a.size
 		}
 		if a.err == nil {
-			s.addChunk(a, req.GetProposedMessages(), others)
+			s.addChunk(a, req.events, others)
 		}
 		if a.err != nil {
 			// A refused append holds nothing while its last chunks arrive.
 			a.events, a.size = nil, 0
 		}
-		if !req.GetIsFinal() {
+		if !req.isFinal {
 			if !open {
 				if len(chunked) >= maxBatchChunked {
 					return status.Errorf(codes.ResourceExhausted, "more than %d appends sent in chunks are open at once on this call; finish one (is_final) first", maxBatchChunked)
@@ -168,7 +176,7 @@ func (s *streamsService) receiveBatch(ctx context.Context, srv streams.Streams_B
 		}
 		buffered = others
 		o := batchOutcome{append: a}
-		if a.err == nil && expired(a.opts) {
+		if a.err == nil && expired(&a.opts) {
 			a.err = status.Error(codes.DeadlineExceeded, "the append's deadline passed before it reached the server; nothing was written")
 		}
 		if a.err == nil {
@@ -182,26 +190,27 @@ func (s *streamsService) receiveBatch(ctx context.Context, srv streams.Streams_B
 
 // startBatchAppend reads the options of an append's first request and
 // checks the caller may write its stream.
-func (s *streamsService) startBatchAppend(req *streams.BatchAppendReq, user User, secure bool) *chunkedAppend {
-	a := &chunkedAppend{corr: req.GetCorrelationId(), opts: req.GetOptions()}
-	if a.opts == nil {
+func (s *streamsService) startBatchAppend(req *batchRequest, user User, secure bool) *chunkedAppend {
+	a := &chunkedAppend{corr: req.corr, opts: req.opts}
+	if !req.hasOpts {
 		a.err = invalid("the first request of an append must carry options")
 		return a
 	}
-	a.name, a.err = streamName(a.opts.GetStreamIdentifier())
-	if a.err != nil {
+	a.expectedField, a.revision = a.opts.expectedField, a.opts.revision
+	if a.name = a.opts.stream; a.name == "" {
+		a.err = invalid("stream name is empty")
 		return a
 	}
 	if secure && !user.Admin() && systemStream(a.name) {
 		a.err = denied(user, "write system stream "+a.name)
 		return a
 	}
-	switch e := a.opts.GetExpectedStreamPosition().(type) {
-	case *streams.BatchAppendReq_Options_StreamPosition:
-		a.expected = eslog.Revision(e.StreamPosition)
-	case *streams.BatchAppendReq_Options_NoStream:
+	switch a.expectedField {
+	case expectStreamPosition:
+		a.expected = eslog.Revision(a.revision)
+	case expectNoStream:
 		a.expected = eslog.NoStreamExpected
-	case *streams.BatchAppendReq_Options_StreamExists:
+	case expectStreamExists:
 		a.expected = eslog.StreamExists
 	default:
 		a.expected = eslog.Any
@@ -211,11 +220,12 @@ func (s *streamsService) startBatchAppend(req *streams.BatchAppendReq, user User
 
 // addChunk converts a chunk's events with the checks and limits of Append;
 // buffered is what the call's other unfinished appends hold.
-func (s *streamsService) addChunk(a *chunkedAppend, msgs []*streams.BatchAppendReq_ProposedMessage, buffered int) {
-	for _, m := range msgs {
-		e, err := toProposed(&streams.AppendReq_ProposedMessage{
-			Id: m.GetId(), Metadata: m.GetMetadata(), CustomMetadata: m.GetCustomMetadata(), Data: m.GetData(),
-		})
+func (s *streamsService) addChunk(a *chunkedAppend, msgs []batchEvent, buffered int) {
+	if a.events == nil {
+		a.events = make([]eslog.ProposedEvent, 0, len(msgs))
+	}
+	for i := range msgs {
+		e, err := msgs[i].proposedEvent()
 		if err != nil {
 			a.err = err
 			return
@@ -240,59 +250,24 @@ func (s *streamsService) addChunk(a *chunkedAppend, msgs []*streams.BatchAppendR
 // expired reports whether an append's deadline, if it names one, has
 // passed. The deadline is checked when the append arrives: once queued, an
 // append is committed.
-func expired(o *streams.BatchAppendReq_Options) bool {
-	switch d := o.GetDeadlineOption().(type) {
-	case *streams.BatchAppendReq_Options_Deadline_21_10_0:
-		return d.Deadline_21_10_0.IsValid() && time.Now().After(d.Deadline_21_10_0.AsTime())
-	default:
-		// A duration is relative to when the client sent the request, which
-		// the server cannot know better than by its arrival: never expired.
-		return false
-	}
+// A duration (the other form of deadline) is relative to when the client
+// sent the request, which the server cannot know better than by its
+// arrival: never expired.
+func expired(o *batchOptions) bool {
+	return o.hasDeadline && time.Now().After(o.deadline)
 }
 
-// answerBatch sends one append's answer once it is durable or refused.
-func answerBatch(ctx context.Context, srv streams.Streams_BatchAppendServer, o batchOutcome) error {
+// send sends one append's answer once it is durable or refused. A call's
+// answers are sent one at a time, through the same batchAnswer: gRPC has
+// encoded it when SendMsg returns.
+func (answer *batchAnswer) send(ctx context.Context, srv streams.Streams_BatchAppendServer, o batchOutcome) error {
 	var res eslog.WriteResult
 	err := o.append.err
 	if o.queued != nil {
 		res, err = o.queued.Wait(ctx)
 	}
-	return srv.Send(batchResponse(o.append, res, err))
-}
-
-// batchResponse is the answer to one append: success with the stream's
-// revision and the position, or an error status whose details say what
-// happened, as EventStoreDB's own (WrongExpectedVersion, StreamDeleted,
-// AccessDenied, BadRequest, Timeout).
-func batchResponse(a *chunkedAppend, res eslog.WriteResult, err error) *streams.BatchAppendResp {
-	resp := &streams.BatchAppendResp{CorrelationId: a.corr, StreamIdentifier: &shared.StreamIdentifier{StreamName: []byte(a.name)}}
-	switch e := a.opts.GetExpectedStreamPosition().(type) {
-	case *streams.BatchAppendReq_Options_StreamPosition:
-		resp.ExpectedStreamPosition = &streams.BatchAppendResp_StreamPosition{StreamPosition: e.StreamPosition}
-	case *streams.BatchAppendReq_Options_NoStream:
-		resp.ExpectedStreamPosition = &streams.BatchAppendResp_NoStream{NoStream: &emptypb.Empty{}}
-	case *streams.BatchAppendReq_Options_StreamExists:
-		resp.ExpectedStreamPosition = &streams.BatchAppendResp_StreamExists{StreamExists: &emptypb.Empty{}}
-	default:
-		resp.ExpectedStreamPosition = &streams.BatchAppendResp_Any{Any: &emptypb.Empty{}}
-	}
-	if err != nil {
-		resp.Result = &streams.BatchAppendResp_Error{Error: batchStatus(err).Proto()}
-		return resp
-	}
-	success := &streams.BatchAppendResp_Success{
-		PositionOption: &streams.BatchAppendResp_Success_Position{Position: &shared.AllStreamPosition{
-			CommitPosition: res.Position, PreparePosition: res.Position,
-		}},
-	}
-	if res.Revision == eslog.NoStream {
-		success.CurrentRevisionOption = &streams.BatchAppendResp_Success_NoStream{NoStream: &emptypb.Empty{}}
-	} else {
-		success.CurrentRevisionOption = &streams.BatchAppendResp_Success_CurrentRevision{CurrentRevision: uint64(res.Revision)}
-	}
-	resp.Result = &streams.BatchAppendResp_Success_{Success: success}
-	return resp
+	answer.b = batchResponse(o.append, res, err)
+	return srv.SendMsg(answer)
 }
 
 // batchStatus maps an append's error to the status BatchAppend answers with:

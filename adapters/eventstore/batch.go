@@ -24,10 +24,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/durationpb"
-	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/sagaengine/saga/domain"
 )
@@ -172,6 +171,11 @@ type pipeline struct {
 	// unsupported is set once the server answers Unimplemented.
 	unsupported atomic.Bool
 
+	// Correlation ids are a random prefix and a counter: unique on a call,
+	// and cheaper than a random id per append.
+	idPrefix uint64
+	idNext   atomic.Uint64
+
 	mu     sync.Mutex
 	call   *batchCall
 	closed bool
@@ -185,15 +189,28 @@ type batchCall struct {
 	sendMu sync.Mutex
 
 	mu      sync.Mutex
-	waiting map[uuid.UUID]chan batchAnswer
+	waiting map[uuid.UUID]*waiter
 	// err, once set, is why the call ended; it fails later appends.
 	err error
 }
 
 type batchAnswer struct {
-	resp *streams.BatchAppendResp
-	err  error
+	reply batchReply
+	err   error
 }
+
+// waiter is where an append waits for its answer. Waiters are reused: an
+// append's channel and timer cost allocations each time otherwise.
+type waiter struct {
+	answer chan batchAnswer
+	timer  *time.Timer
+}
+
+var waiters = sync.Pool{New: func() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &waiter{answer: make(chan batchAnswer, 1), timer: t}
+}}
 
 // basicAuth sends a user's credentials with every call, over TLS only, as
 // the official client does.
@@ -225,6 +242,11 @@ func newPipeline(conf *esdb.Configuration, logger *slog.Logger) (*pipeline, erro
 			}))
 		}
 	}
+	// Requests are encoded and answers decoded by hand (wireCodec).
+	// Answers are decoded by hand into values that keep none of their bytes,
+	// so receive buffers can be reused.
+	opts = append(opts, grpc.WithDefaultCallOptions(grpc.ForceCodec(newWireCodec())),
+		experimental.WithRecvBufferPool(grpc.NewSharedBufferPool()))
 	if conf.KeepAliveInterval >= 0 {
 		opts = append(opts, grpc.WithKeepaliveParams(keepalive.ClientParameters{
 			Time: conf.KeepAliveInterval, Timeout: conf.KeepAliveTimeout, PermitWithoutStream: true,
@@ -238,7 +260,9 @@ func newPipeline(conf *esdb.Configuration, logger *slog.Logger) (*pipeline, erro
 	if conf.DefaultDeadline != nil {
 		deadline = *conf.DefaultDeadline
 	}
-	return &pipeline{conn: conn, client: streams.NewStreamsClient(conn), deadline: deadline, logger: logger}, nil
+	prefix := uuid.New()
+	return &pipeline{conn: conn, client: streams.NewStreamsClient(conn), deadline: deadline, logger: logger,
+		idPrefix: binary.BigEndian.Uint64(prefix[:8])}, nil
 }
 
 // close ends the call and the connection; later appends fail with
@@ -272,7 +296,7 @@ func (p *pipeline) current() (*batchCall, error) {
 		cancel()
 		return nil, callError(err)
 	}
-	c := &batchCall{stream: stream, cancel: cancel, waiting: map[uuid.UUID]chan batchAnswer{}}
+	c := &batchCall{stream: stream, cancel: cancel, waiting: map[uuid.UUID]*waiter{}}
 	p.call = c
 	go p.receive(c)
 	return c, nil
@@ -281,23 +305,19 @@ func (p *pipeline) current() (*batchCall, error) {
 // receive hands each answer of c to the append waiting for it, until the
 // call ends; then it fails every append still waiting.
 func (p *pipeline) receive(c *batchCall) {
+	var r batchReply
 	for {
-		resp, err := c.stream.Recv()
-		if err != nil {
+		// A bad answer (wireCodec refuses it) ends the call with Internal.
+		if err := c.stream.RecvMsg(&r); err != nil {
 			p.end(c, err)
 			return
 		}
-		id, err := fromShared(resp.GetCorrelationId())
-		if err != nil {
-			p.end(c, status.Errorf(codes.Internal, "BatchAppend answer with a bad correlation id: %v", err))
-			return
-		}
 		c.mu.Lock()
-		ch := c.waiting[id]
-		delete(c.waiting, id)
+		w := c.waiting[r.corr]
+		delete(c.waiting, r.corr)
 		c.mu.Unlock()
-		if ch != nil {
-			ch <- batchAnswer{resp: resp}
+		if w != nil {
+			w.answer <- batchAnswer{reply: r}
 		}
 	}
 }
@@ -323,8 +343,8 @@ func (p *pipeline) end(c *batchCall, cause error) {
 	waiting := c.waiting
 	c.waiting = nil
 	c.mu.Unlock()
-	for _, ch := range waiting {
-		ch <- batchAnswer{err: err}
+	for _, w := range waiting {
+		w.answer <- batchAnswer{err: err}
 	}
 	p.mu.Lock()
 	if p.call == c {
@@ -386,32 +406,37 @@ func (p *pipeline) append(ctx context.Context, stream string, expected domain.Ex
 	if limit := time.Now().Add(p.deadline); !ok || limit.Before(deadline) {
 		deadline = limit
 	}
-	id := uuid.New()
-	answer := make(chan batchAnswer, 1)
+	var id uuid.UUID
+	binary.BigEndian.PutUint64(id[:8], p.idPrefix)
+	binary.BigEndian.PutUint64(id[8:], p.idNext.Add(1))
+	w := waiters.Get().(*waiter)
 	c.mu.Lock()
 	if c.err != nil {
 		c.mu.Unlock()
+		waiters.Put(w)
 		return nil, c.err
 	}
-	c.waiting[id] = answer
+	c.waiting[id] = w
 	c.mu.Unlock()
-	if err := c.send(batchRequests(id, stream, expected, events, deadline)); err != nil {
-		c.forget(id)
+	if err := c.send(batchFrames(id, stream, expected, events, deadline)); err != nil {
+		c.release(id, w)
 		return nil, callError(err)
 	}
-	timer := time.NewTimer(time.Until(deadline))
-	defer timer.Stop()
+	w.timer.Reset(time.Until(deadline))
 	select {
-	case a := <-answer:
+	case a := <-w.answer:
+		w.timer.Stop()
+		waiters.Put(w)
 		if a.err != nil {
 			return nil, a.err
 		}
-		return fromBatchResponse(a.resp)
-	case <-timer.C:
-		c.forget(id)
+		return a.reply.result()
+	case <-w.timer.C:
+		c.release(id, w)
 		return nil, &appendError{code: esdb.ErrorCodeDeadlineExceeded, err: status.Error(codes.DeadlineExceeded, "append not answered before its deadline")}
 	case <-ctx.Done():
-		c.forget(id)
+		w.timer.Stop()
+		c.release(id, w)
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return nil, &appendError{code: esdb.ErrorCodeDeadlineExceeded, err: status.Error(codes.DeadlineExceeded, ctx.Err().Error())}
 		}
@@ -422,11 +447,11 @@ func (p *pipeline) append(ctx context.Context, stream string, expected domain.Ex
 // send sends an append's requests, together, so that chunks of different
 // appends never interleave. An error other than io.EOF (the call ended, its
 // status comes to receive) is the append's.
-func (c *batchCall) send(reqs []*streams.BatchAppendReq) error {
+func (c *batchCall) send(frames []batchFrame) error {
 	c.sendMu.Lock()
 	defer c.sendMu.Unlock()
-	for _, r := range reqs {
-		if err := c.stream.Send(r); err != nil {
+	for i := range frames {
+		if err := c.stream.SendMsg(&frames[i]); err != nil {
 			if errors.Is(err, io.EOF) {
 				return nil
 			}
@@ -436,54 +461,18 @@ func (c *batchCall) send(reqs []*streams.BatchAppendReq) error {
 	return nil
 }
 
-func (c *batchCall) forget(id uuid.UUID) {
+// release gives up waiting for an answer and returns w to the pool. An
+// answer already taken from waiting is on its way to w's channel (receive
+// and end send right after), so it is drained first.
+func (c *batchCall) release(id uuid.UUID, w *waiter) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	_, waiting := c.waiting[id]
 	delete(c.waiting, id)
-}
-
-// batchRequests is an append as BatchAppend requests: one, or chunks of at
-// most maxChunkBytes of events, the first with the options and the last
-// final.
-func batchRequests(id uuid.UUID, stream string, expected domain.ExpectedRevision, events []esdb.EventData, deadline time.Time) []*streams.BatchAppendReq {
-	corr := toShared(id)
-	opts := &streams.BatchAppendReq_Options{
-		StreamIdentifier: &shared.StreamIdentifier{StreamName: []byte(stream)},
-		// Relative, so that the clocks of client and server need not agree.
-		DeadlineOption: &streams.BatchAppendReq_Options_Deadline{Deadline: durationpb.New(time.Until(deadline))},
+	c.mu.Unlock()
+	if !waiting {
+		<-w.answer
 	}
-	switch rev, ok := expected.Revision(); {
-	case ok:
-		opts.ExpectedStreamPosition = &streams.BatchAppendReq_Options_StreamPosition{StreamPosition: rev}
-	case expected.IsNoStream():
-		opts.ExpectedStreamPosition = &streams.BatchAppendReq_Options_NoStream{NoStream: &emptypb.Empty{}}
-	default:
-		opts.ExpectedStreamPosition = &streams.BatchAppendReq_Options_Any{Any: &emptypb.Empty{}}
-	}
-	reqs := []*streams.BatchAppendReq{{CorrelationId: corr, Options: opts}}
-	size := 0
-	for _, e := range events {
-		n := encodedSize(&e)
-		last := reqs[len(reqs)-1]
-		if size > 0 && size+n > maxChunkBytes {
-			last = &streams.BatchAppendReq{CorrelationId: corr}
-			reqs = append(reqs, last)
-			size = 0
-		}
-		size += n
-		last.ProposedMessages = append(last.ProposedMessages, proposed(e))
-	}
-	reqs[len(reqs)-1].IsFinal = true
-	return reqs
-}
-
-// toShared is an id in the protocol's structured form, which costs less to
-// encode and decode than its string form.
-func toShared(id uuid.UUID) *shared.UUID {
-	return &shared.UUID{Value: &shared.UUID_Structured_{Structured: &shared.UUID_Structured{
-		MostSignificantBits:  int64(binary.BigEndian.Uint64(id[:8])),
-		LeastSignificantBits: int64(binary.BigEndian.Uint64(id[8:])),
-	}}}
+	waiters.Put(w)
 }
 
 // fromShared reads an id in either of the protocol's forms.
@@ -498,20 +487,6 @@ func fromShared(id *shared.UUID) (uuid.UUID, error) {
 		return uuid.Parse(v.String_)
 	default:
 		return out, errors.New("no id")
-	}
-}
-
-// proposed converts an event as the official client does for Append.
-func proposed(e esdb.EventData) *streams.BatchAppendReq_ProposedMessage {
-	contentType := "application/octet-stream"
-	if e.ContentType == esdb.ContentTypeJson {
-		contentType = "application/json"
-	}
-	return &streams.BatchAppendReq_ProposedMessage{
-		Id:             toShared(e.EventID),
-		Metadata:       map[string]string{"type": e.EventType, "content-type": contentType},
-		CustomMetadata: e.Metadata,
-		Data:           e.Data,
 	}
 }
 

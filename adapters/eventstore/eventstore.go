@@ -226,13 +226,25 @@ func eventID(stream string, expected domain.ExpectedRevision, i int, e domain.Ne
 	default:
 		return uuid.New(), nil
 	}
-	h := sha256.New()
-	h.Write([]byte(stream))
-	h.Write(binary.BigEndian.AppendUint64(nil, slot))
-	h.Write([]byte(e.Type))
-	h.Write(e.Data)
+	// The hash of stream, slot, type and data, in one piece when they fit
+	// on the stack.
+	var sum [sha256.Size]byte
+	if n := len(stream) + 8 + len(e.Type) + len(e.Data); n <= 512 {
+		var buf [512]byte
+		b := append(buf[:0], stream...)
+		b = binary.BigEndian.AppendUint64(b, slot)
+		b = append(b, e.Type...)
+		sum = sha256.Sum256(append(b, e.Data...))
+	} else {
+		h := sha256.New()
+		h.Write([]byte(stream))
+		h.Write(binary.BigEndian.AppendUint64(nil, slot))
+		h.Write([]byte(e.Type))
+		h.Write(e.Data)
+		h.Sum(sum[:0])
+	}
 	var id uuid.UUID
-	copy(id[:], h.Sum(nil))
+	copy(id[:], sum[:])
 	id[6], id[8] = id[6]&0x0f|0x50, id[8]&0x3f|0x80 // version 5 layout, RFC 4122 variant
 	return id, nil
 }
@@ -351,6 +363,9 @@ func fromRecorded(e *esdb.RecordedEvent) domain.RecordedEvent {
 }
 
 func codeOf(err error) esdb.ErrorCode {
+	if err == nil {
+		return -1
+	}
 	var e *esdb.Error
 	if errors.As(err, &e) {
 		return e.Code()

@@ -319,8 +319,10 @@ func (s *Store) Append(ctx context.Context, stream string, expected Expected, ev
 // QueuedAppend is an append queued by QueueAppend, waiting for its group
 // commit.
 type QueuedAppend struct {
-	s   *Store
+	s *Store
+	// r is req once queued; they are one allocation.
 	r   *request
+	req request
 	err error
 }
 
@@ -335,7 +337,8 @@ func (s *Store) QueueAppend(ctx context.Context, stream string, expected Expecte
 	if q.err = s.validateAppend(stream, events); q.err != nil {
 		return q
 	}
-	r := &request{op: opAppend, stream: stream, expected: expected, events: events, result: make(chan response, 1)}
+	q.req = request{op: opAppend, stream: stream, expected: expected, events: events, result: make(chan response, 1)}
+	r := &q.req
 	select {
 	case s.requests <- r:
 		q.r = r
