@@ -1,8 +1,8 @@
 package eslog
 
 import (
-	"cmp"
 	"bufio"
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
