@@ -151,7 +151,7 @@ func TestSyncBarrierFsyncsWhatWasAcknowledgedBeforeIt(t *testing.T) {
 	reply := "reply.shop"
 	b, err := kafka.StartBroker(kafka.BrokerConfig{
 		Listen: "127.0.0.1:0", DataDir: dir, Partitions: 2, Logger: slog.New(slog.DiscardHandler),
-		Topics: []string{protocol.StatusTopic, reply, protocol.SyncBarrierTopic},
+		Topics: []string{protocol.StatusTopic, reply, protocol.SyncBarrierTopic, unsyncedTopic},
 	})
 	require.NoError(t, err)
 	t.Cleanup(b.Close)
@@ -178,6 +178,7 @@ func TestSyncBarrierFsyncsWhatWasAcknowledgedBeforeIt(t *testing.T) {
 			require.NoError(t, client.ProduceSync(ctx, rec).FirstErr())
 		}
 	}
+	require.NoError(t, client.ProduceSync(ctx, &kgo.Record{Topic: unsyncedTopic, Value: []byte("command")}).FirstErr())
 	written := segments()
 	require.Len(t, written, 4, "keys spread over both partitions of both topics")
 	require.Zero(t, kafka.SyncRounds(b), "statuses are acknowledged without an fsync")
@@ -187,6 +188,10 @@ func TestSyncBarrierFsyncsWhatWasAcknowledgedBeforeIt(t *testing.T) {
 		synced, ok := sizes.get(path)
 		require.True(t, ok, "%s was written before the barrier and never fsynced", path)
 		require.GreaterOrEqual(t, synced, size, "%s is not fsynced as far as it was acknowledged", path)
+	}
+	for part := range int32(2) {
+		_, ok := sizes.get(filepath.Join(kafka.PartitionDir(dir, unsyncedTopic, part), "0.dat"))
+		require.False(t, ok, "a barrier does not fsync commands: recovery sends them again")
 	}
 
 	require.NoError(t, client.ProduceSync(ctx, &kgo.Record{Topic: reply, Key: []byte("o-late"), Value: []byte("later")}).FirstErr())

@@ -584,7 +584,7 @@ func (s *syncer) produceParts(body []byte) (int32, producePending) {
 			}
 		}
 		synced := s.match(topic)
-		if !synced && !s.barrier {
+		if !synced && (!s.barrier || !barrierCovers(topic)) {
 			continue
 		}
 		pp.barrier = pp.barrier || (synced && topic == protocol.SyncBarrierTopic)
@@ -597,6 +597,15 @@ func (s *syncer) produceParts(body []byte) (int32, producePending) {
 		}
 	}
 	return corr, pp
+}
+
+// barrierCovers reports whether a barrier makes an unsynced topic's records
+// durable: every topic but those whose records recovery re-derives without
+// reading them back (commands, replies, heartbeats), which would only add
+// files to fsync. Status and reply topics are what barriers are for; a
+// reply topic may have any name the reply topic pattern allows.
+func barrierCovers(topic string) bool {
+	return !strings.HasPrefix(topic, protocol.CommandTopicPrefix) && topic != protocol.RepliesTopic && topic != protocol.AgentsTopic
 }
 
 // producePending is what a produce's answer waits for, or notes, before it
