@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/domain/protocol"
 )
 
@@ -40,21 +41,25 @@ var ErrDataDirLocked = errors.New("data directory is locked by another broker")
 
 // DefaultSyncTopics are the topics whose produces the embedded broker
 // acknowledges only once they are on stable storage when BrokerConfig's
-// SyncTopics is nil: the orders topic, the input whose loss the event store
-// cannot make good; the dead-letter topic, the only record left of an
-// invalid order once the submitter has committed past it; the alerts
-// topic, because the supervisor records in the event store that it raised
-// an alert; and the sync barrier topic, whose records are acknowledged
-// only once every record acknowledged before them, on any topic, is on
-// stable storage.
+// SyncTopics is nil: every topic but those listed with "!". So the orders
+// topic and every other topic a workflow is triggered by (the input whose
+// loss the event store cannot make good), the dead-letter topic (the only
+// record left of an invalid order once the submitter has committed past
+// it), the alerts topic (the supervisor records in the event store that it
+// raised an alert), the sync barrier topic (whose records are acknowledged
+// only once every record acknowledged before them is on stable storage) and
+// any topic an application keeps in the embedded broker are synced.
 //
-// Statuses (saga.status and every order's reply topic, whatever its name)
-// are not synced one by one: the status publisher produces a barrier
-// before it saves its checkpoint, so a power loss can take back only
-// statuses after that checkpoint, which it publishes again. Commands and
-// replies are left unsynced: recovery re-sends lost commands and times out
-// attempts whose replies were lost.
-var DefaultSyncTopics = []string{protocol.OrdersTopic, protocol.DeadLetterTopic, protocol.AlertsTopic, protocol.SyncBarrierTopic}
+// Statuses (saga.status and the reply topics reply.* and saga.reply.*) are
+// not synced one by one: the status publisher produces a barrier before it
+// saves its checkpoint, so a power loss can take back only statuses after
+// that checkpoint, which it publishes again (a reply topic of another name,
+// which a reply topic pattern may allow, is synced per produce). Commands,
+// replies and heartbeats are left unsynced: recovery re-sends lost
+// commands, times out attempts whose replies were lost, and instances beat
+// every second.
+var DefaultSyncTopics = []string{"*", "!" + protocol.CommandTopicPrefix + "*", "!" + protocol.RepliesTopic, "!" + protocol.AgentsTopic,
+	"!" + protocol.StatusTopic, "!" + domain.ReplyTopicPrefix + "*", "!reply.*"}
 
 // SyncTopicMatch reports whether topic is one of patterns, names or
 // prefix* patterns as BrokerConfig.SyncTopics takes them.
@@ -346,26 +351,23 @@ func (b *Broker) RetainOnce(ctx context.Context, r Retention) (int64, error) {
 
 // topicMatcher matches topics against names and "prefix*" patterns.
 func topicMatcher(patterns []string) func(string) bool {
-	exact := map[string]bool{}
-	var prefixes []string
+	var in, out []string
 	for _, p := range patterns {
-		if prefix, ok := strings.CutSuffix(p, "*"); ok {
-			prefixes = append(prefixes, prefix)
+		if excluded, ok := strings.CutPrefix(p, "!"); ok {
+			out = append(out, excluded)
 		} else {
-			exact[p] = true
+			in = append(in, p)
 		}
 	}
-	return func(topic string) bool {
-		if exact[topic] {
-			return true
-		}
-		for _, p := range prefixes {
-			if strings.HasPrefix(topic, p) {
+	matches := func(patterns []string, topic string) bool {
+		for _, p := range patterns {
+			if prefix, ok := strings.CutSuffix(p, "*"); ok && strings.HasPrefix(topic, prefix) || p == topic {
 				return true
 			}
 		}
 		return false
 	}
+	return func(topic string) bool { return matches(in, topic) && !matches(out, topic) }
 }
 
 // Addrs are the broker's addresses, to use as seed brokers.

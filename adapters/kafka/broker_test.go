@@ -15,10 +15,12 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sagaengine/saga/adapters/kafka"
+	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/domain/protocol"
 )
 
@@ -139,6 +141,42 @@ func TestBrokerFsyncsSyncedTopicBeforeAcknowledging(t *testing.T) {
 	// A topic that is not synced is acknowledged without an fsync.
 	require.NoError(t, client.ProduceSync(ctx, &kgo.Record{Topic: unsyncedTopic, Value: []byte("status")}).FirstErr())
 	require.EqualValues(t, 1, kafka.SyncRounds(b))
+}
+
+// TestDefaultSyncTopicsKeepEveryInputAndLeaveWhatRecoveryRederives: every
+// topic that may carry an order (any workflow's trigger topic, not only
+// orders) is fsynced before it is acknowledged, as are dead letters,
+// alerts, barriers and an application's own topics; commands, replies,
+// heartbeats and statuses are not (statuses are fsynced by barriers).
+func TestDefaultSyncTopicsKeepEveryInputAndLeaveWhatRecoveryRederives(t *testing.T) {
+	for topic, synced := range map[string]bool{
+		protocol.OrdersTopic: true, "shop.orders": true, "payments-in": true, protocol.DeadLetterTopic: true,
+		protocol.AlertsTopic: true, protocol.SyncBarrierTopic: true, "app.events": true,
+		protocol.CommandTopic("payment"): false, protocol.CommandTopicFor("payment", domain.PriorityHigh): false,
+		protocol.RepliesTopic: false, protocol.AgentsTopic: false, protocol.StatusTopic: false,
+		"reply.shop": false, domain.ReplyTopicPrefix + "f00d": false,
+	} {
+		assert.Equal(t, synced, kafka.SyncTopicMatch(kafka.DefaultSyncTopics, topic), topic)
+	}
+	assert.True(t, kafka.SyncTopicMatch([]string{"a*", "!ab*", "abc"}, "ax"))
+	assert.False(t, kafka.SyncTopicMatch([]string{"a*", "!ab*", "abc"}, "abc"), "an exclusion wins")
+	assert.False(t, kafka.SyncTopicMatch(nil, "orders"))
+
+	// A workflow's own trigger topic is acknowledged only once fsynced.
+	dir := t.TempDir()
+	b, err := kafka.StartBroker(kafka.BrokerConfig{Listen: "127.0.0.1:0", DataDir: dir, Partitions: 1,
+		Topics: []string{"shop.orders"}, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	t.Cleanup(b.Close)
+	var sizes syncedSizes
+	kafka.SetSyncHooks(b, kafka.SyncHooks{Synced: sizes.record})
+	require.NoError(t, newClient(t, b).ProduceSync(testContext(t), &kgo.Record{Topic: "shop.orders", Value: []byte("order")}).FirstErr())
+	segment := filepath.Join(kafka.PartitionDir(dir, "shop.orders", 0), "0.dat")
+	info, err := os.Stat(segment)
+	require.NoError(t, err)
+	synced, ok := sizes.get(segment)
+	require.True(t, ok, "an order on a workflow's trigger topic was acknowledged unsynced")
+	require.Equal(t, info.Size(), synced)
 }
 
 // TestSyncBarrierFsyncsWhatWasAcknowledgedBeforeIt produces statuses,

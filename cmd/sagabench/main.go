@@ -92,7 +92,7 @@ func main() {
 	flag.StringVar(&c.svgOut, "svg", "", "write a latency histogram to this SVG file")
 	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured run (embedded: the whole system) to this file")
 	flag.BoolVar(&c.kafkaFsync, "kafka-fsync", false, "make the embedded Kafka fsync every batch too (the event store always does)")
-	flag.StringVar(&c.syncTopics, "kafka-sync-topics", strings.Join(kafka.DefaultSyncTopics, ","), "topics (or prefix*) the embedded Kafka fsyncs before acknowledging, as sagad's flag")
+	flag.StringVar(&c.syncTopics, "kafka-sync-topics", strings.Join(kafka.DefaultSyncTopics, ","), "topics (or prefix*, !excepted) the embedded Kafka fsyncs before acknowledging, as sagad's flag")
 	flag.BoolVar(&c.secure, "secure", false, "run the embedded system in secure mode (TLS and SASL/SCRAM on Kafka, TLS and users on the event store)")
 	mix := flag.String("priority-mix", "", "give the orders priorities in these shares, e.g. high=10,normal=60,low=30, and report latency per priority")
 	c.security = kafka.RegisterFlags(flag.CommandLine)

@@ -111,7 +111,7 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	instance := fs.String("instance", envOr("SAGA_INSTANCE", ""), "name of this instance in events (default sagad@HOSTNAME); its agent instances are INSTANCE/AGENT (default HOSTNAME-PID-RANDOM/AGENT) [$SAGA_INSTANCE]")
 	partitions := fs.Int("partitions", 4, "partitions of the topics saga creates")
 	kafkaFsync := fs.Bool("kafka-fsync", false, "make the embedded Kafka fsync every batch of every topic and every offset commit, one by one (slower). Off: the sync topics are still fsynced before they are acknowledged; other records survive kill -9 but not power loss")
-	kafkaSyncTopics := fs.String("kafka-sync-topics", strings.Join(kafka.DefaultSyncTopics, ","), "topics (or prefix*) the embedded Kafka acknowledges only once fsynced, with group commit; \"*\" all, \"\" none")
+	kafkaSyncTopics := fs.String("kafka-sync-topics", strings.Join(kafka.DefaultSyncTopics, ","), "topics (or prefix*) the embedded Kafka acknowledges only once fsynced, with group commit; \"*\" all, \"\" none, !topic or !prefix* excepted (statuses are fsynced by the status publisher's sync barriers)")
 	retentionAge := fs.Duration("kafka-retention-age", kafka.DefaultRetention.MaxAge, "the embedded Kafka removes records older than this (0: any age is kept); records a consumer group has not consumed are always kept")
 	retentionRecords := fs.Int64("kafka-retention-records", kafka.DefaultRetention.MaxRecords, "the embedded Kafka keeps at most this many records per partition (0: no limit); records a consumer group has not consumed are always kept")
 	demoAgents := fs.Bool("demo-agents", true, "run the demo remote services and their agents")
