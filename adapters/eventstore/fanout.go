@@ -25,6 +25,10 @@ const (
 	// follower to say where it starts before it starts without the late
 	// ones.
 	DefaultAttachWait = 30 * time.Second
+	// DefaultFarBehind is how far, in store positions (about bytes of log),
+	// a follower may start before the latest starting point and still share
+	// the subscription; one further behind follows the store on its own.
+	DefaultFarBehind = 64 << 20
 )
 
 // Fanout shares one subscription to the store among the followers of one
@@ -62,6 +66,13 @@ type Fanout struct {
 	// subscribe before it starts without the late ones. Default
 	// DefaultAttachWait.
 	AttachWait time.Duration
+	// FarBehind is how far before the latest starting point a follower
+	// may start and still share the subscription; a follower further
+	// behind (a task view rebuilt from the start of a long history) follows
+	// the store on its own, so that the others, resuming from recent
+	// checkpoints, do not wait for it to read the history. Default
+	// DefaultFarBehind.
+	FarBehind uint64
 
 	mu        sync.Mutex
 	followers []*follower
@@ -87,6 +98,10 @@ type follower struct {
 	queue    chan domain.SubscriptionItem
 	detached chan struct{}
 	cut      bool // detached; read and written by Run's goroutine only
+	// name is the follower's; farBehind says it was detached at the start
+	// for starting far behind the others (set before detached is closed).
+	name      string
+	farBehind bool
 	gone     chan struct{}
 	goneOnce sync.Once
 	attached atomic.Bool
@@ -119,7 +134,7 @@ func (f *Fanout) Register(name string) *Feed {
 	defer f.mu.Unlock()
 	feed := &Feed{Store: f.Store, fanout: f, name: name}
 	if !f.started {
-		feed.fl = &follower{queue: make(chan domain.SubscriptionItem, f.queueSize()),
+		feed.fl = &follower{name: name, queue: make(chan domain.SubscriptionItem, f.queueSize()),
 			detached: make(chan struct{}), gone: make(chan struct{}), arrived: make(chan struct{})}
 		f.followers = append(f.followers, feed.fl)
 	}
@@ -229,7 +244,9 @@ func (feed *Feed) SubscribeAll(ctx context.Context, from domain.SubscribeFrom, s
 					drained = true
 				}
 			}
-			feed.Store.logger.Warn("event follower fell behind; it follows the store on its own", "follower", feed.name, "after", after)
+			if !fl.farBehind {
+				feed.Store.logger.Warn("event follower fell behind; it follows the store on its own", "follower", feed.name, "after", after)
+			}
 			own := domain.FromStart()
 			if hasAfter {
 				own = domain.AfterPosition(after)
@@ -310,10 +327,32 @@ wait:
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	farBehind := f.FarBehind
+	if farBehind == 0 {
+		farBehind = DefaultFarBehind
+	}
+	var latest uint64
+	for _, fl := range followers {
+		if pos, ok := fl.from.After(); fl.hasFrom && ok {
+			latest = max(latest, pos)
+		}
+	}
 	var start domain.SubscribeFrom
 	first := true
 	for _, fl := range followers {
-		if fl.hasFrom && (first || fl.from.Before(start)) {
+		if !fl.hasFrom {
+			continue
+		}
+		if pos, _ := fl.from.After(); latest-pos > farBehind {
+			// Detached before any delivery: it subscribes on its own from
+			// its own start.
+			fl.cut, fl.farBehind = true, true
+			close(fl.detached)
+			f.Store.logger.Info("event follower starts far behind the others; it follows the store on its own",
+				"follower", fl.name, "from", pos, "others from", latest)
+			continue
+		}
+		if first || fl.from.Before(start) {
 			start, first = fl.from, false
 		}
 	}

@@ -162,3 +162,39 @@ func TestFanoutStartsWhereItsEarliestFollowerStarts(t *testing.T) {
 	c.wait(t, "the follower that came late from the start")
 	assert.Equal(t, int64(40-29), fan.Delivered())
 }
+
+// TestFanoutLeavesAFollowerFarBehindToItsOwnSubscription registers, before
+// the fan-out runs, two followers resuming from checkpoints near the end of
+// a history and one from its start (a task view being rebuilt): the shared
+// subscription starts at the earlier checkpoint, so the two do not wait for
+// the history to be read, and the third still gets every event, on a
+// subscription of its own.
+func TestFanoutLeavesAFollowerFarBehindToItsOwnSubscription(t *testing.T) {
+	s, _ := open(t)
+	prefix := "task-" + uuid.NewString()[:8] + "-"
+	for i := range 40 {
+		_, err := s.Append(ctx(t), fmt.Sprintf("%s%d", prefix, i%4), domain.ExpectAny(), newEvent("E", fmt.Sprintf(`{"n":%d}`, i)))
+		require.NoError(t, err)
+	}
+	all, err := s.ReadStream(ctx(t), prefix+"0")
+	require.NoError(t, err)
+	early, late := all[7].Position, all[8].Position
+
+	fan := eventstore.NewFanout(s, prefix)
+	fan.AttachWait = 2 * time.Second
+	fan.FarBehind = late - early + 1 // the two checkpoints are close; the start is far
+	a, b, c := newCollector(40-29), newCollector(40-33), newCollector(40)
+	feedA, feedB, feedC := fan.Register("a"), fan.Register("b"), fan.Register("view")
+	run, cancel := context.WithCancel(ctx(t))
+	defer cancel()
+	go func() { _ = feedA.SubscribeAll(run, domain.AfterPosition(early), prefix, a.handle) }()
+	go func() { _ = feedB.SubscribeAll(run, domain.AfterPosition(late), prefix, b.handle) }()
+	go func() { _ = feedC.SubscribeAll(run, domain.FromStart(), prefix, c.handle) }()
+	go func() { _ = fan.Run(run) }()
+	a.wait(t, "the follower from the earlier checkpoint")
+	b.wait(t, "the follower from the later checkpoint")
+	c.wait(t, "the follower from the start")
+	assert.Equal(t, int64(40-29), fan.Delivered(), "the shared subscription did not read the history for the follower far behind")
+	assert.Len(t, c.seen[prefix+"0"], 10, "the follower far behind got every event of its stream")
+	assert.Equal(t, []uint64{8, 9}, a.seen[prefix+"0"])
+}
