@@ -219,6 +219,8 @@ func Start(cfg Config) (*Server, error) {
 		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
 		grpc.RecvBufferPool(grpc.NewSharedBufferPool()),
 		grpc.SharedWriteBuffer(true),
+		// Reads send events encoded by hand (encodedMsg).
+		grpc.ForceServerCodec(newServerCodec()),
 		// The official client pings every 10 s, with or without calls in
 		// flight; the default enforcement would answer too_many_pings and
 		// drop idle subscriptions.

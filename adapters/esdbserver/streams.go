@@ -166,7 +166,8 @@ func (s *streamsService) Read(req *streams.ReadReq, srv streams.Streams_ReadServ
 	if opts == nil {
 		return invalid("read carries no options")
 	}
-	r := &reader{store: s.store, srv: srv, closing: s.closing, cfg: s.cfg, uuidAsString: opts.GetUuidOption().GetString_() != nil}
+	r := &reader{store: s.store, srv: srv, closing: s.closing, cfg: s.cfg}
+	r.enc.uuidAsString = opts.GetUuidOption().GetString_() != nil
 	backwards := opts.GetReadDirection() == streams.ReadReq_Options_Backwards
 	filter, err := toFilter(opts.GetFilter(), s.cfg.MaxFilterRegex)
 	if err != nil {
@@ -217,11 +218,14 @@ func (s *streamsService) Read(req *streams.ReadReq, srv streams.Streams_ReadServ
 }
 
 type reader struct {
-	store        *eslog.Store
-	cfg          *Config
-	closing      <-chan struct{}
-	srv          streams.Streams_ReadServer
-	uuidAsString bool
+	store   *eslog.Store
+	cfg     *Config
+	closing <-chan struct{}
+	srv     streams.Streams_ReadServer
+	enc     eventEncoder
+	// msg carries each encoded event to SendMsg, which is done with it
+	// when it returns.
+	msg encodedMsg
 }
 
 // limits bounds one page of a read that still wants count events: at most
@@ -236,8 +240,11 @@ func (r *reader) limits(count uint64, filter *eslog.Filter) eslog.ReadLimits {
 }
 
 func (r *reader) send(events []eslog.RecordedEvent) error {
+	r.enc.reserve(events)
 	for i := range events {
-		if err := r.srv.Send(toReadEvent(&events[i], r.uuidAsString)); err != nil {
+		r.msg.b = r.enc.encode(&events[i])
+		// Unwrapped, as Send's errors: toStatus keeps a status as it is.
+		if err := r.srv.SendMsg(&r.msg); err != nil {
 			return err
 		}
 	}
