@@ -16,7 +16,7 @@ import (
 )
 
 // pageSize is how many events one read of the store fetches.
-const pageSize = 512
+const pageSize = 2048
 
 // defaultCheckpointWindow is the filter window EventStoreDB uses when the
 // client names none.
@@ -330,6 +330,12 @@ func (r *reader) confirm() error {
 
 var caughtUp = &streams.ReadResp{Content: &streams.ReadResp_CaughtUp_{CaughtUp: &streams.ReadResp_CaughtUp{}}}
 
+// idle lets go of the encoder's buffer while the reader waits for new
+// events, so that many idle subscriptions hold no buffers.
+func (r *reader) idle() {
+	r.enc.buf = nil
+}
+
 // wait blocks until the store commits again or the client goes away.
 func (r *reader) wait(changed <-chan struct{}) error {
 	select {
@@ -381,6 +387,7 @@ func (r *reader) subscribeStream(name string, o *streams.ReadReq_Options_StreamO
 				return err
 			}
 		}
+		r.idle()
 		if err := r.wait(page.Changed); err != nil {
 			return err
 		}
@@ -404,14 +411,18 @@ func (r *reader) subscribeAll(o *streams.ReadReq_Options_AllOptions, filter *esl
 	live := false
 	var examined uint64
 	var last uint64
+	// events is the last page's slice, reused while catching up: the events
+	// are copied out when they are encoded.
+	var events []eslog.RecordedEvent
 	for {
-		page, err := r.store.ReadAllContext(r.srv.Context(), eslog.Forwards, from, r.limits(pageSize, filter), filter)
+		page, err := r.store.ReadAllAppend(r.srv.Context(), eslog.Forwards, from, r.limits(pageSize, filter), filter, events)
 		if err != nil {
 			return err
 		}
 		if err := r.send(page.Events); err != nil {
 			return err
 		}
+		events = page.Events
 		if page.Examined > 0 {
 			from.Position = page.Last + 1
 			last = page.Last
@@ -434,6 +445,8 @@ func (r *reader) subscribeAll(o *streams.ReadReq_Options_AllOptions, filter *esl
 				return err
 			}
 		}
+		r.idle()
+		events = nil
 		if err := r.wait(page.Changed); err != nil {
 			return err
 		}

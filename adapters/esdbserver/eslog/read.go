@@ -94,7 +94,14 @@ func (s *Store) ReadAll(dir Direction, from AllFrom, limit, maxExamine int, filt
 // store's lock only to find those two places, so a slow filter never holds
 // up the writer. It stops with ctx's error when ctx is done.
 func (s *Store) ReadAllContext(ctx context.Context, dir Direction, from AllFrom, lim ReadLimits, filter *Filter) (Page, error) {
-	var page Page
+	return s.ReadAllAppend(ctx, dir, from, lim, filter, nil)
+}
+
+// ReadAllAppend is ReadAllContext with the page's events appended to
+// events[:0], so that a reader going through the log page by page can reuse
+// one slice once it is done with the previous page's events.
+func (s *Store) ReadAllAppend(ctx context.Context, dir Direction, from AllFrom, lim ReadLimits, filter *Filter, events []RecordedEvent) (Page, error) {
+	page := Page{Events: events[:0]}
 	if err := ctx.Err(); err != nil {
 		return page, errors.Wrap(err, "read $all")
 	}
