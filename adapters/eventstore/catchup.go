@@ -3,7 +3,6 @@ package eventstore
 import (
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"strconv"
 	"time"
 
@@ -219,7 +218,7 @@ func decodeRecorded(b []byte, e *domain.RecordedEvent) error {
 				created, hasCreated = value, true
 			}
 		case num == fieldRecordedCustomMeta && typ == protowire.BytesType:
-			_ = json.Unmarshal(v, &e.Metadata) // foreign events may carry none
+			decodeMetadata(v, &e.Metadata) // foreign events may carry none
 		case num == fieldRecordedData && typ == protowire.BytesType:
 			e.Data = append([]byte(nil), v...) // nil when empty, as protobuf-go has it
 		}

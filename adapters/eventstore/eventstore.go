@@ -357,7 +357,7 @@ func (s *Store) follow(sub *esdb.Subscription, handle func(domain.SubscriptionIt
 
 func fromRecorded(e *esdb.RecordedEvent) domain.RecordedEvent {
 	var meta domain.EventMetadata
-	_ = json.Unmarshal(e.UserMetadata, &meta) // foreign events may carry none
+	decodeMetadata(e.UserMetadata, &meta) // foreign events may carry none
 	return domain.RecordedEvent{
 		ID: e.EventID.String(), Stream: e.StreamID, Type: e.EventType, Data: e.Data, Metadata: meta,
 		Revision: e.EventNumber, Position: e.Position.Commit, Recorded: e.CreatedDate,
