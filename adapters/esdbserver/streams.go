@@ -224,7 +224,8 @@ type reader struct {
 	srv     streams.Streams_ReadServer
 	enc     eventEncoder
 	// msg carries each encoded event to SendMsg, which is done with it
-	// when it returns.
+	// when it returns (the server sets no stats handler and no tracing,
+	// which could keep it).
 	msg encodedMsg
 }
 
