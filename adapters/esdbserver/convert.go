@@ -47,16 +47,6 @@ func parseUUID(id *shared.UUID) ([16]byte, error) {
 	}
 }
 
-func toProtoUUID(id [16]byte, asString bool) *shared.UUID {
-	if asString {
-		return &shared.UUID{Value: &shared.UUID_String_{String_: uuid.UUID(id).String()}}
-	}
-	return &shared.UUID{Value: &shared.UUID_Structured_{Structured: &shared.UUID_Structured{
-		MostSignificantBits:  int64(binary.BigEndian.Uint64(id[:8])),
-		LeastSignificantBits: int64(binary.BigEndian.Uint64(id[8:])),
-	}}}
-}
-
 func streamName(id *shared.StreamIdentifier) (string, error) {
 	name := string(id.GetStreamName())
 	if name == "" {
@@ -105,27 +95,6 @@ func toProposed(m *streams.AppendReq_ProposedMessage) (eslog.ProposedEvent, erro
 		contentType = "application/octet-stream"
 	}
 	return eslog.ProposedEvent{ID: id, Type: typ, ContentType: contentType, Metadata: m.GetCustomMetadata(), Data: m.GetData()}, nil
-}
-
-func toReadEvent(e *eslog.RecordedEvent, uuidAsString bool) *streams.ReadResp {
-	return &streams.ReadResp{Content: &streams.ReadResp_Event{Event: &streams.ReadResp_ReadEvent{
-		Event: &streams.ReadResp_ReadEvent_RecordedEvent{
-			Id:               toProtoUUID(e.ID, uuidAsString),
-			StreamIdentifier: &shared.StreamIdentifier{StreamName: []byte(e.Stream)},
-			StreamRevision:   e.Revision,
-			PreparePosition:  e.Position,
-			CommitPosition:   e.Position,
-			Metadata: map[string]string{
-				metaType:        e.Type,
-				metaContentType: e.ContentType,
-				// .NET ticks (100 ns) since the Unix epoch, as the clients expect.
-				metaCreated: fmt.Sprint(e.Created / 100),
-			},
-			CustomMetadata: e.Metadata,
-			Data:           e.Data,
-		},
-		Position: &streams.ReadResp_ReadEvent_CommitPosition{CommitPosition: e.Position},
-	}}}
 }
 
 // toFilter converts a read's filter, refusing a regex over maxRegex bytes:

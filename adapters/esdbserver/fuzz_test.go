@@ -44,6 +44,18 @@ func (f *fakeStream) Send(*streams.ReadResp) error {
 	}
 	return nil
 }
+
+// SendMsg takes the events a read encodes by hand; they must decode as
+// ReadResps.
+func (f *fakeStream) SendMsg(m any) error {
+	if e, ok := m.(*encodedMsg); ok {
+		if err := proto.Unmarshal(e.b, &streams.ReadResp{}); err != nil {
+			panic(err)
+		}
+	}
+	return f.Send(nil)
+}
+
 func (f *fakeStream) Recv() (*streams.AppendReq, error) {
 	if len(f.in) == 0 {
 		return nil, io.EOF

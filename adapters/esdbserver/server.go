@@ -219,7 +219,8 @@ func Start(cfg Config) (*Server, error) {
 		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
 		grpc.RecvBufferPool(grpc.NewSharedBufferPool()),
 		grpc.SharedWriteBuffer(true),
-		// BatchAppend's messages are encoded and decoded by hand.
+		// BatchAppend's messages are decoded and encoded by hand, and reads
+		// send events encoded by hand (encodedMsg).
 		grpc.ForceServerCodec(newWireCodec()),
 		// The official client pings every 10 s, with or without calls in
 		// flight; the default enforcement would answer too_many_pings and

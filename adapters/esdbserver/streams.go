@@ -16,7 +16,7 @@ import (
 )
 
 // pageSize is how many events one read of the store fetches.
-const pageSize = 512
+const pageSize = 2048
 
 // defaultCheckpointWindow is the filter window EventStoreDB uses when the
 // client names none.
@@ -166,7 +166,8 @@ func (s *streamsService) Read(req *streams.ReadReq, srv streams.Streams_ReadServ
 	if opts == nil {
 		return invalid("read carries no options")
 	}
-	r := &reader{store: s.store, srv: srv, closing: s.closing, cfg: s.cfg, uuidAsString: opts.GetUuidOption().GetString_() != nil}
+	r := &reader{store: s.store, srv: srv, closing: s.closing, cfg: s.cfg}
+	r.enc.uuidAsString = opts.GetUuidOption().GetString_() != nil
 	backwards := opts.GetReadDirection() == streams.ReadReq_Options_Backwards
 	filter, err := toFilter(opts.GetFilter(), s.cfg.MaxFilterRegex)
 	if err != nil {
@@ -217,11 +218,15 @@ func (s *streamsService) Read(req *streams.ReadReq, srv streams.Streams_ReadServ
 }
 
 type reader struct {
-	store        *eslog.Store
-	cfg          *Config
-	closing      <-chan struct{}
-	srv          streams.Streams_ReadServer
-	uuidAsString bool
+	store   *eslog.Store
+	cfg     *Config
+	closing <-chan struct{}
+	srv     streams.Streams_ReadServer
+	enc     eventEncoder
+	// msg carries each encoded event to SendMsg, which is done with it
+	// when it returns (the server sets no stats handler and no tracing,
+	// which could keep it).
+	msg encodedMsg
 }
 
 // limits bounds one page of a read that still wants count events: at most
@@ -236,8 +241,11 @@ func (r *reader) limits(count uint64, filter *eslog.Filter) eslog.ReadLimits {
 }
 
 func (r *reader) send(events []eslog.RecordedEvent) error {
+	r.enc.reserve(events)
 	for i := range events {
-		if err := r.srv.Send(toReadEvent(&events[i], r.uuidAsString)); err != nil {
+		r.msg.b = r.enc.encode(&events[i])
+		// Unwrapped, as Send's errors: toStatus keeps a status as it is.
+		if err := r.srv.SendMsg(&r.msg); err != nil {
 			return err
 		}
 	}
@@ -323,6 +331,12 @@ func (r *reader) confirm() error {
 
 var caughtUp = &streams.ReadResp{Content: &streams.ReadResp_CaughtUp_{CaughtUp: &streams.ReadResp_CaughtUp{}}}
 
+// idle lets go of the encoder's buffer while the reader waits for new
+// events, so that many idle subscriptions hold no buffers.
+func (r *reader) idle() {
+	r.enc.buf = nil
+}
+
 // wait blocks until the store commits again or the client goes away.
 func (r *reader) wait(changed <-chan struct{}) error {
 	select {
@@ -374,6 +388,7 @@ func (r *reader) subscribeStream(name string, o *streams.ReadReq_Options_StreamO
 				return err
 			}
 		}
+		r.idle()
 		if err := r.wait(page.Changed); err != nil {
 			return err
 		}
@@ -397,14 +412,18 @@ func (r *reader) subscribeAll(o *streams.ReadReq_Options_AllOptions, filter *esl
 	live := false
 	var examined uint64
 	var last uint64
+	// events is the last page's slice, reused while catching up: the events
+	// are copied out when they are encoded.
+	var events []eslog.RecordedEvent
 	for {
-		page, err := r.store.ReadAllContext(r.srv.Context(), eslog.Forwards, from, r.limits(pageSize, filter), filter)
+		page, err := r.store.ReadAllAppend(r.srv.Context(), eslog.Forwards, from, r.limits(pageSize, filter), filter, events)
 		if err != nil {
 			return err
 		}
 		if err := r.send(page.Events); err != nil {
 			return err
 		}
+		events = page.Events
 		if page.Examined > 0 {
 			from.Position = page.Last + 1
 			last = page.Last
@@ -427,6 +446,8 @@ func (r *reader) subscribeAll(o *streams.ReadReq_Options_AllOptions, filter *esl
 				return err
 			}
 		}
+		r.idle()
+		events = nil
 		if err := r.wait(page.Changed); err != nil {
 			return err
 		}

@@ -11,6 +11,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sagaengine/saga/adapters/esdbserver"
 )
 
 // collect reads from sub until n events arrived, returning them and whether
@@ -229,4 +231,47 @@ func streamIDs(evs []*esdb.RecordedEvent) []string {
 		out[i] = e.StreamID
 	}
 	return out
+}
+
+// TestSubscribeToAllCatchesUpOverManyPages catches up over a backlog of
+// several full pages, and of pages cut short by the byte limit, with
+// events of varied streams, types and sizes: every event arrives once, in
+// order, with its own data, type and metadata, then the subscription is
+// caught up and goes on live.
+func TestSubscribeToAllCatchesUpOverManyPages(t *testing.T) {
+	_, client, _ := startWith(t, esdbserver.Config{MaxReadBytes: 256 << 10})
+	prefix := "pages" + uuid.NewString()[:8] + "-"
+	const appends, perAppend = 50, 130
+	var want []string
+	for a := 0; a < appends; a++ {
+		batch := make([]esdb.EventData, perAppend)
+		for i := range batch {
+			n := a*perAppend + i
+			data := fmt.Sprintf(`{"n":%d,"pad":"%s"}`, n, strings.Repeat("x", n%7*300))
+			batch[i] = esdb.EventData{EventType: fmt.Sprintf("T%d", n%3), ContentType: esdb.ContentTypeJson,
+				Data: []byte(data), Metadata: []byte(fmt.Sprintf(`{"m":%d}`, n))}
+			want = append(want, data)
+		}
+		_, err := client.AppendToStream(ctx(t), fmt.Sprintf("%s%d", prefix, a%4), esdb.AppendToStreamOptions{}, batch...)
+		require.NoError(t, err)
+	}
+	sub, err := client.SubscribeToAll(ctx(t), esdb.SubscribeToAllOptions{From: esdb.Start{},
+		Filter: &esdb.SubscriptionFilter{Type: esdb.StreamFilterType, Prefixes: []string{prefix}}})
+	require.NoError(t, err)
+	defer sub.Close()
+	got := collect(t, sub, len(want), func(c *collected) bool { return c.caughtUp > 0 })
+	require.Len(t, got.events, len(want))
+	for i, e := range got.events {
+		require.Equal(t, want[i], string(e.Data), "event %d", i)
+		require.Equal(t, fmt.Sprintf("T%d", i%3), e.EventType, "event %d", i)
+		require.Equal(t, fmt.Sprintf(`{"m":%d}`, i), string(e.UserMetadata), "event %d", i)
+		require.Equal(t, fmt.Sprintf("%s%d", prefix, i/perAppend%4), e.StreamID, "event %d", i)
+		if i > 0 {
+			require.Greater(t, e.Position.Commit, got.events[i-1].Position.Commit)
+		}
+	}
+	_, err = client.AppendToStream(ctx(t), prefix+"live", esdb.AppendToStreamOptions{}, event("Live", `{}`))
+	require.NoError(t, err)
+	live := collect(t, sub, 1, nil)
+	require.Equal(t, prefix+"live", live.events[0].StreamID)
 }

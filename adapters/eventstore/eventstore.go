@@ -295,26 +295,16 @@ func (s *Store) SubscribeAll(ctx context.Context, from domain.SubscribeFrom, str
 	after, hasAfter := from.After()
 	backoff := 50 * time.Millisecond
 	for {
-		opts := esdb.SubscribeToAllOptions{From: esdb.Start{}}
-		if hasAfter {
-			opts.From = esdb.Position{Commit: after, Prepare: after}
+		var err error
+		if s.pipe != nil {
+			// The pipeline's own connection, with a lean decoder (catchup.go).
+			err = s.pipe.followAll(ctx, streamPrefix, handle, &after, &hasAfter, func() { backoff = 50 * time.Millisecond })
+		} else {
+			err = s.followOfficial(ctx, streamPrefix, handle, &after, &hasAfter, &backoff)
 		}
-		if streamPrefix != "" {
-			opts.Filter = &esdb.SubscriptionFilter{Type: esdb.StreamFilterType, Prefixes: []string{streamPrefix}}
-		}
-		client := s.current()
-		sub, err := client.SubscribeToAll(ctx, opts)
-		if codeOf(err) == esdb.ErrorCodeConnectionClosed {
-			s.replace(client)
-		}
-		if err == nil {
-			backoff = 50 * time.Millisecond
-			err = s.follow(sub, handle, &after, &hasAfter)
-			_ = sub.Close()
-			var handlerErr handlerError
-			if errors.As(err, &handlerErr) {
-				return handlerErr.err
-			}
+		var handlerErr handlerError
+		if errors.As(err, &handlerErr) {
+			return handlerErr.err
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -327,6 +317,30 @@ func (s *Store) SubscribeAll(ctx context.Context, from domain.SubscribeFrom, str
 		}
 		backoff = min(2*backoff, 2*time.Second)
 	}
+}
+
+// followOfficial follows $all through the official client, as
+// SubscribeAll does when the adapter has no connection of its own.
+func (s *Store) followOfficial(ctx context.Context, streamPrefix string, handle func(domain.SubscriptionItem) error, after *uint64, hasAfter *bool, backoff *time.Duration) error {
+	opts := esdb.SubscribeToAllOptions{From: esdb.Start{}}
+	if *hasAfter {
+		opts.From = esdb.Position{Commit: *after, Prepare: *after}
+	}
+	if streamPrefix != "" {
+		opts.Filter = &esdb.SubscriptionFilter{Type: esdb.StreamFilterType, Prefixes: []string{streamPrefix}}
+	}
+	client := s.current()
+	sub, err := client.SubscribeToAll(ctx, opts)
+	if codeOf(err) == esdb.ErrorCodeConnectionClosed {
+		s.replace(client)
+	}
+	if err != nil {
+		return err
+	}
+	*backoff = 50 * time.Millisecond
+	err = s.follow(sub, handle, after, hasAfter)
+	_ = sub.Close()
+	return err
 }
 
 type handlerError struct{ err error }
@@ -355,7 +369,7 @@ func (s *Store) follow(sub *esdb.Subscription, handle func(domain.SubscriptionIt
 
 func fromRecorded(e *esdb.RecordedEvent) domain.RecordedEvent {
 	var meta domain.EventMetadata
-	_ = json.Unmarshal(e.UserMetadata, &meta) // foreign events may carry none
+	decodeMetadata(e.UserMetadata, &meta) // foreign events may carry none
 	return domain.RecordedEvent{
 		ID: e.EventID.String(), Stream: e.StreamID, Type: e.EventType, Data: e.Data, Metadata: meta,
 		Revision: e.EventNumber, Position: e.Position.Commit, Recorded: e.CreatedDate,

@@ -206,17 +206,46 @@ func decodeAppend(d *decoder) (appendFrame, error) {
 	return f, d.err
 }
 
-// decodeEvent decodes an event's bytes as written by appendEvent.
-func decodeEvent(b []byte) (ProposedEvent, error) {
+// decodeEvent decodes an event's bytes as written by appendEvent, taking its
+// type and content type from names when they are the last ones it saw
+// (names may be nil).
+func decodeEvent(b []byte, names *lastNames) (ProposedEvent, error) {
 	d := decoder{b: b}
 	var e ProposedEvent
 	copy(e.ID[:], d.fixed(16))
-	e.Type = string(d.bytes())
-	e.ContentType = string(d.bytes())
+	e.Type = names.typ(d.bytes())
+	e.ContentType = names.contentType(d.bytes())
 	e.Metadata = d.bytes()
 	e.Data = d.bytes()
 	if d.err == nil && d.off != len(b) {
 		d.fail()
 	}
 	return e, d.err
+}
+
+// lastNames keeps the last event type and content type decoded, so that a
+// run of events that share them (as events of one append or one stream
+// mostly do) shares their strings instead of allocating each.
+type lastNames struct {
+	lastType, lastContentType string
+}
+
+func (n *lastNames) typ(b []byte) string {
+	if n == nil {
+		return string(b)
+	}
+	if string(b) != n.lastType {
+		n.lastType = string(b)
+	}
+	return n.lastType
+}
+
+func (n *lastNames) contentType(b []byte) string {
+	if n == nil {
+		return string(b)
+	}
+	if string(b) != n.lastContentType {
+		n.lastContentType = string(b)
+	}
+	return n.lastContentType
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -101,4 +102,50 @@ func TestSecondOpenOfADirectoryFails(t *testing.T) {
 
 	s = open(t, dir)
 	require.NoError(t, s.Close())
+}
+
+// TestReadsKeepEachEventsNames reads events whose types and content types
+// change from one event to the next, within an append and across appends,
+// forwards and backwards: reads share a name only with the events that
+// carry it.
+func TestReadsKeepEachEventsNames(t *testing.T) {
+	s, err := eslog.Open(eslog.Options{Dir: t.TempDir()})
+	require.NoError(t, err)
+	defer s.Close()
+	types := []string{"A", "A", "B", "Bb", "A", "", "C"}
+	contentTypes := []string{"application/json", "text/plain", "text/plain", "application/json", "x", "x", "y"}
+	var want []eslog.ProposedEvent
+	for round := 0; round < 3; round++ {
+		var batch []eslog.ProposedEvent
+		for i := range types {
+			typ := types[(i+round)%len(types)]
+			if typ == "" {
+				typ = "Z" // A type is required.
+			}
+			batch = append(batch, eslog.ProposedEvent{ID: [16]byte{byte(round), byte(i)}, Type: typ, ContentType: contentTypes[i], Data: []byte{byte(i)}})
+		}
+		_, err := s.Append(context.Background(), "s", eslog.Any, batch)
+		require.NoError(t, err)
+		want = append(want, batch...)
+	}
+	names := func(events []eslog.RecordedEvent) (out [][2]string) {
+		for _, e := range events {
+			out = append(out, [2]string{e.Type, e.ContentType})
+		}
+		return out
+	}
+	var wantNames [][2]string
+	for _, e := range want {
+		wantNames = append(wantNames, [2]string{e.Type, e.ContentType})
+	}
+	all, err := s.ReadAll(eslog.Forwards, eslog.AllFrom{}, 100, 0, nil)
+	require.NoError(t, err)
+	assert.Equal(t, wantNames, names(all.Events))
+	stream, err := s.ReadStream("s", eslog.Forwards, 0, false, 100)
+	require.NoError(t, err)
+	assert.Equal(t, wantNames, names(stream.Events))
+	back, err := s.ReadAll(eslog.Backwards, eslog.AllFrom{FromEnd: true}, 100, 0, nil)
+	require.NoError(t, err)
+	slices.Reverse(wantNames)
+	assert.Equal(t, wantNames, names(back.Events))
 }

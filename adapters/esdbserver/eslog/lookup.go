@@ -160,6 +160,7 @@ func (s *Store) eventsAt(name string, entries []ientry) ([]RecordedEvent, error)
 	var framePos uint64
 	var body []byte
 	var f appendFrame
+	var names lastNames
 	for _, e := range entries {
 		if body == nil || e.pos != framePos {
 			b, err := s.log.frameAt(e.pos)
@@ -179,7 +180,7 @@ func (s *Store) eventsAt(name string, entries []ientry) ([]RecordedEvent, error)
 			continue
 		}
 		span := f.events[e.rev-f.firstRevision]
-		ev, err := decodeEvent(body[span.offset : span.offset+span.length])
+		ev, err := decodeEvent(body[span.offset:span.offset+span.length], &names)
 		if err != nil {
 			return nil, errors.Wrapf(ErrCorrupt, "event of frame at %d: %v", e.pos, err)
 		}

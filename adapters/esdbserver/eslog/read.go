@@ -94,7 +94,14 @@ func (s *Store) ReadAll(dir Direction, from AllFrom, limit, maxExamine int, filt
 // store's lock only to find those two places, so a slow filter never holds
 // up the writer. It stops with ctx's error when ctx is done.
 func (s *Store) ReadAllContext(ctx context.Context, dir Direction, from AllFrom, lim ReadLimits, filter *Filter) (Page, error) {
-	var page Page
+	return s.ReadAllAppend(ctx, dir, from, lim, filter, nil)
+}
+
+// ReadAllAppend is ReadAllContext with the page's events appended to
+// events[:0], so that a reader going through the log page by page can reuse
+// one slice once it is done with the previous page's events.
+func (s *Store) ReadAllAppend(ctx context.Context, dir Direction, from AllFrom, lim ReadLimits, filter *Filter, events []RecordedEvent) (Page, error) {
+	page := Page{Events: events[:0]}
 	if err := ctx.Err(); err != nil {
 		return page, errors.Wrap(err, "read $all")
 	}
@@ -130,6 +137,7 @@ type allReader struct {
 	filter *Filter
 	page   *Page
 	bytes  int
+	names  lastNames
 }
 
 // full reports whether the page may take no more events.
@@ -155,7 +163,7 @@ func (r *allReader) examine(ev *frameEvent) (stop bool, err error) {
 	r.page.Examined++
 	r.page.Last = ev.pos
 	if match {
-		e, err := ev.decode()
+		e, err := ev.decode(&r.names)
 		if err != nil {
 			return true, err
 		}
@@ -174,7 +182,7 @@ func (r *allReader) forwards(sample, start, head uint64) error {
 			r.page.End = !ok && err == nil
 			return err
 		}
-		if evs, err = frameEvents(fpos, body, evs[:0]); err != nil {
+		if evs, err = frameEvents(fpos, body, evs[:0], &r.names); err != nil {
 			return err
 		}
 		for i := range evs {
@@ -207,7 +215,7 @@ func (r *allReader) backwards(before, head uint64) error {
 			if !ok {
 				break
 			}
-			if evs, err = frameEvents(fpos, body, evs); err != nil {
+			if evs, err = frameEvents(fpos, body, evs, &r.names); err != nil {
 				return err
 			}
 		}
@@ -237,8 +245,8 @@ type frameEvent struct {
 	raw     []byte
 }
 
-func (e *frameEvent) decode() (RecordedEvent, error) {
-	ev, err := decodeEvent(e.raw)
+func (e *frameEvent) decode(names *lastNames) (RecordedEvent, error) {
+	ev, err := decodeEvent(e.raw, names)
 	if err != nil {
 		return RecordedEvent{}, errors.Wrapf(ErrCorrupt, "event at %d: %v", e.pos, err)
 	}
@@ -246,8 +254,8 @@ func (e *frameEvent) decode() (RecordedEvent, error) {
 }
 
 // frameEvents appends the events of the frame at pos to out; a tombstone
-// frame has none.
-func frameEvents(pos uint64, body []byte, out []frameEvent) ([]frameEvent, error) {
+// frame has none. Their types come from names when they repeat.
+func frameEvents(pos uint64, body []byte, out []frameEvent, names *lastNames) ([]frameEvent, error) {
 	d := decoder{b: body}
 	if d.byte() != kindAppend {
 		return out, nil
@@ -268,7 +276,7 @@ func frameEvents(pos uint64, body []byte, out []frameEvent) ([]frameEvent, error
 			pos:     pos + frameHeaderSize + uint64(span.offset),
 			length:  span.length,
 			stream:  f.stream,
-			typ:     string(typ),
+			typ:     names.typ(typ),
 			created: f.created,
 			rev:     f.firstRevision + uint64(i),
 			raw:     raw,

@@ -820,7 +820,7 @@ func (s *Store) applyFrame(pos uint64, body []byte, sum uint32) error {
 				return errors.Wrapf(ErrCorrupt, "event %d of frame at %d", i, pos)
 			}
 			if string(typ) == MetadataEventType && isMetadataStream(f.stream) {
-				ev, err := decodeEvent(raw)
+				ev, err := decodeEvent(raw, nil)
 				if err != nil {
 					return errors.Wrapf(ErrCorrupt, "metadata event of frame at %d", pos)
 				}

@@ -1,0 +1,313 @@
+package eventstore
+
+import (
+	"context"
+	"encoding/binary"
+	"strconv"
+	"time"
+
+	"github.com/EventStore/EventStore-Client-Go/v4/protos/shared"
+	"github.com/EventStore/EventStore-Client-Go/v4/protos/streams"
+	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/sagaengine/saga/domain"
+)
+
+// allSubscriptionRequest is the request the official client sends for
+// SubscribeToAll from the start, or after a position, with a stream-name
+// prefix filter when prefix is set (its default search window, 32, and
+// checkpoint multiplier, 1) and without links resolved.
+func allSubscriptionRequest(after uint64, hasAfter bool, prefix string) *streams.ReadReq {
+	all := &streams.ReadReq_Options_AllOptions{AllOption: &streams.ReadReq_Options_AllOptions_Start{Start: &shared.Empty{}}}
+	if hasAfter {
+		all.AllOption = &streams.ReadReq_Options_AllOptions_Position{Position: &streams.ReadReq_Options_Position{
+			CommitPosition: after, PreparePosition: after,
+		}}
+	}
+	opts := &streams.ReadReq_Options{
+		StreamOption:  &streams.ReadReq_Options_All{All: all},
+		ReadDirection: streams.ReadReq_Options_Forwards,
+		CountOption:   &streams.ReadReq_Options_Subscription{Subscription: &streams.ReadReq_Options_SubscriptionOptions{}},
+		FilterOption:  &streams.ReadReq_Options_NoFilter{NoFilter: &shared.Empty{}},
+		UuidOption:    &streams.ReadReq_Options_UUIDOption{Content: &streams.ReadReq_Options_UUIDOption_Structured{Structured: &shared.Empty{}}},
+	}
+	if prefix != "" {
+		opts.FilterOption = &streams.ReadReq_Options_Filter{Filter: &streams.ReadReq_Options_FilterOptions{
+			Filter: &streams.ReadReq_Options_FilterOptions_StreamIdentifier{StreamIdentifier: &streams.ReadReq_Options_FilterOptions_Expression{
+				Prefix: []string{prefix},
+			}},
+			Window:                       &streams.ReadReq_Options_FilterOptions_Max{Max: 32},
+			CheckpointIntervalMultiplier: 1,
+		}}
+	}
+	return &streams.ReadReq{Options: opts}
+}
+
+// readRespKind says what a ReadResp carries, as far as SubscribeAll cares.
+type readRespKind int
+
+const (
+	respOther readRespKind = iota // checkpoints, fell-behind and the rest: skipped
+	respConfirmation
+	respEvent
+	respCaughtUp
+)
+
+// readResp is a ReadResp decoded straight into what SubscribeAll delivers.
+type readResp struct {
+	kind  readRespKind
+	event domain.RecordedEvent
+}
+
+// catchUpCodec sends requests as protobuf and decodes each ReadResp by hand
+// into a readResp, while gRPC still holds the received bytes: the official
+// client's generated types and map decoding cost about as much as the rest
+// of a catch-up together.
+type catchUpCodec struct{}
+
+func (catchUpCodec) Name() string { return "proto" }
+
+func (catchUpCodec) Marshal(v any) ([]byte, error) {
+	m, ok := v.(proto.Message)
+	if !ok {
+		return nil, errors.Newf("catch-up codec cannot encode %T", v)
+	}
+	b, err := proto.Marshal(m)
+	return b, errors.Wrap(err, "encode read request")
+}
+
+func (catchUpCodec) Unmarshal(data []byte, v any) error {
+	r, ok := v.(*readResp)
+	if !ok {
+		return errors.Newf("catch-up codec cannot decode into %T", v)
+	}
+	return decodeReadResp(data, r)
+}
+
+// Field numbers of the protocol's ReadResp and the messages within it
+// (streams.proto, shared.proto).
+const (
+	fieldReadRespEvent        = 1
+	fieldReadRespConfirmation = 2
+	fieldReadRespCaughtUp     = 8
+	fieldReadEventEvent       = 1
+	fieldRecordedID           = 1
+	fieldRecordedStream       = 2
+	fieldRecordedRevision     = 3
+	fieldRecordedCommit       = 5
+	fieldRecordedMetadata     = 6
+	fieldRecordedCustomMeta   = 7
+	fieldRecordedData         = 8
+	fieldUUIDStructured       = 1
+	fieldUUIDString           = 2
+	fieldStructuredMost       = 1
+	fieldStructuredLeast      = 2
+	fieldStreamName           = 3
+	fieldMapKey               = 1
+	fieldMapValue             = 2
+)
+
+var errMalformed = errors.New("malformed read response")
+
+// fields calls each for every field of the message b, and fails on a
+// malformed one.
+func fields(b []byte, each func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error) error {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return errMalformed
+		}
+		b = b[n:]
+		var v []byte
+		var x uint64
+		switch typ {
+		case protowire.BytesType:
+			v, n = protowire.ConsumeBytes(b)
+		case protowire.VarintType:
+			x, n = protowire.ConsumeVarint(b)
+		default:
+			n = protowire.ConsumeFieldValue(num, typ, b)
+		}
+		if n < 0 {
+			return errMalformed
+		}
+		b = b[n:]
+		if err := each(num, typ, v, x); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// decodeReadResp decodes a ReadResp as the official client and fromRecorded
+// together would: the event's id, stream, type, revision, commit position,
+// creation time, data (copied) and saga's metadata (decoded from JSON,
+// empty when it is not saga's).
+func decodeReadResp(b []byte, r *readResp) error {
+	*r = readResp{}
+	return fields(b, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
+		if typ != protowire.BytesType {
+			return nil
+		}
+		switch num {
+		case fieldReadRespConfirmation:
+			r.kind = respConfirmation
+		case fieldReadRespCaughtUp:
+			r.kind = respCaughtUp
+		case fieldReadRespEvent:
+			r.kind = respEvent
+			found := false
+			err := fields(v, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
+				if num != fieldReadEventEvent || typ != protowire.BytesType {
+					return nil // the link and the position
+				}
+				found = true
+				return decodeRecorded(v, &r.event)
+			})
+			if err == nil && !found {
+				err = errors.Wrap(errMalformed, "event without its recorded event")
+			}
+			return err
+		default:
+			r.kind = respOther
+		}
+		return nil
+	})
+}
+
+func decodeRecorded(b []byte, e *domain.RecordedEvent) error {
+	var created []byte
+	hasCreated := false
+	var id uuid.UUID
+	err := fields(b, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
+		switch {
+		case num == fieldRecordedID && typ == protowire.BytesType:
+			return decodeUUID(v, &id)
+		case num == fieldRecordedStream && typ == protowire.BytesType:
+			return fields(v, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
+				if num == fieldStreamName && typ == protowire.BytesType {
+					e.Stream = string(v)
+				}
+				return nil
+			})
+		case num == fieldRecordedRevision && typ == protowire.VarintType:
+			e.Revision = x
+		case num == fieldRecordedCommit && typ == protowire.VarintType:
+			e.Position = x
+		case num == fieldRecordedMetadata && typ == protowire.BytesType:
+			var key, value []byte
+			if err := fields(v, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
+				switch {
+				case num == fieldMapKey && typ == protowire.BytesType:
+					key = v
+				case num == fieldMapValue && typ == protowire.BytesType:
+					value = v
+				}
+				return nil
+			}); err != nil {
+				return err
+			}
+			switch string(key) {
+			case "type":
+				e.Type = string(value)
+			case "created":
+				created, hasCreated = value, true
+			}
+		case num == fieldRecordedCustomMeta && typ == protowire.BytesType:
+			decodeMetadata(v, &e.Metadata) // foreign events may carry none
+		case num == fieldRecordedData && typ == protowire.BytesType:
+			e.Data = append([]byte(nil), v...) // nil when empty, as protobuf-go has it
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	e.ID = id.String()
+	if !hasCreated {
+		return errors.Wrapf(errMalformed, "event %s at %d has no creation time", e.ID, e.Position)
+	}
+	ticks, err := strconv.ParseInt(string(created), 10, 64)
+	if err != nil {
+		return errors.Wrapf(errMalformed, "event %s at %d: creation time %q", e.ID, e.Position, created)
+	}
+	// .NET ticks (100 ns) since the Unix epoch.
+	e.Recorded = time.Unix(0, ticks*100).UTC()
+	return nil
+}
+
+// decodeUUID reads either form of the protocol's UUID; a malformed string
+// is the nil UUID, as the official client has it.
+func decodeUUID(b []byte, id *uuid.UUID) error {
+	return fields(b, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
+		switch {
+		case num == fieldUUIDStructured && typ == protowire.BytesType:
+			return fields(v, func(num protowire.Number, typ protowire.Type, _ []byte, x uint64) error {
+				switch {
+				case num == fieldStructuredMost && typ == protowire.VarintType:
+					binary.BigEndian.PutUint64(id[:8], x)
+				case num == fieldStructuredLeast && typ == protowire.VarintType:
+					binary.BigEndian.PutUint64(id[8:], x)
+				}
+				return nil
+			})
+		case num == fieldUUIDString && typ == protowire.BytesType:
+			parsed, err := uuid.ParseBytes(v)
+			if err != nil {
+				parsed = uuid.Nil
+			}
+			*id = parsed
+		}
+		return nil
+	})
+}
+
+var readStreamDesc = grpc.StreamDesc{StreamName: "Read", ServerStreams: true}
+
+// followAll subscribes to $all on the pipeline's connection and delivers
+// events and the caught-up signal to handle, moving after past each event
+// delivered, until the subscription breaks or handle fails (handlerError).
+// It calls subscribed once the server confirms the subscription.
+func (p *pipeline) followAll(ctx context.Context, prefix string, handle func(domain.SubscriptionItem) error, after *uint64, hasAfter *bool, subscribed func()) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := p.conn.NewStream(ctx, &readStreamDesc, streams.Streams_Read_FullMethodName, grpc.ForceCodec(catchUpCodec{}))
+	if err != nil {
+		return errors.Wrap(err, "subscribe to $all")
+	}
+	if err := stream.SendMsg(allSubscriptionRequest(*after, *hasAfter, prefix)); err != nil {
+		return errors.Wrap(err, "subscribe to $all")
+	}
+	if err := stream.CloseSend(); err != nil {
+		return errors.Wrap(err, "subscribe to $all")
+	}
+	var r readResp
+	if err := stream.RecvMsg(&r); err != nil {
+		return errors.Wrap(err, "subscribe to $all")
+	}
+	if r.kind != respConfirmation {
+		return errors.New("subscribe to $all: the server did not confirm the subscription")
+	}
+	subscribed()
+	for {
+		if err := stream.RecvMsg(&r); err != nil {
+			return errors.Wrap(err, "subscription dropped")
+		}
+		switch r.kind {
+		case respEvent:
+			rec := r.event
+			if err := handle(domain.SubscriptionItem{Event: &rec}); err != nil {
+				return handlerError{err}
+			}
+			*after, *hasAfter = rec.Position, true
+		case respCaughtUp:
+			if err := handle(domain.SubscriptionItem{CaughtUp: true}); err != nil {
+				return handlerError{err}
+			}
+		}
+	}
+}

@@ -1,0 +1,139 @@
+package eventstore
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/EventStore/EventStore-Client-Go/v4/esdb"
+	"github.com/EventStore/EventStore-Client-Go/v4/protos/shared"
+	"github.com/EventStore/EventStore-Client-Go/v4/protos/streams"
+	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/sagaengine/saga/adapters/esdbserver"
+	"github.com/sagaengine/saga/domain"
+)
+
+var errCaughtUp = errors.New("caught up")
+
+// collectUntilCaughtUp runs follow until the subscription is caught up and
+// returns what it delivered, with a nil event for the caught-up signal.
+func collectUntilCaughtUp(t *testing.T, follow func(handle func(domain.SubscriptionItem) error) error) []*domain.RecordedEvent {
+	t.Helper()
+	var got []*domain.RecordedEvent
+	err := follow(func(item domain.SubscriptionItem) error {
+		got = append(got, item.Event)
+		if item.CaughtUp {
+			return errCaughtUp
+		}
+		return nil
+	})
+	var h handlerError
+	require.True(t, errors.As(err, &h), "%v", err)
+	require.ErrorIs(t, h.err, errCaughtUp)
+	return got
+}
+
+// TestLeanCatchUpDeliversWhatTheOfficialClientDoes follows $all on both
+// paths, from the start, after a position and with a prefix filter, over
+// saga's events and foreign ones (other metadata, none, empty data, text
+// content): the lean path delivers exactly what the official client and
+// fromRecorded deliver, caught-up signal included.
+func TestLeanCatchUpDeliversWhatTheOfficialClientDoes(t *testing.T) {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	srv, err := esdbserver.Start(esdbserver.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Logger: quiet})
+	require.NoError(t, err)
+	defer srv.Close()
+	s, err := Dial(fmt.Sprintf("esdb://%s?tls=false", srv.Addr()), quiet)
+	require.NoError(t, err)
+	defer s.Close()
+	require.NotNil(t, s.pipe)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	prefix := "task-" + uuid.NewString()[:8]
+	for i := 0; i < 3; i++ {
+		_, err := s.Append(ctx, fmt.Sprintf("%s-%d", prefix, i), domain.ExpectAny(),
+			domain.NewEvent{Type: "StepSucceeded", Data: []byte(fmt.Sprintf(`{"n":%d}`, i)),
+				Metadata: domain.EventMetadata{CorrelationID: "o-1", CausationID: "m-1", Actor: "test", TraceParent: "00-ab-cd-01"}},
+			domain.NewEvent{Type: "StepFailed", Data: []byte(`{}`), Metadata: domain.EventMetadata{CorrelationID: "o-2"}})
+		require.NoError(t, err)
+	}
+	_, err = s.client.AppendToStream(ctx, "foreign-"+uuid.NewString(), esdb.AppendToStreamOptions{},
+		esdb.EventData{EventType: "Other", ContentType: esdb.ContentTypeJson, Data: []byte(`{"x":1}`), Metadata: []byte(`{"actor":7}`)},
+		esdb.EventData{EventType: "NoMeta", ContentType: esdb.ContentTypeBinary, Data: []byte("bytes")},
+		esdb.EventData{EventType: "Empty", ContentType: esdb.ContentTypeJson},
+		esdb.EventData{EventType: "BadMeta", ContentType: esdb.ContentTypeJson, Data: []byte(`{}`), Metadata: []byte(`not json`)})
+	require.NoError(t, err)
+
+	official := func(from domain.SubscribeFrom, prefix string) []*domain.RecordedEvent {
+		after, hasAfter := from.After()
+		var backoff time.Duration
+		return collectUntilCaughtUp(t, func(handle func(domain.SubscriptionItem) error) error {
+			return s.followOfficial(ctx, prefix, handle, &after, &hasAfter, &backoff)
+		})
+	}
+	lean := func(from domain.SubscribeFrom, prefix string) []*domain.RecordedEvent {
+		after, hasAfter := from.After()
+		confirmed := false
+		got := collectUntilCaughtUp(t, func(handle func(domain.SubscriptionItem) error) error {
+			return s.pipe.followAll(ctx, prefix, handle, &after, &hasAfter, func() { confirmed = true })
+		})
+		require.True(t, confirmed)
+		return got
+	}
+	all := official(domain.FromStart(), "")
+	require.Len(t, all, 11, "10 events and the caught-up signal")
+	require.Nil(t, all[10])
+	require.Equal(t, all, lean(domain.FromStart(), ""))
+	from := domain.AfterPosition(all[2].Position)
+	require.Equal(t, official(from, ""), lean(from, ""))
+	require.Len(t, lean(from, ""), 8)
+	filtered := lean(domain.FromStart(), prefix)
+	require.Equal(t, official(domain.FromStart(), prefix), filtered)
+	require.Len(t, filtered, 7)
+}
+
+// TestDecodeReadRespRefusesMalformedMessages cuts a valid event message
+// short at every byte and flips its bytes: decoding fails or succeeds, but
+// never panics, and the whole message decodes.
+func TestDecodeReadRespRefusesMalformedMessages(t *testing.T) {
+	id := uuid.New()
+	most, least := esdb.UUIDAsInt64(id)
+	msg := &streams.ReadResp{Content: &streams.ReadResp_Event{Event: &streams.ReadResp_ReadEvent{
+		Event: &streams.ReadResp_ReadEvent_RecordedEvent{
+			Id:               &shared.UUID{Value: &shared.UUID_Structured_{Structured: &shared.UUID_Structured{MostSignificantBits: most, LeastSignificantBits: least}}},
+			StreamIdentifier: &shared.StreamIdentifier{StreamName: []byte("s")},
+			StreamRevision:   4, CommitPosition: 99, PreparePosition: 99,
+			Metadata:       map[string]string{"type": "T", "content-type": "application/json", "created": "17000000000000000"},
+			CustomMetadata: []byte(`{"correlationId":"o-1"}`),
+			Data:           []byte(`{"a":1}`),
+		},
+		Position: &streams.ReadResp_ReadEvent_CommitPosition{CommitPosition: 99},
+	}}}
+	b, err := proto.Marshal(msg)
+	require.NoError(t, err)
+	var r readResp
+	require.NoError(t, decodeReadResp(b, &r))
+	require.Equal(t, respEvent, r.kind)
+	require.Equal(t, domain.RecordedEvent{ID: id.String(), Stream: "s", Type: "T", Data: []byte(`{"a":1}`),
+		Metadata: domain.EventMetadata{CorrelationID: "o-1"}, Revision: 4, Position: 99,
+		Recorded: time.Unix(0, 17000000000000000*100).UTC()}, r.event)
+	for n := 0; n < len(b); n++ {
+		_ = decodeReadResp(b[:n], &r)
+		flipped := append([]byte(nil), b...)
+		flipped[n] ^= 0xff
+		_ = decodeReadResp(flipped, &r)
+	}
+	noCreated := proto.Clone(msg).(*streams.ReadResp)
+	delete(noCreated.GetEvent().GetEvent().Metadata, "created")
+	b, err = proto.Marshal(noCreated)
+	require.NoError(t, err)
+	require.ErrorIs(t, decodeReadResp(b, &r), errMalformed)
+}
