@@ -172,7 +172,7 @@ func sagaDurability(r row) string {
 	if r.KafkaFsync {
 		b.WriteString("embedded Kafka fsyncs every batch")
 	} else {
-		fmt.Fprintf(&b, "embedded Kafka fsyncs the topics %s, writes the others without fsync", r.SyncTopics)
+		fmt.Fprintf(&b, "embedded Kafka fsyncs the topics %s before it acknowledges them, and the others (statuses, commands, replies) without fsync, the statuses fsynced by the status publisher's sync barrier before it checkpoints past them", r.SyncTopics)
 	}
 	return b.String()
 }
