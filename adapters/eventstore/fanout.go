@@ -102,9 +102,9 @@ type follower struct {
 	// for starting far behind the others (set before detached is closed).
 	name      string
 	farBehind bool
-	gone     chan struct{}
-	goneOnce sync.Once
-	attached atomic.Bool
+	gone      chan struct{}
+	goneOnce  sync.Once
+	attached  atomic.Bool
 }
 
 func (fl *follower) leave() { fl.goneOnce.Do(func() { close(fl.gone) }) }
