@@ -341,11 +341,15 @@ func (s *Store) flushOnClose() {
 		return
 	}
 	for range 2 { // a frozen memtable left by the worker, then the active one
+		// Under the lock readers take: a read may still be under way.
+		s.mu.Lock()
 		if s.frozen == nil && s.mem.entries > 0 {
 			s.frozen = s.mem
 			s.mem = newMemtable(s.frozen.to, s.frozen)
 		}
-		if s.frozen == nil {
+		frozen := s.frozen
+		s.mu.Unlock()
+		if frozen == nil {
 			return
 		}
 		if err := s.writeFrozen(); err != nil {

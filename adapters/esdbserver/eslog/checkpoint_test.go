@@ -238,6 +238,29 @@ func TestOpenAfterACleanCloseReplaysNothing(t *testing.T) {
 	}
 }
 
+// TestReadsDuringACleanCloseRace reads while a store with a full memtable
+// closes: the close's flush of the memtable swaps it under the lock readers
+// take (run with -race).
+func TestReadsDuringACleanCloseRace(t *testing.T) {
+	s, err := eslog.Open(eslog.Options{Dir: t.TempDir(), IndexMemtableEntries: 1000})
+	require.NoError(t, err)
+	for i := range 100 {
+		e := ev(byte(i))
+		e.ID = [16]byte{byte(i), 0xab}
+		_, err := s.Append(context.Background(), "s", eslog.Any, []eslog.ProposedEvent{e})
+		require.NoError(t, err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 200 {
+			_, _ = s.ReadStream("s", eslog.Forwards, 0, false, 10) // may fail once closed
+		}
+	}()
+	require.NoError(t, s.Close())
+	<-done
+}
+
 // TestCorruptByteAfterACleanClose corrupts an event's byte after a clean
 // close, which left open nothing to replay. In the newest part of the
 // indexed log, which open checks, open refuses naming the file and offset;
