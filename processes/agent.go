@@ -142,6 +142,31 @@ func (a *Agent) HandleCommand(ctx context.Context, msg Inbound) (err error) {
 		return errors.Wrap(a.DeadLetters.DeadLetter(ctx, msg, err.Error()), "dead-letter command")
 	}
 	cmd.TraceParent = msg.Headers[protocol.HeaderTraceParent]
+	return a.run(ctx, cmd)
+}
+
+// Execute runs a command handed over inside the process, by a scheduler
+// that chose this instance, rather than consumed from its topic: as
+// HandleCommand, without the encoding, and its reply goes to replies. When
+// replies fails, the reply goes to Replies as any other. It returns an
+// error only when the process is stopping or no reply could be sent; the
+// command is then sent again after a restart, or retried once its
+// CompleteBy passes, as one lost in Kafka would be.
+func (a *Agent) Execute(ctx context.Context, cmd protocol.ExecuteStep, replies ReplySender) (err error) {
+	a.setup()
+	topic := protocol.CommandTopicFor(cmd.Agent, cmd.Priority)
+	ctx, span := consumerSpan(ctx, tracer(a.Tracing), SpanAgent, inProcess(topic, cmd.TaskID, cmd.TraceParent))
+	defer func() { endSpan(span, err) }()
+	return a.run(context.WithValue(ctx, inProcessReplies{}, replies), cmd)
+}
+
+// inProcessReplies is the context key of the ReplySender of a command
+// handed over inside the process (Execute).
+type inProcessReplies struct{}
+
+// run carries out a decoded command under its span.
+func (a *Agent) run(ctx context.Context, cmd protocol.ExecuteStep) error {
+	span := trace.SpanFromContext(ctx)
 	setAttributes(span, func() []attribute.KeyValue {
 		return []attribute.KeyValue{AttrAgent.String(a.Name), AttrTaskID.String(cmd.TaskID), AttrWorkflow.String(cmd.Workflow),
 			AttrStep.String(cmd.Step), AttrAction.String(cmd.Action), AttrAttempt.Int(cmd.Attempt)}
@@ -163,8 +188,7 @@ func (a *Agent) HandleCommand(ctx context.Context, msg Inbound) (err error) {
 	}
 	succeeded := false
 	defer func() { a.leave(pass, succeeded) }()
-	err = a.attempt(ctx, cmd, reserve, &succeeded)
-	return err
+	return a.attempt(ctx, cmd, reserve, &succeeded)
 }
 
 // attempt carries out an admitted command: calls, retries, and the reply.
@@ -295,7 +319,7 @@ func (a *Agent) reply(ctx context.Context, cmd protocol.ExecuteStep, r protocol.
 	if r.Outcome == protocol.OutcomeFailed {
 		span.SetStatus(codes.Error, string(r.Failure)+": "+r.Reason)
 	}
-	if err := a.Replies.SendReply(ctx, r); err != nil {
+	if err := a.sendReply(ctx, r); err != nil {
 		return errors.Wrapf(err, "reply for %s/%s attempt %d", cmd.TaskID, cmd.Step, cmd.Attempt)
 	}
 	switch r.Outcome {
@@ -308,4 +332,19 @@ func (a *Agent) reply(ctx context.Context, cmd protocol.ExecuteStep, r protocol.
 		a.failed.Add(1)
 	}
 	return nil
+}
+
+// sendReply sends r to the scheduler: inside the process when its command
+// came so (Execute), falling back to Replies when that fails while the
+// process still runs.
+func (a *Agent) sendReply(ctx context.Context, r protocol.StepReply) error {
+	if direct, ok := ctx.Value(inProcessReplies{}).(ReplySender); ok && direct != nil {
+		err := direct.SendReply(ctx, r)
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		taskLogger(ctx, a.Logger, r.TaskID).Warn("in-process reply failed; sending it the usual way",
+			"agent", a.Name, "step", r.Step, "attempt", r.Attempt, "err", err.Error())
+	}
+	return a.Replies.SendReply(ctx, r)
 }

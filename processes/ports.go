@@ -25,7 +25,9 @@ type WorkflowSelector interface {
 	Select(ctx context.Context, topic string, doc domain.OrderDocument, ceType string) (*domain.Workflow, error)
 }
 
-// Inbound is a message from a topic, as a handler sees it.
+// Inbound is a message from a topic, as a handler sees it. A message
+// handed over inside the process instead (InProcess) has no partition or
+// offset: both are -1.
 type Inbound struct {
 	Topic     string
 	Partition int32
@@ -37,7 +39,20 @@ type Inbound struct {
 
 // Source names where a message came from, for causation ids and logs.
 func (m Inbound) Source() string {
+	if m.InProcess() {
+		return m.Topic + "/in-process"
+	}
 	return m.Topic + "/" + itoa(int64(m.Partition)) + "/" + itoa(m.Offset)
+}
+
+// InProcess reports whether the message was handed over inside the
+// process rather than consumed from its topic.
+func (m Inbound) InProcess() bool { return m.Offset < 0 }
+
+// inProcess is the Inbound of a message of topic handed over inside the
+// process, carrying traceparent as consumed messages carry it.
+func inProcess(topic, key, traceparent string) Inbound {
+	return Inbound{Topic: topic, Partition: -1, Offset: -1, Key: key, Headers: map[string]string{protocol.HeaderTraceParent: traceparent}}
 }
 
 // CommandSender delivers commands to agents.
@@ -66,6 +81,14 @@ type Heartbeats interface {
 // ReplySender delivers agents' replies to the scheduler.
 type ReplySender interface {
 	SendReply(ctx context.Context, reply protocol.StepReply) error
+}
+
+// ReplySenderFunc is a ReplySender that is a function.
+type ReplySenderFunc func(ctx context.Context, reply protocol.StepReply) error
+
+// SendReply calls f.
+func (f ReplySenderFunc) SendReply(ctx context.Context, reply protocol.StepReply) error {
+	return f(ctx, reply)
 }
 
 // DeadLetters keeps messages that cannot be processed, with the reason, so

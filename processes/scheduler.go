@@ -3,6 +3,7 @@ package processes
 import (
 	"container/heap"
 	"context"
+	"encoding/json"
 	"hash/fnv"
 	"log/slog"
 	"math/rand/v2"
@@ -419,6 +420,25 @@ func (s *Scheduler) HandleReply(ctx context.Context, msg Inbound) (err error) {
 	if err != nil {
 		return s.rejectReply(ctx, msg, err)
 	}
+	return s.record(ctx, reply, msg)
+}
+
+// RecordReply records a reply handed over inside the process by an agent
+// instance that ran the command there (Agent.Execute): as HandleReply,
+// without the encoding. It is the ReplySender of such commands.
+func (s *Scheduler) RecordReply(ctx context.Context, reply protocol.StepReply) (err error) {
+	s.setup()
+	msg := inProcess(protocol.RepliesTopic, reply.TaskID, reply.TraceParent)
+	ctx, span := consumerSpan(ctx, s.tracer, SpanReply, msg)
+	defer func() { endSpan(span, err) }()
+	return s.record(ctx, reply, msg)
+}
+
+// record hands a decoded reply to its task's shard and waits for the
+// outcome; msg is what is dead-lettered when the reply can never be
+// recorded.
+func (s *Scheduler) record(ctx context.Context, reply protocol.StepReply, msg Inbound) error {
+	span := trace.SpanFromContext(ctx)
 	setAttributes(span, func() []attribute.KeyValue {
 		return []attribute.KeyValue{AttrTaskID.String(reply.TaskID), AttrStep.String(reply.Step), AttrAction.String(reply.Action),
 			AttrAttempt.Int(reply.Attempt), AttrAgent.String(reply.Agent), AttrOutcome.String(reply.Outcome)}
@@ -430,6 +450,9 @@ func (s *Scheduler) HandleReply(ctx context.Context, msg Inbound) (err error) {
 	select {
 	case err := <-done:
 		if errors.Is(err, domain.ErrTaskNotFound) || errors.Is(err, domain.ErrUnknownStep) {
+			if msg.Value == nil {
+				msg.Value, _ = json.Marshal(reply)
+			}
 			return s.rejectReply(ctx, msg, err)
 		}
 		return err

@@ -143,7 +143,11 @@ func storedTraceParent(ctx context.Context) string { return TraceParentOf(ctx) }
 // the message's traceparent (a new trace when it has none).
 func consumerSpan(ctx context.Context, tr trace.Tracer, name string, msg Inbound) (context.Context, trace.Span) {
 	ctx, span := tr.Start(withTraceParent(ctx, msg.Headers[protocol.HeaderTraceParent]), name, trace.WithSpanKind(trace.SpanKindConsumer))
-	if span.IsRecording() {
+	switch {
+	case !span.IsRecording():
+	case msg.InProcess():
+		span.SetAttributes(attribute.String("messaging.system", "in-process"), attribute.String("messaging.destination.name", msg.Topic))
+	default:
 		span.SetAttributes(attribute.String("messaging.system", "kafka"), attribute.String("messaging.destination.name", msg.Topic),
 			attribute.Int("messaging.kafka.destination.partition", int(msg.Partition)), attribute.Int64("messaging.kafka.message.offset", msg.Offset))
 	}

@@ -371,6 +371,18 @@ func (a *Agent) Run(ctx context.Context) error {
 	})
 }
 
+// Execute runs a command handed over inside the process by a scheduler
+// that chose this instance, rather than consumed from Kafka, and gives its
+// reply to replies (falling back to Kafka when replies fails): saga's own
+// process hands its agents their commands so, without the two Kafka hops
+// of each step. Everything else is as for a consumed command: Capacity,
+// health, retries, the deadline, the span. It returns an error only when
+// ctx ended or no reply could be sent; the scheduler then sends the command
+// again after a restart, or retries it once its complete-by passes.
+func (a *Agent) Execute(ctx context.Context, cmd protocol.ExecuteStep, replies processes.ReplySender) error {
+	return a.runtime.Execute(ctx, cmd, replies)
+}
+
 // Stats counts what the agent did.
 type Stats struct {
 	// Succeeded and Failed count replies sent; Returned counts commands

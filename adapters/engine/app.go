@@ -165,6 +165,13 @@ type Config struct {
 	// AgentInstances configures the agents this process runs: capacity,
 	// shared limits, latency budget.
 	AgentInstances AgentInstances
+	// CommandsThroughKafka sends every command and reply through Kafka. By
+	// default, in a process that runs the scheduler and agents, a command
+	// the scheduler routes to an agent instance of the same process is
+	// handed to it directly and its reply comes back the same way: no
+	// Kafka hop per step, the same records in the event store, the same
+	// recovery (see docs/architecture.md, In-process commands).
+	CommandsThroughKafka bool
 
 	// instanceGiven says Instance was set rather than defaulted.
 	instanceGiven bool
@@ -238,6 +245,9 @@ type App struct {
 	Services   map[string]*demo.Service
 	// AgentProcs are the agents this process runs, by name.
 	AgentProcs map[string]*agent.Agent
+	// inProcess hands the scheduler's commands to AgentProcs directly;
+	// nil when CommandsThroughKafka or either role is not run here.
+	inProcess *inProcessCommands
 	// HTTPHandlers are the built-in HTTP agent's handlers, by agent.
 	HTTPHandlers map[string]*httpagent.Handler
 	// AgentDirectory knows the agent instances from their heartbeats
@@ -566,12 +576,20 @@ func (a *App) startScheduler(ctx context.Context) error {
 		return errors.Wrap(err, "scheduler ownership")
 	}
 	commands := a.newProducer("scheduler")
-	a.Scheduler = &processes.Scheduler{Store: a.followers.Register("scheduler"), Commands: commands, DeadLetters: commands, Workflows: a.Workflows,
+	var sender processes.CommandSender = commands
+	if a.cfg.has(RoleAgents) && !a.cfg.CommandsThroughKafka {
+		a.inProcess = &inProcessCommands{Producer: commands, ctx: ctx, logger: a.logger, spawn: a.spawn}
+		sender = a.inProcess
+	}
+	a.Scheduler = &processes.Scheduler{Store: a.followers.Register("scheduler"), Commands: sender, DeadLetters: commands, Workflows: a.Workflows,
 		Actor: "scheduler/" + a.cfg.Instance, Clock: a.clock, Logger: a.logger, Ownership: ownership,
 		Checkpoints: a.Store, CheckpointEvery: a.cfg.CheckpointEvery, Observer: a.Metrics, Tracing: a.tracing}
 	if a.AgentDirectory != nil {
 		// Dispatches go by the room and health of agents' instances.
 		a.Scheduler.Agents, a.Scheduler.AgentsReady = a.AgentDirectory, a.AgentDirectory.Ready()
+	}
+	if a.inProcess != nil {
+		a.inProcess.replies = processes.ReplySenderFunc(a.Scheduler.RecordReply)
 	}
 	a.run("scheduler", func() error { return a.Scheduler.Run(ctx) })
 	a.consumeWith(ctx, kafka.ConsumerConfig{Group: "saga-scheduler", Topics: []string{protocol.RepliesTopic},
@@ -731,6 +749,9 @@ func (a *App) startAgent(ctx context.Context, name string, handler agent.Handler
 		return errors.Wrapf(err, "agent %s", name)
 	}
 	a.AgentProcs[name] = ag
+	if a.inProcess != nil {
+		a.inProcess.add(ag)
+	}
 	a.groups = append(a.groups, ag.Group())
 	a.run("agent "+name, func() error { return ag.Run(ctx) })
 	return nil
@@ -740,6 +761,17 @@ func (a *App) consumeWith(ctx context.Context, cfg kafka.ConsumerConfig, h kafka
 	cfg.Brokers, cfg.Logger, cfg.Opts = a.KafkaBrokers, a.logger, append(cfg.Opts, a.kafkaOpts...)
 	a.groups = append(a.groups, cfg.Group)
 	a.run(cfg.Group, func() error { return kafka.Consume(ctx, cfg, h) })
+}
+
+// spawn runs f in a goroutine Close waits for. It is for work started by
+// a running part (which Close also waits for), so that the wait never
+// starts from zero while work is being added.
+func (a *App) spawn(f func()) {
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		f()
+	}()
 }
 
 func (a *App) run(name string, f func() error) {

@@ -48,6 +48,15 @@ func (a *App) registerMetrics() {
 					emit(float64(st.StaleReplies), "stale")
 					emit(float64(st.RejectedReplies), "dead_lettered")
 				}},
+			metrics.Family{Name: "saga_commands_in_process_total", Type: counter,
+				Help: "Commands the scheduler handed to an agent instance of its own process, with no Kafka hop (part of saga_commands_sent_total).",
+				Read: func(emit func(float64, ...string)) {
+					if a.inProcess != nil {
+						emit(float64(a.inProcess.Handed()))
+					} else {
+						emit(0)
+					}
+				}},
 			metrics.Family{Name: "saga_scheduler_conflicts_total", Type: counter,
 				Help: "Appends that lost to another writer and were decided again.",
 				Read: func(emit func(float64, ...string)) { emit(float64(s.Stats().Conflicts)) }})
@@ -99,10 +108,21 @@ func (a *App) registerMetrics() {
 		m.Register(metrics.Family{Name: "saga_tasks", Type: gauge, Labels: []string{"state"},
 			Help: "Tasks by state, in the projection.",
 			Read: func(emit func(float64, ...string)) {
-				counts, _ := t.Counts(context.Background())
-				states := make([]string, 0, len(counts))
-				for s := range counts {
+				counts, err := t.Counts(context.Background())
+				if err != nil {
+					return
+				}
+				// Every state, zero included, so that the family is there
+				// before the view has its first task.
+				states := []string{}
+				for _, s := range []domain.TaskState{domain.StatePending, domain.StateProcessing, domain.StateProcessed, domain.StateError,
+					domain.StateCompensating, domain.StateCompensated} {
 					states = append(states, string(s))
+				}
+				for s := range counts {
+					if !slices.Contains(states, string(s)) {
+						states = append(states, string(s))
+					}
 				}
 				sort.Strings(states)
 				for _, s := range states {

@@ -115,6 +115,7 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	retentionAge := fs.Duration("kafka-retention-age", kafka.DefaultRetention.MaxAge, "the embedded Kafka removes records older than this (0: any age is kept); records a consumer group has not consumed are always kept")
 	retentionRecords := fs.Int64("kafka-retention-records", kafka.DefaultRetention.MaxRecords, "the embedded Kafka keeps at most this many records per partition (0: no limit); records a consumer group has not consumed are always kept")
 	demoAgents := fs.Bool("demo-agents", true, "run the demo remote services and their agents")
+	commandsThroughKafka := fs.Bool("commands-through-kafka", envBool("SAGA_COMMANDS_THROUGH_KAFKA"), "send every command and reply through Kafka; off: a command the scheduler routes to an agent instance of this process is handed to it directly, and its reply comes back so, with no Kafka hop [$SAGA_COMMANDS_THROUGH_KAFKA]")
 	rolesFlag := fs.String("roles", envOr("SAGA_ROLES", "all"), "parts to run, comma-separated: submitter, scheduler, supervisor, agents, api, status, or all [$SAGA_ROLES]")
 	supervisorInterval := fs.Duration("supervisor-interval", processes.DefaultSupervisorInterval, "how often the supervisor looks for attempts past their complete-by")
 	checkpointEvery := fs.Duration("checkpoint-every", processes.DefaultTaskCheckpointEvery,
@@ -173,7 +174,7 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 		DataDir: *data, KafkaBrokers: kafka.SplitBrokers(*brokers), KafkaListen: *kafkaListen,
 		EventStoreURL: esConnection, EventStoreListen: *esListen, HTTPListen: *httpListen, MetricsListen: *metricsListen,
 		Partitions: int32(*partitions), Instance: *instance, DemoAgents: *demoAgents, Faults: faults, Logger: logger,
-		Roles: roles, SupervisorInterval: *supervisorInterval, CheckpointEvery: *checkpointEvery, KafkaFsync: *kafkaFsync, DemoServiceURLs: services,
+		Roles: roles, SupervisorInterval: *supervisorInterval, CheckpointEvery: *checkpointEvery, KafkaFsync: *kafkaFsync, DemoServiceURLs: services, CommandsThroughKafka: *commandsThroughKafka,
 		WorkflowDirs: workflowDirs, HTTPAgents: httpAgents, KafkaSyncTopics: append([]string{}, kafka.SplitBrokers(*kafkaSyncTopics)...),
 		ReplyTopicPattern: *replyTopics, APITokensFile: *apiTokens, APITLSCert: *apiCert, APITLSKey: *apiKey,
 		Secure: *secureMode, KafkaSecurity: *kafkaSecurity, MaxOrderSize: *maxOrderSize, TaskViewBatch: *taskViewBatch,
