@@ -78,6 +78,20 @@ func (c *capacity) setLocked(id string, r *route) {
 	l[r.instance]++
 }
 
+// forget drops what admit noted for a task whose decisions were not
+// recorded: its load on an instance, its place among the waiting.
+func (c *capacity) forget(id string) {
+	if c == nil || c.dir == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.setLocked(id, nil)
+	for _, ws := range c.waiting {
+		delete(ws, id)
+	}
+}
+
 // admit decides whether task t may dispatch to agent now, and to which
 // instance; when it may not, t waits and wake is called once room may
 // have freed. Higher-ranked waiters (domain.AgedRank) go first: a dispatch

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sagaengine/saga/adapters/eventstore"
 	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/domain/protocol"
 	"github.com/sagaengine/saga/processes"
@@ -138,4 +139,94 @@ func TestInProcessReplyForAnUnknownTaskIsDeadLettered(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "nobody", parsed.TaskID)
 	assert.EqualValues(t, 1, s.Stats().RejectedReplies)
+}
+
+// oneWorkflow selects wf for every order.
+type oneWorkflow struct{ wf *domain.Workflow }
+
+func (o oneWorkflow) Select(context.Context, string, domain.OrderDocument, string) (*domain.Workflow, error) {
+	return o.wf, nil
+}
+
+// orderMessage is an order as the submitter consumes it.
+func orderMessage(id string) processes.Inbound {
+	return processes.Inbound{Topic: "orders", Key: id, Value: []byte(`{"orderId":"` + id + `"}`),
+		Headers: map[string]string{"ce_id": "msg-" + id}}
+}
+
+// startedPair is a scheduler that answers every command, and a submitter
+// that hands new tasks to it (Submitter.Starter), as in one sagad.
+func startedPair(t *testing.T, ownership processes.Ownership) (*processes.Submitter, *processes.Scheduler, *countingAgent, *eventstore.Store) {
+	store := embeddedStore(t)
+	wf := oneStep("work", 10*time.Second, domain.CompensateOnExhausted)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	commands := &countingAgent{agent: agent{hung: func(protocol.ExecuteStep) bool { return false }, ctx: ctx}}
+	s := &processes.Scheduler{Store: store, Commands: commands, DeadLetters: dropLetters{}, Workflows: workflows{"work": wf},
+		Actor: "scheduler/test", Clock: processes.SystemClock, Logger: quiet(), Shards: 2, Ownership: ownership}
+	commands.scheduler = s
+	run(t, s.Run)
+	<-s.Ready()
+	sub := &processes.Submitter{Store: store, DeadLetters: dropLetters{}, Workflows: oneWorkflow{wf}, Actor: "submitter/test",
+		Clock: processes.SystemClock, Logger: quiet(), Starter: s}
+	return sub, s, commands, store
+}
+
+// TestSubmissionCarriesTheFirstDispatch: the submitter hands a new task to
+// the scheduler of its process, which records it with its first dispatch
+// in the append that creates the stream (the submission under the
+// submitter's name, the dispatch under the scheduler's), then sends the
+// command once: the scheduler, following the store, does not dispatch it
+// again, and the task is processed. The same order again is a duplicate:
+// no second task, no second command.
+func TestSubmissionCarriesTheFirstDispatch(t *testing.T) {
+	sub, s, commands, store := startedPair(t, nil)
+	require.NoError(t, sub.HandleOrder(context.Background(), orderMessage("first-1")))
+	require.EqualValues(t, 1, s.Stats().Started)
+
+	require.Eventually(t, func() bool {
+		types := eventTypes(t, store, "first-1")
+		return types[len(types)-1] == domain.TaskProcessedType
+	}, 10*time.Second, 5*time.Millisecond)
+	recorded, err := store.ReadStream(context.Background(), domain.TaskStream("first-1"))
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, len(recorded), 2)
+	assert.Equal(t, domain.TaskSubmittedType, recorded[0].Type)
+	assert.Equal(t, "submitter/test", recorded[0].Metadata.Actor)
+	assert.Equal(t, "msg-first-1", recorded[0].Metadata.CausationID)
+	assert.Equal(t, domain.StepDispatchedType, recorded[1].Type)
+	assert.Equal(t, "scheduler/test", recorded[1].Metadata.Actor)
+	assert.Equal(t, "msg-first-1", recorded[1].Metadata.CausationID)
+	assert.Equal(t, recorded[0].Recorded, recorded[1].Recorded, "one append")
+	assert.EqualValues(t, 1, commands.sent.Load())
+
+	require.NoError(t, sub.HandleOrder(context.Background(), orderMessage("first-1")))
+	assert.EqualValues(t, 1, sub.Stats().Duplicates)
+	assert.EqualValues(t, 1, s.Stats().Started)
+	assert.Equal(t, 1, count(eventTypes(t, store, "first-1"), domain.TaskSubmittedType))
+	assert.EqualValues(t, 1, commands.sent.Load())
+}
+
+// TestSubmissionOfATaskAnotherSchedulerOwnsIsRecordedAlone: a scheduler
+// that does not own the task does not take it; the submitter records the
+// submission alone, and this scheduler dispatches nothing.
+func TestSubmissionOfATaskAnotherSchedulerOwnsIsRecordedAlone(t *testing.T) {
+	sub, s, commands, store := startedPair(t, owningNothing{})
+	require.NoError(t, sub.HandleOrder(context.Background(), orderMessage("theirs-1")))
+	assert.Zero(t, s.Stats().Started)
+	assert.Equal(t, []string{domain.TaskSubmittedType}, eventTypes(t, store, "theirs-1"))
+	assert.Zero(t, commands.sent.Load())
+	assert.EqualValues(t, 1, sub.Stats().Accepted)
+}
+
+// TestStartRefusesATaskItKnows: Start never creates a task the scheduler
+// already follows; the stream's existence is then the submitter's to find.
+func TestStartRefusesATaskItKnows(t *testing.T) {
+	_, s, _, store := startedPair(t, nil)
+	wf := oneStep("work", 10*time.Second, domain.CompensateOnExhausted)
+	history{t: t, store: store, now: time.Now()}.task("known-1", wf, false)
+	require.Eventually(t, func() bool { return s.Stats().Dispatched > 0 }, 10*time.Second, 5*time.Millisecond, "the scheduler follows it")
+	submitted := domain.Submit(domain.Order{ID: "known-1", Body: []byte(`{}`)}, wf, "", time.Now())
+	err := s.Start(context.Background(), "known-1", domain.EventMetadata{Actor: "submitter/test"}, submitted)
+	require.ErrorIs(t, err, processes.ErrNotStarted)
 }

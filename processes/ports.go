@@ -60,6 +60,13 @@ type CommandSender interface {
 	SendCommand(ctx context.Context, cmd protocol.ExecuteStep) error
 }
 
+// TaskStarter records a new task together with the first decisions for
+// it, in one append (Scheduler.Start); ErrNotStarted means the caller must
+// record the submission alone.
+type TaskStarter interface {
+	Start(ctx context.Context, id string, meta domain.EventMetadata, submitted ...domain.Event) error
+}
+
 // AgentDirectory knows the agent instances that announce themselves with
 // heartbeats (protocol.AgentsTopic).
 type AgentDirectory interface {

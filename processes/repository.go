@@ -88,6 +88,29 @@ func (r *TaskRepository) Create(ctx context.Context, id string, meta domain.Even
 	return err
 }
 
+// CreateDecided creates a task's stream with its submission (under meta)
+// and what was decided for it at once (under decidedMeta), in one append.
+// A stream that exists already is domain.ErrTaskExists; events that cannot
+// be encoded are domain.ErrAppendRefused.
+func (r *TaskRepository) CreateDecided(ctx context.Context, id string, meta domain.EventMetadata, submitted []domain.Event,
+	decidedMeta domain.EventMetadata, decided []domain.Event) error {
+	meta.CorrelationID, decidedMeta.CorrelationID = id, id
+	batch, err := toNewEvents(submitted, meta)
+	if err == nil {
+		var more []domain.NewEvent
+		more, err = toNewEvents(decided, decidedMeta)
+		batch = append(batch, more...)
+	}
+	if err != nil {
+		return errors.Mark(err, domain.ErrAppendRefused)
+	}
+	_, err = r.Store.Append(ctx, domain.TaskStream(id), domain.ExpectNoStream(), batch...)
+	if errors.Is(err, domain.ErrConcurrencyConflict) {
+		return errors.Mark(errors.Wrapf(err, "create task %s", id), domain.ErrTaskExists)
+	}
+	return err
+}
+
 // Update implements domain.TaskRepository. After a conflict, or when known
 // is nil, it reads the stream; decide then sees the fresh state.
 func (r *TaskRepository) Update(ctx context.Context, id string, known *domain.Task, meta domain.EventMetadata, decide domain.UpdateFunc) (domain.Updated, error) {

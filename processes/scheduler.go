@@ -103,7 +103,7 @@ type Scheduler struct {
 	liveShards atomic.Int64
 
 	dispatched, staleReplies, rejectedReplies, conflicts atomic.Int64
-	startLoads, startEvents, checkpoints                 atomic.Int64
+	startLoads, startEvents, checkpoints, started        atomic.Int64
 }
 
 // SchedulerStats counts what the scheduler did.
@@ -120,12 +120,16 @@ type SchedulerStats struct {
 	StartEvents int64
 	// Checkpoints counts the task checkpoints saved.
 	Checkpoints int64
+	// Started counts the tasks recorded with their first decisions
+	// (Start).
+	Started int64
 }
 
 // Stats returns the scheduler's counters.
 func (s *Scheduler) Stats() SchedulerStats {
 	return SchedulerStats{Dispatched: s.dispatched.Load(), StaleReplies: s.staleReplies.Load(), RejectedReplies: s.rejectedReplies.Load(),
-		Conflicts: s.conflicts.Load(), StartLoads: s.startLoads.Load(), StartEvents: s.startEvents.Load(), Checkpoints: s.checkpoints.Load()}
+		Conflicts: s.conflicts.Load(), StartLoads: s.startLoads.Load(), StartEvents: s.startEvents.Load(), Checkpoints: s.checkpoints.Load(),
+		Started: s.started.Load()}
 }
 
 // maxDone bounds how many finished tasks a shard remembers to skip their
@@ -176,6 +180,18 @@ type job struct {
 	done   chan error
 	// snapshot asks for the ids of the shard's unfinished tasks.
 	snapshot chan<- []string
+	// start is a submission to record with its first decisions (Start).
+	start *submission
+	// ctx is the submitter's, for a start: its span is the parent of the
+	// dispatch, and the append ends with it.
+	ctx context.Context
+}
+
+// submission is a new task handed to Start.
+type submission struct {
+	id     string
+	meta   domain.EventMetadata
+	events []domain.Event
 }
 
 func (s *Scheduler) setup() {
@@ -461,6 +477,36 @@ func (s *Scheduler) record(ctx context.Context, reply protocol.StepReply, msg In
 	}
 }
 
+// ErrNotStarted is returned by Scheduler.Start when this scheduler does not
+// take the submission: it is not live yet, another instance owns the task,
+// or it knows the task already. The caller then records the submission
+// alone, and the scheduler that owns the task decides for it as it follows
+// the store.
+var ErrNotStarted = errors.New("the scheduler did not start the task")
+
+// Start records a new task together with the scheduler's first decisions
+// for it (its first dispatch) in the one append that creates the task's
+// stream, then sends the commands: a submitter in the scheduler's process
+// saves the append, and the hop through the store, that would otherwise
+// follow the submission (TaskStarter). The submission's events keep meta,
+// the submitter's; the decisions are the scheduler's, as always. It returns
+// domain.ErrTaskExists when the stream exists (a duplicate order),
+// domain.ErrAppendRefused when the events cannot be encoded, and
+// ErrNotStarted when the caller must record the submission itself.
+func (s *Scheduler) Start(ctx context.Context, id string, meta domain.EventMetadata, submitted ...domain.Event) error {
+	s.setup()
+	done := make(chan error, 1)
+	if err := s.enqueue(ctx, s.shardOf(id), job{start: &submission{id: id, meta: meta, events: submitted}, ctx: ctx, done: done}); err != nil {
+		return err
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // rejectReply dead-letters a reply that can never be recorded.
 func (s *Scheduler) rejectReply(ctx context.Context, msg Inbound, reason error) error {
 	s.rejectedReplies.Add(1)
@@ -490,6 +536,8 @@ func (sh *shard) run(ctx context.Context) {
 				sh.onEvent(ctx, j.event)
 			case j.reply != nil:
 				j.done <- sh.onReply(trace.ContextWithSpan(ctx, j.span), *j.reply, j.source)
+			case j.start != nil:
+				j.done <- sh.start(j.ctx, j.start)
 			case j.snapshot != nil:
 				ids := make([]string, 0, len(sh.tasks)+len(sh.unsure))
 				for id := range sh.tasks {
@@ -842,8 +890,49 @@ func (sh *shard) update(ctx context.Context, id string, known *domain.Task, caus
 	if len(u.Events) == 0 {
 		return nil
 	}
-	t := u.Task
-	for _, e := range u.Events {
+	sh.carryOut(ctx, u.Task, u.Events)
+	return nil
+}
+
+// start records a submission with the first decisions for its task, when
+// this shard may (see Scheduler.Start), and carries them out.
+func (sh *shard) start(ctx context.Context, sub *submission) error {
+	_, known := sh.tasks[sub.id]
+	_, finished := sh.done[sub.id]
+	if !sh.live || !sh.s.owns(sub.id) || known || finished {
+		return ErrNotStarted
+	}
+	t := domain.NewTask(sub.id)
+	for _, e := range sub.events {
+		t.Apply(e)
+	}
+	wf, err := sh.s.Workflows.Workflow(ctx, t.Workflow, t.WorkflowVersion)
+	if err != nil {
+		return errors.Mark(err, ErrNotStarted)
+	}
+	decided := t.Next(wf, sh.decision(t))
+	meta := domain.EventMetadata{CausationID: sub.meta.CausationID, Actor: sh.s.Actor, TraceParent: storedTraceParent(withTraceParent(ctx, sub.meta.TraceParent))}
+	if err := sh.s.repo.CreateDecided(ctx, sub.id, sub.meta, sub.events, meta, decided); err != nil {
+		// What the decision noted (an instance's load) must follow the
+		// stream as it is, whatever it holds.
+		sh.s.capacity.forget(sub.id)
+		if errors.Is(err, domain.ErrAppendRefused) {
+			return errors.Mark(err, ErrNotStarted) // the submission alone may fit
+		}
+		return err
+	}
+	for _, e := range decided {
+		t.Apply(e)
+	}
+	sh.s.started.Add(1)
+	sh.carryOut(ctx, t, decided)
+	return nil
+}
+
+// carryOut keeps a task after an append of events and carries out their
+// effects: the commands of the dispatches they record.
+func (sh *shard) carryOut(ctx context.Context, t *domain.Task, events []domain.Event) {
+	for _, e := range events {
 		if _, ok := e.(domain.CompensationRequested); ok {
 			var span trace.Span
 			ctx, span = sh.compensateSpan(ctx, t)
@@ -851,7 +940,7 @@ func (sh *shard) update(ctx context.Context, id string, known *domain.Task, caus
 			break
 		}
 	}
-	for _, e := range u.Events {
+	for _, e := range events {
 		switch d := e.(type) {
 		case domain.StepDispatched:
 			sh.send(ctx, t, domain.InFlightAttempt{Step: d.Step, Agent: d.Agent, Instance: d.Instance, Attempt: d.Attempt, CompleteBy: d.CompleteBy})
@@ -863,7 +952,6 @@ func (sh *shard) update(ctx context.Context, id string, known *domain.Task, caus
 	if sh.keep(t) {
 		sh.schedule(t)
 	}
-	return nil
 }
 
 func (sh *shard) send(ctx context.Context, t *domain.Task, a domain.InFlightAttempt) {

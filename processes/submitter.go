@@ -39,6 +39,10 @@ type Submitter struct {
 
 	// Tasks creates the tasks; nil means NewTaskRepository(Store).
 	Tasks domain.TaskRepository
+	// Starter, when set, records each new task together with its first
+	// decisions (the scheduler of the same process, Scheduler.Start); when
+	// it does not take one (ErrNotStarted), Tasks creates it.
+	Starter TaskStarter
 	// Tracing starts the submission spans; nil means the global
 	// TracerProvider.
 	Tracing trace.TracerProvider
@@ -121,7 +125,7 @@ func (s *Submitter) handleOrder(ctx context.Context, msg Inbound) (string, error
 	}
 	submitted := domain.Submit(order, wf, tp, s.Clock.Now())
 	meta := domain.EventMetadata{CausationID: causation(msg), Actor: s.Actor, TraceParent: tp}
-	err = s.tasks().Create(ctx, order.ID, meta, submitted)
+	err = s.create(ctx, order.ID, meta, submitted)
 	switch {
 	case errors.Is(err, domain.ErrTaskExists):
 		s.duplicates.Add(1)
@@ -136,6 +140,18 @@ func (s *Submitter) handleOrder(ctx context.Context, msg Inbound) (string, error
 	}
 	s.accepted.Add(1)
 	return submitAccepted, nil
+}
+
+// create records a new task: through Starter when it takes it, else
+// through Tasks.
+func (s *Submitter) create(ctx context.Context, id string, meta domain.EventMetadata, submitted domain.TaskSubmitted) error {
+	if s.Starter != nil {
+		err := s.Starter.Start(ctx, id, meta, submitted)
+		if !errors.Is(err, ErrNotStarted) {
+			return err
+		}
+	}
+	return s.tasks().Create(ctx, id, meta, submitted)
 }
 
 // TopicLister lists the topics that start tasks (Registry.Topics); a

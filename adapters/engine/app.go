@@ -543,6 +543,11 @@ func (a *App) startProcesses(ctx context.Context) error {
 		a.Submitter = &processes.Submitter{Store: a.Store, DeadLetters: producer, Rejections: producer, Workflows: a.Workflows,
 			Actor: "submitter/" + cfg.Instance, Clock: a.clock, Logger: a.logger, MaxOrderSize: cfg.MaxOrderSize, ReplyTopics: replyTopics,
 			Tracing: a.tracing}
+		if a.Scheduler != nil {
+			// The scheduler of this process records each task it owns
+			// with its first dispatch, in the append that creates it.
+			a.Submitter.Starter = a.Scheduler
+		}
 		if err := a.Submitter.Validate(); err != nil {
 			return err
 		}
