@@ -9,8 +9,12 @@ import (
 
 // Defaults of the processes' settings; a zero setting means its default.
 const (
-	// DefaultShards is how many tasks a scheduler decides at once.
-	DefaultShards = 64
+	// DefaultShards is how many tasks a scheduler decides at once. Each
+	// decision waits for its append, so this bounds the appends one
+	// scheduler has in flight: 256 keeps the store's group commits full
+	// at a few hundred orders in flight (64 cost a seventh of the
+	// throughput at 256 in flight, and a third more p99).
+	DefaultShards = 256
 	// DefaultSchedulerCheckpoint names the schedulers' task checkpoint.
 	DefaultSchedulerCheckpoint = "scheduler"
 	// DefaultSupervisorCheckpoint names the supervisors' task checkpoint.

@@ -135,9 +135,14 @@ func (s *Scheduler) Stats() SchedulerStats {
 // maxDone bounds how many finished tasks a shard remembers to skip their
 // last events cheaply: those it appended itself, which the subscription
 // delivers shortly after. Past it, it forgets the oldest and would re-read
-// its stream should an event of it still come. A shard finishing 20 tasks
-// a second remembers the last minute's.
-const maxDone = 1024
+// its stream should an event of it still come. With DefaultShards, a
+// scheduler finishing 2,000 tasks a second remembers the last half
+// minute's.
+const maxDone = 256
+
+// inboxSize is the room of a shard's queue of events and replies; with
+// DefaultShards, 16,384 in all.
+const inboxSize = 64
 
 // doneOrder is the order in which a shard's finished tasks were
 // remembered, oldest first, as a ring of maxDone ids.
@@ -203,7 +208,7 @@ func (s *Scheduler) setup() {
 		s.ready = make(chan struct{})
 		s.tracer = tracer(s.Tracing)
 		for i := 0; i < n; i++ {
-			s.shards = append(s.shards, &shard{s: s, inbox: make(chan job, 256), tasks: map[string]*domain.Task{}, done: map[string]int64{}, doneOrder: &doneOrder{},
+			s.shards = append(s.shards, &shard{s: s, inbox: make(chan job, inboxSize), tasks: map[string]*domain.Task{}, done: map[string]int64{}, doneOrder: &doneOrder{},
 				unsure: map[string]struct{}{}, pokes: make(chan struct{}, 1), poked: map[string]struct{}{}})
 		}
 		s.capacity = newCapacity(s.Agents, s.Clock, s.PriorityAging)
