@@ -72,6 +72,14 @@ type Result struct {
 	CPUMillisPerOrder float64 `json:"cpuMillisPerOrder"`
 
 	latencies []time.Duration
+	phases    phases
+
+	// PhaseMillis splits each order's latency at the times the store
+	// recorded its first event (TaskSubmitted) and its final one, p50 of
+	// each part: "submit" from sending the order to its first event,
+	// "engine" between the two, "reply" from the final event to the
+	// caller having its status. Embedded only, where one clock times all.
+	PhaseMillis map[string]float64 `json:"phaseMillis,omitempty"`
 
 	// LatencyByPriority are the percentiles of each priority's orders,
 	// with --priority-mix.
@@ -175,7 +183,7 @@ func run(ctx context.Context, c config) error {
 	run := fmt.Sprintf("%x", time.Now().UnixNano())
 	if c.warmup > 0 {
 		fmt.Fprintf(os.Stderr, "warming up with %d orders\n", c.warmup)
-		if _, err := load(ctx, cl, c, "warm-"+run, c.warmup, nil); err != nil {
+		if _, _, err := load(ctx, cl, c, "warm-"+run, c.warmup, nil); err != nil {
 			return err
 		}
 	}
@@ -193,9 +201,12 @@ func run(ctx context.Context, c config) error {
 	}
 	cpu0 := processCPU()
 	start := time.Now()
-	latencies, err := load(ctx, cl, c, "bench-"+run, c.orders, res.Outcomes)
+	latencies, phases, err := load(ctx, cl, c, "bench-"+run, c.orders, res.Outcomes)
 	if err != nil {
 		return err
+	}
+	if res.Embedded {
+		res.PhaseMillis = phases.medians()
 	}
 	elapsed := time.Since(start)
 	res.latencies = latencies
@@ -239,8 +250,30 @@ func pace(c config) string {
 	return fmt.Sprintf("%d in flight", c.concurrency)
 }
 
-// load runs n orders and returns their end-to-end latencies.
-func load(ctx context.Context, cl *client.Client, c config, prefix string, n int, outcomes map[string]int) ([]time.Duration, error) {
+// phases are the parts of each order's latency (Result.PhaseMillis).
+type phases struct{ submit, engine, reply []time.Duration }
+
+// add notes the parts of an order sent at t0 and answered at end.
+func (p *phases) add(out client.Outcome, t0, end time.Time) {
+	if len(out.Statuses) == 0 || out.Statuses[0].Revision != 0 || out.Final.Time.IsZero() {
+		return
+	}
+	first := out.Statuses[0].Time
+	p.submit = append(p.submit, first.Sub(t0))
+	p.engine = append(p.engine, out.Final.Time.Sub(first))
+	p.reply = append(p.reply, end.Sub(out.Final.Time))
+}
+
+func (p *phases) medians() map[string]float64 {
+	if len(p.submit) == 0 {
+		return nil
+	}
+	return map[string]float64{"submit": percentiles(p.submit)["p50"], "engine": percentiles(p.engine)["p50"], "reply": percentiles(p.reply)["p50"]}
+}
+
+// load runs n orders and returns their end-to-end latencies and parts.
+func load(ctx context.Context, cl *client.Client, c config, prefix string, n int, outcomes map[string]int) ([]time.Duration, phases, error) {
+	var parts phases
 	latencies := make([]time.Duration, n)
 	var done atomic.Int64
 	var mu sync.Mutex
@@ -260,13 +293,13 @@ func load(ctx context.Context, cl *client.Client, c config, prefix string, n int
 			select {
 			case <-tick:
 			case <-ctx.Done():
-				return nil, ctx.Err()
+				return nil, parts, ctx.Err()
 			}
 		} else {
 			select {
 			case slots <- struct{}{}:
 			case <-ctx.Done():
-				return nil, ctx.Err()
+				return nil, parts, ctx.Err()
 			}
 		}
 		wg.Add(1)
@@ -284,10 +317,12 @@ func load(ctx context.Context, cl *client.Client, c config, prefix string, n int
 				fields["priority"] = string(p)
 			}
 			out, err := cl.Run(waitCtx, id, fields)
-			latencies[i] = time.Since(t0)
+			end := time.Now()
+			latencies[i] = end.Sub(t0)
 			done.Add(1)
 			mu.Lock()
 			defer mu.Unlock()
+			parts.add(out, t0, end)
 			if err != nil && firstErr == nil {
 				firstErr = errors.Wrapf(err, "order %s", id)
 			}
@@ -297,7 +332,7 @@ func load(ctx context.Context, cl *client.Client, c config, prefix string, n int
 		}(i)
 	}
 	wg.Wait()
-	return latencies, firstErr
+	return latencies, parts, firstErr
 }
 
 // progress prints how far the run is once a second.
@@ -338,6 +373,9 @@ func report(w io.Writer, r *Result) {
 	fmt.Fprintf(w, "  %.1f s: %.0f orders/s, %.0f steps/s\n", r.Seconds, r.OrdersPerSec, r.StepsPerSec)
 	fmt.Fprintf(w, "  latency ms: p50 %.2f  p90 %.2f  p99 %.2f  max %.2f\n", r.LatencyMillis["p50"], r.LatencyMillis["p90"], r.LatencyMillis["p99"], r.LatencyMillis["max"])
 	fmt.Fprintf(w, "  cpu: %.2f ms per order, %.0f %% of one core\n", r.CPUMillisPerOrder, r.CPUSeconds*100/r.Seconds)
+	if p := r.PhaseMillis; p != nil {
+		fmt.Fprintf(w, "  p50 ms: to the first event %.2f, to the final event %.2f, to the caller %.2f\n", p["submit"], p["engine"], p["reply"])
+	}
 	reportByPriority(w, r)
 	fmt.Fprintf(w, "  outcomes: %v\n", r.Outcomes)
 }
