@@ -249,6 +249,22 @@ func (s *Server) Subscriptions() int { return int(s.streams.subscriptions.Load()
 // Store gives in-process access to the storage engine.
 func (s *Server) Store() *eslog.Store { return s.store }
 
+// AppendLocal is an append from a client in the same process: the limits of
+// an append through Streams.Append (MaxEventSize, MaxAppendSize; a refusal
+// is eslog.ErrInvalidRequest), the same store and group commit, and the
+// same answer once the events are durable, without gRPC. It is for saga's
+// own engine running beside its embedded server.
+func (s *Server) AppendLocal(ctx context.Context, stream string, expected eslog.Expected, events []eslog.ProposedEvent) (eslog.WriteResult, error) {
+	total := 0
+	for i := range events {
+		total += len(events[i].Data) + len(events[i].Metadata)
+	}
+	if total > s.cfg.MaxAppendSize {
+		return eslog.WriteResult{}, errors.Wrapf(eslog.ErrInvalidRequest, "append is over the limit of %d bytes", s.cfg.MaxAppendSize)
+	}
+	return s.store.Append(ctx, stream, expected, events)
+}
+
 // Close stops accepting calls, ends open subscriptions (clients see
 // Unavailable and resubscribe), waits for calls in flight and closes the
 // store. Calling it again does nothing.

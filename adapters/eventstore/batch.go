@@ -46,6 +46,10 @@ const (
 	// AppendUnary sends each append as a call of its own (Streams.Append)
 	// through the official client.
 	AppendUnary AppendPath = "unary"
+	// AppendInProcessPath hands each append to the embedded server of the
+	// same process (AppendInProcess); it is never chosen by a connection
+	// string.
+	AppendInProcessPath AppendPath = "in-process"
 )
 
 // appendPathParam is the connection-string parameter that chooses the

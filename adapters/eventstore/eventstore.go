@@ -47,6 +47,8 @@ type Store struct {
 	observeAppend AppendObserver
 	// pipe, when set, carries appends (AppendPipelined).
 	pipe *pipeline
+	// local, when set, carries appends instead (AppendInProcess).
+	local LocalAppend
 }
 
 // Outcomes of an append, as an AppendObserver hears them.
@@ -101,10 +103,14 @@ func Dial(url string, logger *slog.Logger) (*Store, error) {
 	return s, nil
 }
 
-// AppendPath is the path appends take now: AppendPipelined, or AppendUnary
-// when chosen, when the connection string names several nodes, or once the
+// AppendPath is the path appends take now: AppendInProcessPath once
+// AppendInProcess was called, else AppendPipelined, or AppendUnary when
+// chosen, when the connection string names several nodes, or once the
 // server has answered that it does not implement BatchAppend.
 func (s *Store) AppendPath() AppendPath {
+	if s.local != nil {
+		return AppendInProcessPath
+	}
 	if s.pipe == nil || s.pipe.unsupported.Load() {
 		return AppendUnary
 	}
@@ -154,6 +160,9 @@ func (s *Store) replace(old *esdb.Client) {
 // Transient failures are retried with the same event ids, which the store
 // recognises, so a retry never writes twice.
 func (s *Store) Append(ctx context.Context, stream string, expected domain.ExpectedRevision, events ...domain.NewEvent) (uint64, error) {
+	if s.local != nil {
+		return s.appendInProcess(ctx, stream, expected, events)
+	}
 	data := make([]esdb.EventData, len(events))
 	for i, e := range events {
 		meta, err := json.Marshal(e.Metadata)

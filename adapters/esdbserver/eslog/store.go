@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -520,16 +521,27 @@ func (s *Store) writer() {
 			s.drainClosed()
 			return
 		}
-	fill:
-		for len(b.buf) < s.opts.MaxBatchBytes {
-			select {
-			case r := <-s.requests:
-				s.prepare(b, r)
-			default:
-				break fill
-			}
-		}
+		s.fill(b)
+		// Let the goroutines that are ready to append (those the last
+		// commit answered, say) queue their requests before this batch is
+		// committed: without it, appenders in the same process, each
+		// woken by its answer, reach the queue one at a time and every
+		// commit carries one or two of them.
+		runtime.Gosched()
+		s.fill(b)
 		s.commit(b)
+	}
+}
+
+// fill adds the requests queued now to the batch, up to its size.
+func (s *Store) fill(b *batch) {
+	for len(b.buf) < s.opts.MaxBatchBytes {
+		select {
+		case r := <-s.requests:
+			s.prepare(b, r)
+		default:
+			return
+		}
 	}
 }
 

@@ -1,0 +1,79 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sagaengine/saga/adapters/esdbserver"
+	"github.com/sagaengine/saga/adapters/esdbserver/eslog"
+	"github.com/sagaengine/saga/adapters/eventstore"
+	"github.com/sagaengine/saga/adapters/eventstore/eventstoretest"
+	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/processes"
+)
+
+// inProcessStore starts an embedded server and a Store whose appends go to
+// it in process, as the engine wires them.
+func inProcessStore(t *testing.T, cfg esdbserver.Config) (*esdbserver.Server, func(t *testing.T) *eventstore.Store) {
+	cfg.Listen, cfg.DataDir = "127.0.0.1:0", t.TempDir()
+	srv, err := esdbserver.Start(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Close() })
+	return srv, func(t *testing.T) *eventstore.Store {
+		s, err := eventstore.Dial(fmt.Sprintf("esdb://%s?tls=false", srv.Addr()), nil)
+		require.NoError(t, err)
+		s.AppendInProcess(localAppends(srv))
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+}
+
+// TestContractInProcessAppends runs the event-store port's contract with
+// appends handed to the embedded server in process, reads and
+// subscriptions through gRPC: expected revisions, conflicts, idempotent
+// retries, subscriptions that see the appends.
+func TestContractInProcessAppends(t *testing.T) {
+	_, store := inProcessStore(t, esdbserver.Config{})
+	eventstoretest.Run(t, func(t *testing.T) processes.EventStore { return store(t) })
+	assert.Equal(t, eventstore.AppendInProcessPath, store(t).AppendPath())
+}
+
+// TestInProcessAppendRefusals: what the server refuses through the network
+// it refuses in process, with the same marks: an event or append over the
+// limits, an event without a type, a tombstoned stream.
+func TestInProcessAppendRefusals(t *testing.T) {
+	srv, store := inProcessStore(t, esdbserver.Config{MaxEventSize: 1 << 10, MaxAppendSize: 2 << 10})
+	s := store(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	big := domain.NewEvent{Type: "Big", Data: []byte(`"` + strings.Repeat("x", 1<<10) + `"`)}
+	_, err := s.Append(ctx, "refused-"+uuid.NewString(), domain.ExpectAny(), big)
+	require.ErrorIs(t, err, domain.ErrAppendRefused)
+
+	medium := domain.NewEvent{Type: "Medium", Data: []byte(`"` + strings.Repeat("x", 700) + `"`)}
+	_, err = s.Append(ctx, "refused-"+uuid.NewString(), domain.ExpectAny(), medium, medium, medium)
+	require.ErrorIs(t, err, domain.ErrAppendRefused, "over the append limit")
+
+	_, err = s.Append(ctx, "refused-"+uuid.NewString(), domain.ExpectAny(), domain.NewEvent{Data: []byte(`{}`)})
+	require.ErrorIs(t, err, domain.ErrAppendRefused, "no type")
+
+	stream := "tombstoned-" + uuid.NewString()
+	_, err = s.Append(ctx, stream, domain.ExpectNoStream(), domain.NewEvent{Type: "E", Data: []byte(`{}`)})
+	require.NoError(t, err)
+	_, err = srv.Store().Tombstone(ctx, stream, eslog.Any)
+	require.NoError(t, err)
+	_, err = s.Append(ctx, stream, domain.ExpectAny(), domain.NewEvent{Type: "E", Data: []byte(`{}`)})
+	require.ErrorIs(t, err, domain.ErrAppendRefused)
+	assert.True(t, errors.Is(err, eventstore.ErrStreamDeleted), "marked as a deleted stream, as the adapter's checkpoints look for: %v", err)
+
+	_, err = s.Append(ctx, "conflict-"+uuid.NewString(), domain.ExpectRevision(3), domain.NewEvent{Type: "E", Data: []byte(`{}`)})
+	require.ErrorIs(t, err, domain.ErrConcurrencyConflict)
+}
