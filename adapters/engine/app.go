@@ -172,12 +172,13 @@ type Config struct {
 	// Kafka hop per step, the same records in the event store, the same
 	// recovery (see docs/architecture.md, In-process commands).
 	CommandsThroughKafka bool
-	// AppendsThroughNetwork sends the engine's appends to the embedded
-	// event store through gRPC, as to any EventStoreDB. By default they are
-	// handed to the embedded server of the same process (the same checks,
-	// group commit and durability, without the network); reads and
-	// subscriptions go through gRPC either way.
-	AppendsThroughNetwork bool
+	// EventStoreThroughNetwork sends the engine's appends and its
+	// subscription to $all to the embedded event store through gRPC, as to
+	// any EventStoreDB. By default they go to the embedded server of the
+	// same process directly (the same checks, group commit, durability and
+	// deliveries, without the network); other reads go through gRPC either
+	// way.
+	EventStoreThroughNetwork bool
 
 	// instanceGiven says Instance was set rather than defaulted.
 	instanceGiven bool
@@ -388,8 +389,9 @@ func (a *App) startEventStore() error {
 		return err
 	}
 	store.ObserveAppends(a.Metrics.AppendDone)
-	if a.esServer != nil && !a.cfg.AppendsThroughNetwork {
+	if a.esServer != nil && !a.cfg.EventStoreThroughNetwork {
 		store.AppendInProcess(localAppends(a.esServer))
+		store.SubscribeInProcess(localSubscriptions(a.esServer))
 	}
 	a.Store = store
 	a.followers = eventstore.NewFanout(store, domain.TaskStreamPrefix)

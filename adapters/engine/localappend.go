@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"time"
 
 	"github.com/cockroachdb/errors"
 
@@ -54,4 +55,27 @@ func logExpected(e domain.ExpectedRevision) eslog.Expected {
 		return eslog.NoStreamExpected
 	}
 	return eslog.Any
+}
+
+// localSubscriptions is the event-store adapter's in-process path to $all
+// of the embedded server (eventstore.Store.SubscribeInProcess): each event
+// as the server would send it, its data and metadata copied out of the
+// store's page.
+func localSubscriptions(srv *esdbserver.Server) eventstore.LocalSubscribe {
+	return func(ctx context.Context, after uint64, hasAfter bool, prefix string, event func(eventstore.LocalRecorded) error, caughtUp func() error) error {
+		var prefixes []string
+		if prefix != "" {
+			prefixes = []string{prefix}
+		}
+		return srv.SubscribeAllLocal(ctx, after, hasAfter, prefixes, func(e *eslog.RecordedEvent) error {
+			// One allocation for both; the page is reused.
+			b := make([]byte, len(e.Data)+len(e.Metadata))
+			data, meta := b[:copy(b, e.Data):len(e.Data)], b[len(e.Data):]
+			copy(meta, e.Metadata)
+			return event(eventstore.LocalRecorded{ID: e.ID, Stream: e.Stream, Type: e.Type, Metadata: meta, Data: data,
+				Revision: e.Revision, Position: e.Position,
+				// As the server sends it: .NET ticks of 100 ns.
+				Recorded: time.Unix(0, e.Created/100*100).UTC()})
+		}, caughtUp)
+	}
 }

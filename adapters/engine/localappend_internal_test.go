@@ -20,8 +20,8 @@ import (
 	"github.com/sagaengine/saga/processes"
 )
 
-// inProcessStore starts an embedded server and a Store whose appends go to
-// it in process, as the engine wires them.
+// inProcessStore starts an embedded server and a Store whose appends and
+// subscriptions to $all go to it in process, as the engine wires them.
 func inProcessStore(t *testing.T, cfg esdbserver.Config) (*esdbserver.Server, func(t *testing.T) *eventstore.Store) {
 	cfg.Listen, cfg.DataDir = "127.0.0.1:0", t.TempDir()
 	srv, err := esdbserver.Start(cfg)
@@ -31,16 +31,18 @@ func inProcessStore(t *testing.T, cfg esdbserver.Config) (*esdbserver.Server, fu
 		s, err := eventstore.Dial(fmt.Sprintf("esdb://%s?tls=false", srv.Addr()), nil)
 		require.NoError(t, err)
 		s.AppendInProcess(localAppends(srv))
+		s.SubscribeInProcess(localSubscriptions(srv))
 		t.Cleanup(func() { _ = s.Close() })
 		return s
 	}
 }
 
-// TestContractInProcessAppends runs the event-store port's contract with
-// appends handed to the embedded server in process, reads and
-// subscriptions through gRPC: expected revisions, conflicts, idempotent
-// retries, subscriptions that see the appends.
-func TestContractInProcessAppends(t *testing.T) {
+// TestContractInProcess runs the event-store port's contract with appends
+// and subscriptions to $all going to the embedded server in process (other
+// reads through gRPC): expected revisions, conflicts, idempotent retries,
+// subscriptions from the start, from a position and by prefix, catch-up
+// then live, a failing handler, cancellation.
+func TestContractInProcess(t *testing.T) {
 	_, store := inProcessStore(t, esdbserver.Config{})
 	eventstoretest.Run(t, func(t *testing.T) processes.EventStore { return store(t) })
 	assert.Equal(t, eventstore.AppendInProcessPath, store(t).AppendPath())
@@ -76,4 +78,52 @@ func TestInProcessAppendRefusals(t *testing.T) {
 
 	_, err = s.Append(ctx, "conflict-"+uuid.NewString(), domain.ExpectRevision(3), domain.NewEvent{Type: "E", Data: []byte(`{}`)})
 	require.ErrorIs(t, err, domain.ErrConcurrencyConflict)
+}
+
+// TestInProcessSubscriptionDeliversWhatTheNetworkDoes follows $all both
+// ways over the same events, appended partly before and partly after the
+// subscriptions start, and requires the same deliveries: ids, streams,
+// types, data, metadata, revisions, positions and recorded times.
+func TestInProcessSubscriptionDeliversWhatTheNetworkDoes(t *testing.T) {
+	srv, local := inProcessStore(t, esdbserver.Config{})
+	remote, err := eventstore.Dial(fmt.Sprintf("esdb://%s?tls=false", srv.Addr()), nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = remote.Close() })
+	s := local(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	appendSome := func(from int) {
+		for i := from; i < from+20; i++ {
+			_, err := s.Append(ctx, fmt.Sprintf("task-same-%d", i%3), domain.ExpectAny(), domain.NewEvent{Type: "E",
+				Data: []byte(fmt.Sprintf(`{"n":%d}`, i)), Metadata: domain.EventMetadata{CorrelationID: "c", Actor: "test", CausationID: fmt.Sprint(i)}})
+			require.NoError(t, err)
+			_, err = s.Append(ctx, "other-stream", domain.ExpectAny(), domain.NewEvent{Type: "O", Data: []byte(`{}`)})
+			require.NoError(t, err)
+		}
+	}
+	appendSome(0)
+	follow := func(store *eventstore.Store) <-chan []domain.RecordedEvent {
+		out := make(chan []domain.RecordedEvent, 1)
+		go func() {
+			var got []domain.RecordedEvent
+			subCtx, stop := context.WithCancel(ctx)
+			defer stop()
+			_ = store.SubscribeAll(subCtx, domain.FromStart(), "task-same-", func(it domain.SubscriptionItem) error {
+				if it.Event != nil {
+					got = append(got, *it.Event)
+				}
+				if len(got) == 40 {
+					stop()
+				}
+				return nil
+			})
+			out <- got
+		}()
+		return out
+	}
+	viaLocal, viaNetwork := follow(s), follow(remote)
+	appendSome(20)
+	a, b := <-viaLocal, <-viaNetwork
+	require.Len(t, a, 40)
+	assert.Equal(t, b, a)
 }

@@ -265,6 +265,65 @@ func (s *Server) AppendLocal(ctx context.Context, stream string, expected eslog.
 	return s.store.Append(ctx, stream, expected, events)
 }
 
+// ErrServerClosed ends a local subscription when the server shuts down.
+var ErrServerClosed = errors.New("event store server shutting down")
+
+// SubscribeAllLocal follows $all for a client in the same process, as a
+// filtered catch-up subscription through Streams.Read does: the events of
+// streams starting with one of prefixes (all when none), after position
+// after (from the start when hasAfter is false), in order; then caughtUp
+// once every event there is has been delivered; then each commit's events
+// as they come, until ctx ends (its error), the server closes
+// (ErrServerClosed) or a callback fails (its error, as it is). The event
+// handed to event, its data and metadata included, is valid only during
+// the call.
+func (s *Server) SubscribeAllLocal(ctx context.Context, after uint64, hasAfter bool, prefixes []string,
+	event func(*eslog.RecordedEvent) error, caughtUp func() error) error {
+	var filter *eslog.Filter
+	lim := eslog.ReadLimits{Events: pageSize, Bytes: s.cfg.MaxReadBytes}
+	if len(prefixes) > 0 {
+		filter = &eslog.Filter{Prefixes: prefixes}
+		lim.Examine = s.cfg.MaxSearchWindow
+	}
+	from := eslog.AllFrom{}
+	if hasAfter {
+		from.Position = after + 1
+	}
+	live := false
+	var events []eslog.RecordedEvent
+	for {
+		page, err := s.store.ReadAllAppend(ctx, eslog.Forwards, from, lim, filter, events)
+		if err != nil {
+			return err
+		}
+		for i := range page.Events {
+			if err := event(&page.Events[i]); err != nil {
+				return err
+			}
+		}
+		events = page.Events
+		if page.Examined > 0 {
+			from.Position = page.Last + 1
+		}
+		if !page.End {
+			continue
+		}
+		if !live {
+			live = true
+			if err := caughtUp(); err != nil {
+				return err
+			}
+		}
+		select {
+		case <-page.Changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.closing:
+			return ErrServerClosed
+		}
+	}
+}
+
 // Close stops accepting calls, ends open subscriptions (clients see
 // Unavailable and resubscribe), waits for calls in flight and closes the
 // store. Calling it again does nothing.

@@ -49,6 +49,9 @@ type Store struct {
 	pipe *pipeline
 	// local, when set, carries appends instead (AppendInProcess).
 	local LocalAppend
+	// localSubscribe, when set, carries subscriptions to $all
+	// (SubscribeInProcess).
+	localSubscribe LocalSubscribe
 }
 
 // Outcomes of an append, as an AppendObserver hears them.
@@ -305,7 +308,9 @@ func (s *Store) SubscribeAll(ctx context.Context, from domain.SubscribeFrom, str
 	backoff := 50 * time.Millisecond
 	for {
 		var err error
-		if s.pipe != nil {
+		if s.localSubscribe != nil {
+			err = s.followLocal(ctx, streamPrefix, handle, &after, &hasAfter, func() { backoff = 50 * time.Millisecond })
+		} else if s.pipe != nil {
 			// The pipeline's own connection, with a lean decoder (catchup.go).
 			err = s.pipe.followAll(ctx, streamPrefix, handle, &after, &hasAfter, func() { backoff = 50 * time.Millisecond })
 		} else {

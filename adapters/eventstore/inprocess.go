@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/google/uuid"
 
 	"github.com/sagaengine/saga/domain"
 )
@@ -91,4 +92,57 @@ func (s *Store) appendInProcess(ctx context.Context, stream string, expected dom
 		return 0, errors.Wrapf(err, "append to %s", stream)
 	}
 	return rev, nil
+}
+
+// LocalRecorded is a recorded event as a LocalSubscribe delivers it; the
+// adapter keeps its Data and Metadata, so they must be the event's own.
+type LocalRecorded struct {
+	ID       [16]byte
+	Stream   string
+	Type     string
+	Metadata []byte
+	Data     []byte
+	Revision uint64
+	Position uint64
+	Recorded time.Time
+}
+
+// LocalSubscribe follows $all of an event store in the same process, as a
+// filtered catch-up subscription does: the events of streams starting with
+// prefix (all when empty) after position after (from the start when
+// hasAfter is false), in order; then caughtUp once; then live, until ctx
+// ends or a callback fails (its error returned as it is). Any other error
+// ends the subscription, which SubscribeAll then resubscribes after the
+// last event delivered.
+type LocalSubscribe func(ctx context.Context, after uint64, hasAfter bool, prefix string,
+	event func(LocalRecorded) error, caughtUp func() error) error
+
+// SubscribeInProcess makes SubscribeAll follow $all through local, in the
+// same process as the embedded server, instead of through the network: the
+// same events, order and hand-over from catch-up to live, without gRPC.
+// Call it before the Store is used.
+func (s *Store) SubscribeInProcess(local LocalSubscribe) { s.localSubscribe = local }
+
+// followLocal follows $all through s.localSubscribe, as followAll does
+// through the network; delivered is called as each event or the catch-up
+// is delivered.
+func (s *Store) followLocal(ctx context.Context, prefix string, handle func(domain.SubscriptionItem) error, after *uint64, hasAfter *bool,
+	delivered func()) error {
+	return s.localSubscribe(ctx, *after, *hasAfter, prefix, func(e LocalRecorded) error {
+		delivered()
+		rec := domain.RecordedEvent{ID: uuid.UUID(e.ID).String(), Stream: e.Stream, Type: e.Type, Data: e.Data,
+			Revision: e.Revision, Position: e.Position, Recorded: e.Recorded}
+		decodeMetadata(e.Metadata, &rec.Metadata) // foreign events may carry none
+		if err := handle(domain.SubscriptionItem{Event: &rec}); err != nil {
+			return handlerError{err}
+		}
+		*after, *hasAfter = rec.Position, true
+		return nil
+	}, func() error {
+		delivered()
+		if err := handle(domain.SubscriptionItem{CaughtUp: true}); err != nil {
+			return handlerError{err}
+		}
+		return nil
+	})
 }

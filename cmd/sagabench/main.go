@@ -43,7 +43,7 @@ type config struct {
 	agentCapacity                      int
 	workflow                           string
 	kafkaFsync, secure, throughKafka   bool
-	appendsThroughNetwork              bool
+	storeThroughNetwork                bool
 	cpuProfile, syncTopics             string
 	security                           *kafka.Security
 	priorities                         priorityMix
@@ -67,8 +67,9 @@ type Result struct {
 	SyncTopics    string             `json:"kafkaSyncTopics"`
 	// CommandsThroughKafka says in-process commands were off.
 	CommandsThroughKafka bool `json:"commandsThroughKafka"`
-	// AppendsThroughNetwork says the engine's appends went through gRPC.
-	AppendsThroughNetwork bool `json:"appendsThroughNetwork"`
+	// EventStoreThroughNetwork says the engine's appends and subscription
+	// went through gRPC.
+	EventStoreThroughNetwork bool `json:"eventStoreThroughNetwork"`
 	// CPUSeconds is the CPU this process used while measuring: with the
 	// embedded system, the whole system's, client and services included.
 	CPUSeconds        float64 `json:"cpuSeconds"`
@@ -106,7 +107,7 @@ func main() {
 	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured run (embedded: the whole system) to this file")
 	flag.BoolVar(&c.kafkaFsync, "kafka-fsync", false, "make the embedded Kafka fsync every batch too (the event store always does)")
 	flag.BoolVar(&c.throughKafka, "commands-through-kafka", false, "send every command and reply through Kafka, as sagad's flag (embedded only)")
-	flag.BoolVar(&c.appendsThroughNetwork, "appends-through-network", false, "send the engine's appends to the embedded event store through gRPC rather than in process (embedded only)")
+	flag.BoolVar(&c.storeThroughNetwork, "eventstore-through-network", false, "send the engine's appends and subscription to the embedded event store through gRPC rather than in process (embedded only)")
 	flag.StringVar(&c.syncTopics, "kafka-sync-topics", strings.Join(kafka.DefaultSyncTopics, ","), "topics (or prefix*, !excepted) the embedded Kafka fsyncs before acknowledging, as sagad's flag")
 	flag.BoolVar(&c.secure, "secure", false, "run the embedded system in secure mode (TLS and SASL/SCRAM on Kafka, TLS and users on the event store)")
 	mix := flag.String("priority-mix", "", "give the orders priorities in these shares, e.g. high=10,normal=60,low=30, and report latency per priority")
@@ -140,7 +141,7 @@ func benchWorkflow(n int) *domain.Workflow {
 
 func run(ctx context.Context, c config) error {
 	res := &Result{Orders: c.orders, Concurrency: c.concurrency, Rate: c.rate, Steps: c.steps, ServiceDelay: c.latency.String(),
-		CPUs: runtime.GOMAXPROCS(0), Embedded: c.brokers == "", KafkaFsync: c.kafkaFsync, SyncTopics: c.syncTopics, CommandsThroughKafka: c.throughKafka, AppendsThroughNetwork: c.appendsThroughNetwork, Outcomes: map[string]int{}}
+		CPUs: runtime.GOMAXPROCS(0), Embedded: c.brokers == "", KafkaFsync: c.kafkaFsync, SyncTopics: c.syncTopics, CommandsThroughKafka: c.throughKafka, EventStoreThroughNetwork: c.storeThroughNetwork, Outcomes: map[string]int{}}
 	brokers := kafka.SplitBrokers(c.brokers)
 	var embedded *engine.App
 	if res.Embedded {
@@ -154,7 +155,7 @@ func run(ctx context.Context, c config) error {
 			dir = tmp
 		}
 		a, err := engine.Start(engine.Config{DataDir: dir, KafkaListen: "127.0.0.1:0", EventStoreListen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0",
-			DemoAgents: true, AgentInstances: engine.AgentInstances{DefaultCapacity: c.agentCapacity}, KafkaFsync: c.kafkaFsync, CommandsThroughKafka: c.throughKafka, AppendsThroughNetwork: c.appendsThroughNetwork, KafkaSyncTopics: append([]string{}, kafka.SplitBrokers(c.syncTopics)...), Secure: c.secure, Workflows: []*domain.Workflow{demo.Workflow(), benchWorkflow(c.steps)},
+			DemoAgents: true, AgentInstances: engine.AgentInstances{DefaultCapacity: c.agentCapacity}, KafkaFsync: c.kafkaFsync, CommandsThroughKafka: c.throughKafka, EventStoreThroughNetwork: c.storeThroughNetwork, KafkaSyncTopics: append([]string{}, kafka.SplitBrokers(c.syncTopics)...), Secure: c.secure, Workflows: []*domain.Workflow{demo.Workflow(), benchWorkflow(c.steps)},
 			Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 		if err != nil {
 			return err
