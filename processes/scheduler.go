@@ -929,6 +929,7 @@ func (sh *shard) start(ctx context.Context, sub *submission) error {
 	for _, e := range decided {
 		t.Apply(e)
 	}
+	taskFinished(sh.s.repo.Observer, t, false)
 	sh.s.started.Add(1)
 	sh.carryOut(ctx, t, decided)
 	return nil
