@@ -166,22 +166,18 @@ func (s *Store) Append(ctx context.Context, stream string, expected domain.Expec
 	if s.local != nil {
 		return s.appendInProcess(ctx, stream, expected, events)
 	}
-	data := make([]esdb.EventData, len(events))
-	for i, e := range events {
-		meta, err := json.Marshal(e.Metadata)
-		if err != nil {
-			return 0, errors.Wrap(err, "encode event metadata")
-		}
-		id, err := eventID(stream, expected, i, e)
-		if err != nil {
-			return 0, err
-		}
-		data[i] = esdb.EventData{EventID: id, EventType: e.Type, ContentType: esdb.ContentTypeJson, Data: e.Data, Metadata: meta}
+	encoded, err := encodeEvents(stream, expected, events)
+	if err != nil {
+		return 0, err
+	}
+	data := make([]esdb.EventData, len(encoded))
+	for i, e := range encoded {
+		data[i] = esdb.EventData{EventID: e.ID, EventType: e.Type, ContentType: esdb.ContentTypeJson, Data: e.Data, Metadata: e.Metadata}
 	}
 	opts := esdb.AppendToStreamOptions{ExpectedRevision: toExpected(expected)}
 	var res *esdb.WriteResult
 	began := time.Now()
-	err := s.retry(ctx, func(c *esdb.Client) error {
+	err = s.retry(ctx, func(c *esdb.Client) error {
 		var err error
 		if s.pipe != nil && pipelinable(data) {
 			res, err = s.pipe.append(ctx, stream, expected, data)
@@ -218,6 +214,24 @@ func (s *Store) Append(ctx context.Context, stream string, expected domain.Expec
 	default:
 		return 0, errors.Wrapf(err, "append to %s", stream)
 	}
+}
+
+// encodeEvents gives each event its id (eventID) and its metadata's JSON,
+// as every append path stores them.
+func encodeEvents(stream string, expected domain.ExpectedRevision, events []domain.NewEvent) ([]LocalEvent, error) {
+	out := make([]LocalEvent, len(events))
+	for i, e := range events {
+		meta, err := json.Marshal(e.Metadata)
+		if err != nil {
+			return nil, errors.Wrap(err, "encode event metadata")
+		}
+		id, err := eventID(stream, expected, i, e)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = LocalEvent{ID: id, Type: e.Type, Metadata: meta, Data: e.Data}
+	}
+	return out, nil
 }
 
 // eventID returns the event's id, deriving one when the caller gave none:

@@ -2,7 +2,6 @@ package eventstore
 
 import (
 	"context"
-	"encoding/json"
 	"math/rand/v2"
 	"time"
 
@@ -47,22 +46,13 @@ func (s *Store) AppendInProcess(local LocalAppend) { s.local = local }
 
 // appendInProcess appends through s.local.
 func (s *Store) appendInProcess(ctx context.Context, stream string, expected domain.ExpectedRevision, events []domain.NewEvent) (uint64, error) {
-	local := make([]LocalEvent, len(events))
-	for i, e := range events {
-		meta, err := json.Marshal(e.Metadata)
-		if err != nil {
-			return 0, errors.Wrap(err, "encode event metadata")
-		}
-		id, err := eventID(stream, expected, i, e)
-		if err != nil {
-			return 0, err
-		}
-		local[i] = LocalEvent{ID: id, Type: e.Type, Metadata: meta, Data: e.Data}
+	local, err := encodeEvents(stream, expected, events)
+	if err != nil {
+		return 0, err
 	}
 	began := time.Now()
 	backoff := 20 * time.Millisecond
 	var rev uint64
-	var err error
 	for {
 		// Retrying with the same ids is idempotent, as through the network.
 		rev, err = s.local(ctx, stream, expected, local)
