@@ -495,9 +495,10 @@ var ErrNotStarted = errors.New("the scheduler did not start the task")
 // saves the append, and the hop through the store, that would otherwise
 // follow the submission (TaskStarter). The submission's events keep meta,
 // the submitter's; the decisions are the scheduler's, as always. It returns
-// domain.ErrTaskExists when the stream exists (a duplicate order),
-// domain.ErrAppendRefused when the events cannot be encoded, and
-// ErrNotStarted when the caller must record the submission itself.
+// domain.ErrTaskExists when the stream exists (a duplicate order), and
+// ErrNotStarted when the caller must record the submission itself: also
+// when the store refused the append (domain.ErrAppendRefused, too large
+// say), which the submission alone may not be.
 func (s *Scheduler) Start(ctx context.Context, id string, meta domain.EventMetadata, submitted ...domain.Event) error {
 	s.setup()
 	done := make(chan error, 1)
