@@ -24,25 +24,31 @@ func localAppends(srv *esdbserver.Server) eventstore.LocalAppend {
 			proposed[i] = eslog.ProposedEvent{ID: e.ID, Type: e.Type, ContentType: "application/json", Metadata: e.Metadata, Data: e.Data}
 		}
 		res, err := srv.AppendLocal(ctx, stream, logExpected(expected), proposed)
-		var wrong *eslog.WrongExpectedVersionError
-		switch {
-		case err == nil:
-			return uint64(max(res.Revision, 0)), nil
-		// The sentinels wrapped, with the store's words, as the adapter
-		// reports what it gets through the network.
-		case errors.As(err, &wrong):
-			return 0, errors.Wrap(domain.ErrConcurrencyConflict, err.Error())
-		case errors.Is(err, eslog.ErrStreamDeleted):
-			return 0, errors.Wrap(errors.Mark(domain.ErrAppendRefused, eventstore.ErrStreamDeleted), err.Error())
-		case errors.Is(err, eslog.ErrInvalidRequest):
-			return 0, errors.Wrap(domain.ErrAppendRefused, err.Error())
-		case errors.Is(err, eslog.ErrClosed), errors.Is(err, eslog.ErrWriteFailed):
-			// Unavailable through the network too: retried.
-			return 0, errors.Wrap(eventstore.ErrUnavailable, err.Error())
-		default:
-			// A full disk, or ctx: the caller decides when to try again.
-			return 0, err
+		if err != nil {
+			return 0, appendError(err)
 		}
+		return uint64(max(res.Revision, 0)), nil
+	}
+}
+
+// appendError marks a store's append error as the adapter marks what it
+// gets through the network: the sentinels wrapped, with the store's words.
+func appendError(err error) error {
+	var wrong *eslog.WrongExpectedVersionError
+	switch {
+	case errors.As(err, &wrong):
+		return errors.Wrap(domain.ErrConcurrencyConflict, err.Error())
+	case errors.Is(err, eslog.ErrStreamDeleted):
+		return errors.Wrap(errors.Mark(domain.ErrAppendRefused, eventstore.ErrStreamDeleted), err.Error())
+	case errors.Is(err, eslog.ErrInvalidRequest):
+		return errors.Wrap(domain.ErrAppendRefused, err.Error())
+	case errors.Is(err, eslog.ErrClosed), errors.Is(err, eslog.ErrWriteFailed):
+		// Unavailable through the network too: retried.
+		return errors.Wrap(eventstore.ErrUnavailable, err.Error())
+	default:
+		// A full disk, or ctx: neither refused nor retried, as through the
+		// network; the caller decides when to try again.
+		return err
 	}
 }
 

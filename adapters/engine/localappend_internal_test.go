@@ -127,3 +127,25 @@ func TestInProcessSubscriptionDeliversWhatTheNetworkDoes(t *testing.T) {
 	require.Len(t, a, 40)
 	assert.Equal(t, b, a)
 }
+
+// TestInProcessAppendErrorsAreMarkedAsThroughTheNetwork: each way the
+// store can fail an append is marked as the adapter marks it through the
+// network. A full disk is neither refused (the order would be
+// dead-lettered) nor retried here (the caller retries when it decides).
+func TestInProcessAppendErrorsAreMarkedAsThroughTheNetwork(t *testing.T) {
+	full := appendError(errors.Wrap(eslog.ErrNoSpace, "write log"))
+	assert.False(t, errors.Is(full, domain.ErrAppendRefused))
+	assert.False(t, errors.Is(full, eventstore.ErrUnavailable))
+	assert.True(t, errors.Is(full, eslog.ErrNoSpace))
+
+	for _, failed := range []error{eslog.ErrClosed, errors.Wrap(eslog.ErrWriteFailed, "fsync")} {
+		assert.True(t, errors.Is(appendError(failed), eventstore.ErrUnavailable), "%v is retried", failed)
+	}
+	wrong := &eslog.WrongExpectedVersionError{Stream: "s", Expected: eslog.Revision(3), Current: 5}
+	assert.ErrorIs(t, appendError(wrong), domain.ErrConcurrencyConflict)
+	assert.ErrorIs(t, appendError(errors.Wrap(eslog.ErrInvalidRequest, "too big")), domain.ErrAppendRefused)
+	deleted := appendError(&eslog.StreamDeletedError{Stream: "s"})
+	assert.ErrorIs(t, deleted, domain.ErrAppendRefused)
+	assert.True(t, errors.Is(deleted, eventstore.ErrStreamDeleted))
+	assert.ErrorIs(t, appendError(context.Canceled), context.Canceled)
+}
