@@ -22,9 +22,10 @@ func SplitBrokers(list string) []string {
 }
 
 // NewClient connects to the brokers with saga's producer defaults: every
-// record acknowledged by all in-sync replicas, idempotent, lingering a
-// little so concurrent records share a request, and commands routed to the
-// agent instance the scheduler chose.
+// record acknowledged by all in-sync replicas, idempotent, sent without
+// lingering, and commands routed to the agent instance the scheduler chose.
+// No linger: on loopback a request costs less than waiting would, and the
+// records produced while a request is in flight still share the next one.
 func NewClient(brokers []string, opts ...kgo.Opt) (*kgo.Client, error) {
 	base := []kgo.Opt{
 		kgo.SeedBrokers(brokers...),
