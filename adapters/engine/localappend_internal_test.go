@@ -149,3 +149,30 @@ func TestInProcessAppendErrorsAreMarkedAsThroughTheNetwork(t *testing.T) {
 	assert.True(t, errors.Is(deleted, eventstore.ErrStreamDeleted))
 	assert.ErrorIs(t, appendError(context.Canceled), context.Canceled)
 }
+
+// TestReadinessNamesASubscriptionFailingInPlace: when a subscription to
+// $all keeps failing at one place (an event the store cannot read), the
+// event-store readiness check fails and says where and why, though the
+// server itself answers.
+func TestReadinessNamesASubscriptionFailingInPlace(t *testing.T) {
+	defer func(d time.Duration) { subscriptionFailingAfter = d }(subscriptionFailingAfter)
+	subscriptionFailingAfter = 0
+	_, store := inProcessStore(t, esdbserver.Config{})
+	s := store(t)
+	s.SubscribeInProcess(func(context.Context, uint64, bool, string, func(eventstore.LocalRecorded) error, func() error) error {
+		return errors.New("frame at 4096: checksum mismatch")
+	})
+	a := &App{Store: s}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = s.SubscribeAll(ctx, domain.FromStart(), "task-", func(domain.SubscriptionItem) error { return nil })
+	}()
+	defer func() { cancel(); <-done }()
+	require.Eventually(t, func() bool { return len(s.SubscriptionFailures(0)) > 0 }, 10*time.Second, time.Millisecond)
+	err := a.check(context.Background(), checkEventStore)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "from the start")
+	assert.Contains(t, err.Error(), "checksum mismatch")
+}

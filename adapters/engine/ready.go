@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,6 +15,11 @@ import (
 
 // readyTimeout bounds each readiness check that asks a server.
 const readyTimeout = 2 * time.Second
+
+// subscriptionFailingAfter is how long a subscription to $all may fail
+// without delivering before readiness says so: longer than a server's
+// restart. Tests shorten it.
+var subscriptionFailingAfter = 10 * time.Second
 
 // The readiness checks, by name.
 const (
@@ -35,8 +41,10 @@ var readyFailures = func() map[string]*atomic.Int64 {
 }()
 
 // Readiness runs every readiness check: the projection has caught up, the
-// event store answers (and the embedded one accepts writes), the Kafka
-// broker answers, and no follower of the shared subscription is stalled.
+// event store answers (and the embedded one accepts writes, and no
+// subscription to $all has failed in place for subscriptionFailingAfter),
+// the Kafka broker answers, and no follower of the shared subscription is
+// stalled.
 // The checks that ask a server run concurrently, each within readyTimeout.
 func (a *App) Readiness(ctx context.Context) []httpapi.Check {
 	results := make([]httpapi.Check, len(readinessChecks))
@@ -79,8 +87,20 @@ func (a *App) check(ctx context.Context, name string) error {
 		}
 		// Reading a stream that does not exist asks the server for nothing
 		// but an answer.
-		_, err := a.Store.ReadStream(ctx, "saga-readiness")
-		return err
+		if _, err := a.Store.ReadStream(ctx, "saga-readiness"); err != nil {
+			return err
+		}
+		// A subscription that keeps failing in place (an event it must read
+		// next is damaged, say) holds every process that follows it.
+		if failing := a.Store.SubscriptionFailures(subscriptionFailingAfter); len(failing) > 0 {
+			f := failing[0]
+			at := "from the start"
+			if f.HasAfter {
+				at = fmt.Sprintf("after position %d", f.After)
+			}
+			return errors.Newf("a subscription to $all has failed %s since %s: %v", at, f.Since.UTC().Format(time.RFC3339), f.Err)
+		}
+		return nil
 	case checkKafka:
 		return errors.Wrap(a.client.Ping(ctx), "ping")
 	case checkFollowers:

@@ -52,6 +52,8 @@ type Store struct {
 	// localSubscribe, when set, carries subscriptions to $all
 	// (SubscribeInProcess).
 	localSubscribe LocalSubscribe
+	// failures are the subscriptions to $all failing now.
+	failures failingSubscriptions
 }
 
 // Outcomes of an append, as an AppendObserver hears them.
@@ -316,19 +318,32 @@ func (s *Store) ReadStream(ctx context.Context, stream string) ([]domain.Recorde
 // SubscribeAll delivers, in order, every event whose stream name starts with
 // streamPrefix, from the given place, then live, until ctx ends or handle
 // returns an error. If the connection drops it resubscribes after the last
-// event delivered, so handle sees no gap and no repeat.
+// event delivered, so handle sees no gap and no repeat. While it fails
+// again and again without delivering (the server is down, or an event it
+// must read next is damaged), the backoff grows to 2 s and
+// SubscriptionFailures names it.
 func (s *Store) SubscribeAll(ctx context.Context, from domain.SubscribeFrom, streamPrefix string, handle func(domain.SubscriptionItem) error) error {
 	after, hasAfter := from.After()
 	backoff := 50 * time.Millisecond
+	progressed := false
+	track := &subscriptionState{}
+	defer s.failures.clear(track)
+	counted := func(it domain.SubscriptionItem) error {
+		if !progressed {
+			progressed = true
+			s.failures.clear(track)
+		}
+		return handle(it)
+	}
 	for {
 		var err error
 		if s.localSubscribe != nil {
-			err = s.followLocal(ctx, streamPrefix, handle, &after, &hasAfter, func() { backoff = 50 * time.Millisecond })
+			err = s.followLocal(ctx, streamPrefix, counted, &after, &hasAfter)
 		} else if s.pipe != nil {
 			// The pipeline's own connection, with a lean decoder (catchup.go).
-			err = s.pipe.followAll(ctx, streamPrefix, handle, &after, &hasAfter, func() { backoff = 50 * time.Millisecond })
+			err = s.pipe.followAll(ctx, streamPrefix, counted, &after, &hasAfter, func() {})
 		} else {
-			err = s.followOfficial(ctx, streamPrefix, handle, &after, &hasAfter, &backoff)
+			err = s.followOfficial(ctx, streamPrefix, counted, &after, &hasAfter, &backoff)
 		}
 		var handlerErr handlerError
 		if errors.As(err, &handlerErr) {
@@ -337,6 +352,10 @@ func (s *Store) SubscribeAll(ctx context.Context, from domain.SubscribeFrom, str
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		if progressed {
+			backoff, progressed = 50*time.Millisecond, false
+		}
+		s.failures.note(track, SubscriptionFailure{After: after, HasAfter: hasAfter, Err: err})
 		s.logger.Warn("event store subscription dropped; resubscribing", "err", err.Error(), "in", backoff)
 		select {
 		case <-time.After(backoff):
@@ -345,6 +364,64 @@ func (s *Store) SubscribeAll(ctx context.Context, from domain.SubscribeFrom, str
 		}
 		backoff = min(2*backoff, 2*time.Second)
 	}
+}
+
+// SubscriptionFailure is a subscription to $all that has failed since Since
+// without delivering anything: each try failed after position After (from
+// the start when HasAfter is false), the last with Err.
+type SubscriptionFailure struct {
+	Since    time.Time
+	After    uint64
+	HasAfter bool
+	Err      error
+}
+
+// SubscriptionFailures lists the subscriptions to $all of this Store that
+// have been failing, without delivering, for at least d.
+func (s *Store) SubscriptionFailures(d time.Duration) []SubscriptionFailure {
+	return s.failures.list(d)
+}
+
+// subscriptionState keys one SubscribeAll call among the failing ones.
+type subscriptionState struct{}
+
+// failingSubscriptions are the SubscribeAll calls failing now.
+type failingSubscriptions struct {
+	mu sync.Mutex
+	m  map[*subscriptionState]SubscriptionFailure
+}
+
+// note records a failed try of a call: since its first failure in a row.
+func (f *failingSubscriptions) note(key *subscriptionState, failure SubscriptionFailure) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.m == nil {
+		f.m = map[*subscriptionState]SubscriptionFailure{}
+	}
+	failure.Since = time.Now()
+	if old, ok := f.m[key]; ok {
+		failure.Since = old.Since
+	}
+	f.m[key] = failure
+}
+
+// clear forgets a call's failures: it delivered again, or ended.
+func (f *failingSubscriptions) clear(key *subscriptionState) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.m, key)
+}
+
+func (f *failingSubscriptions) list(d time.Duration) []SubscriptionFailure {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []SubscriptionFailure
+	for _, failure := range f.m {
+		if time.Since(failure.Since) >= d {
+			out = append(out, failure)
+		}
+	}
+	return out
 }
 
 // followOfficial follows $all through the official client, as

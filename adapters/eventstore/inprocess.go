@@ -114,12 +114,9 @@ type LocalSubscribe func(ctx context.Context, after uint64, hasAfter bool, prefi
 func (s *Store) SubscribeInProcess(local LocalSubscribe) { s.localSubscribe = local }
 
 // followLocal follows $all through s.localSubscribe, as followAll does
-// through the network; delivered is called as each event or the catch-up
-// is delivered.
-func (s *Store) followLocal(ctx context.Context, prefix string, handle func(domain.SubscriptionItem) error, after *uint64, hasAfter *bool,
-	delivered func()) error {
+// through the network.
+func (s *Store) followLocal(ctx context.Context, prefix string, handle func(domain.SubscriptionItem) error, after *uint64, hasAfter *bool) error {
 	return s.localSubscribe(ctx, *after, *hasAfter, prefix, func(e LocalRecorded) error {
-		delivered()
 		rec := domain.RecordedEvent{ID: uuid.UUID(e.ID).String(), Stream: e.Stream, Type: e.Type, Data: e.Data,
 			Revision: e.Revision, Position: e.Position, Recorded: e.Recorded}
 		decodeMetadata(e.Metadata, &rec.Metadata) // foreign events may carry none
@@ -129,7 +126,6 @@ func (s *Store) followLocal(ctx context.Context, prefix string, handle func(doma
 		*after, *hasAfter = rec.Position, true
 		return nil
 	}, func() error {
-		delivered()
 		if err := handle(domain.SubscriptionItem{CaughtUp: true}); err != nil {
 			return handlerError{err}
 		}
