@@ -3,7 +3,9 @@ package processes
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -279,7 +281,7 @@ func (a *Agent) call(ctx context.Context, cmd protocol.ExecuteStep) (json.RawMes
 		}
 	}
 	c := a.callStarted()
-	result, err := a.Handler(ctx, cmd)
+	result, err := a.handle(ctx, cmd)
 	refused := errors.Is(err, ErrCircuitOpen)
 	if a.Breaker != nil {
 		a.Breaker.Record(err)
@@ -289,6 +291,20 @@ func (a *Agent) call(ctx context.Context, cmd protocol.ExecuteStep) (json.RawMes
 		a.tries.Add(1)
 	}
 	return result, !refused, err
+}
+
+// handle runs the handler, turning a panic into a permanent failure: a
+// command that makes the handler panic would do so again on every retry
+// and redelivery, and take the process down each time, so its step fails
+// (and compensates as its policy says) instead.
+func (a *Agent) handle(ctx context.Context, cmd protocol.ExecuteStep) (result json.RawMessage, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			a.log(ctx, cmd).Error("step handler panicked; the step fails for good", "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			result, err = nil, Permanent(errors.Newf("the handler panicked: %v", v))
+		}
+	}()
+	return a.Handler(ctx, cmd)
 }
 
 // log returns the logger of lines about a command.

@@ -2,6 +2,7 @@ package processes_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"sync"
 	"testing"
@@ -229,4 +230,24 @@ func TestStartRefusesATaskItKnows(t *testing.T) {
 	submitted := domain.Submit(domain.Order{ID: "known-1", Body: []byte(`{}`)}, wf, "", time.Now())
 	err := s.Start(context.Background(), "known-1", domain.EventMetadata{Actor: "submitter/test"}, submitted)
 	require.ErrorIs(t, err, processes.ErrNotStarted)
+}
+
+// TestHandlerPanicFailsTheStepForGood: a handler that panics on a command
+// would panic again on every retry and redelivery; the agent turns the
+// panic into a permanent failure, with the panic's value as the reason,
+// and the process goes on.
+func TestHandlerPanicFailsTheStepForGood(t *testing.T) {
+	usual := newReplyLog()
+	ag := &processes.Agent{Name: "worker", Instance: "here/worker", Replies: usual, DeadLetters: dropLetters{},
+		Clock: processes.SystemClock, Logger: quiet(),
+		Handler: func(context.Context, protocol.ExecuteStep) (json.RawMessage, error) { panic("nil map in the handler") }}
+	body, err := json.Marshal(protocol.ExecuteStep{TaskID: "panic-1", Workflow: "work", Step: "work", Agent: "worker", Action: protocol.ActionExecute,
+		Attempt: 1, CompleteBy: time.Now().Add(10 * time.Second), IdempotencyKey: "panic-1/work"})
+	require.NoError(t, err)
+	require.NoError(t, ag.HandleCommand(context.Background(), processes.Inbound{Topic: protocol.CommandTopic("worker"), Value: body}))
+	r := usual.await(t, "panic-1")
+	assert.Equal(t, protocol.OutcomeFailed, r.Outcome)
+	assert.Equal(t, domain.FailurePermanent, r.Failure)
+	assert.Contains(t, r.Reason, "the handler panicked: nil map in the handler")
+	assert.Equal(t, 1, r.Tries)
 }

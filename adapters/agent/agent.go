@@ -144,6 +144,8 @@ func RequestOf(cmd protocol.ExecuteStep) Request {
 // records and hands to later steps and to the step's compensation. The
 // result is encoded as JSON (a json.RawMessage as it is; nil for none) and
 // may be at most 64 KiB. Return Permanent(err) when retrying cannot help.
+// A handler that panics fails the step for good, as Permanent would (the
+// panic and its stack are logged): the same command would panic again.
 type Handler func(ctx context.Context, req Request) (result any, err error)
 
 // Directory knows the live instances of agents, from their heartbeats on
