@@ -121,3 +121,26 @@ func TestCommandsThroughKafkaWhenAsked(t *testing.T) {
 	assert.GreaterOrEqual(t, s.recordsOn(protocol.RepliesTopic), int64(3*len(ids)))
 	assert.Zero(t, s.inProcessCommands())
 }
+
+// TestAPanickingHandlerFailsItsStepAndNothingElse: an embedding program's
+// payment handler panics on every command. Each order's payment step fails
+// for good, naming the panic, and the order compensates; the process, its
+// other agents and the following orders go on.
+func TestAPanickingHandlerFailsItsStepAndNothingElse(t *testing.T) {
+	var calls atomic.Int64
+	s := startSystem(t, engine.Config{Agents: map[string]agent.Handler{"payment": func(context.Context, agent.Request) (any, error) {
+		calls.Add(1)
+		var m map[string]int
+		m["boom"]++ // a nil map: the handler panics
+		return nil, nil
+	}}})
+	ids := orderIDs("panic", 3)
+	s.publishOrders(ids)
+	tasks := s.awaitTerminal(ids, 60*time.Second)
+	for _, id := range ids {
+		require.Equal(t, domain.StateCompensated, tasks[id].State, id)
+		pay := tasks[id].Step("charge-payment")
+		assert.Contains(t, pay.LastError, "the handler panicked", id)
+	}
+	assert.EqualValues(t, len(ids), calls.Load(), "one call per order: a panic is not retried")
+}
