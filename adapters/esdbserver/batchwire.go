@@ -339,14 +339,15 @@ func decodeOptions(b []byte, o *batchOptions) error {
 					o.deadline = time.Unix(sec, int64(nanos)).UTC()
 				}
 			case 7:
-				if seenDeadline {
+				if seenDeadline || !wellFormed(v) {
 					return errUncommon
 				}
 				seenDeadline = true
 				o.hasDeadline = false
 			default:
-				// An Empty, whatever unknown fields it has.
-				if o.expectedField == num {
+				// An Empty, whatever unknown fields it has, as long as they
+				// are well formed (protobuf refuses the request otherwise).
+				if o.expectedField == num || !wellFormed(v) {
 					return errUncommon
 				}
 				o.expectedField = num
@@ -625,6 +626,23 @@ func batchResponse(a *chunkedAppend, res eslog.WriteResult, err error) []byte {
 
 // skipField consumes an unknown field, or returns a negative length where
 // protobuf refuses the field (a number out of range, a truncated value).
+// wellFormed reports whether b is a sequence of well-formed fields, as
+// protobuf requires of a message whose fields it does not look into.
+func wellFormed(b []byte) bool {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return false
+		}
+		m := skipField(num, typ, b[n:])
+		if m < 0 {
+			return false
+		}
+		b = b[n+m:]
+	}
+	return true
+}
+
 func skipField(num protowire.Number, typ protowire.Type, b []byte) int {
 	if !num.IsValid() {
 		return -1
