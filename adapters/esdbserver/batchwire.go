@@ -238,7 +238,10 @@ func decodeUUID(b []byte) ([16]byte, error, error) {
 			return out, nil, errUncommon
 		}
 		v, m := protowire.ConsumeBytes(b[n:])
-		if m < 0 || num == protowire.Number(kind) {
+		if m < 0 || kind != 0 {
+			// A second form, or the same one again: protobuf checks every
+			// one of them (an invalid string before a valid one refuses the
+			// request), so it decides.
 			return out, nil, errUncommon
 		}
 		b = b[n+m:]
@@ -350,7 +353,8 @@ func decodeOptions(b []byte, o *batchOptions) error {
 				if o.expectedField == num || !wellFormed(v) {
 					return errUncommon
 				}
-				o.expectedField = num
+				// The oneof's last field wins, as in protobuf.
+				o.expectedField, o.revision = num, 0
 			}
 		case num >= 1 && num <= 7:
 			return errUncommon
