@@ -170,3 +170,17 @@ func TestAWorkflowCannotStartOnSagasOwnTopics(t *testing.T) {
 	_, err := domain.ParseDefinition([]byte(`{"name":"w","trigger":{"topics":["orders","shop.events"]},"steps":[{"name":"a","agent":"x"}]}`))
 	assert.NoError(t, err)
 }
+
+// TestOrderDocumentIsTheWholeBody: anything after the order's object,
+// even a stray bracket, makes the body invalid JSON and the order invalid.
+func TestOrderDocumentIsTheWholeBody(t *testing.T) {
+	for _, body := range []string{`{"orderId":"0"}]`, `{"orderId":"0"}}`, `{"orderId":"0"} x`, `{"orderId":"0"} {}`, `{"orderId":"0"},`} {
+		_, err := domain.ParseOrderDocument([]byte(body), 0)
+		require.ErrorIs(t, err, domain.ErrInvalidMessage, body)
+		assert.Contains(t, err.Error(), "data after the object", body)
+	}
+	for _, body := range []string{`{"orderId":"0"}`, " \n{\"orderId\":\"0\"}\n\t ", `{"orderId":"0","items":[1,{"a":[]}]}`} {
+		_, err := domain.ParseOrderDocument([]byte(body), 0)
+		require.NoError(t, err, body)
+	}
+}

@@ -67,7 +67,8 @@ func ParseOrderDocument(body []byte, maxSize int) (OrderDocument, error) {
 	if err := dec.Decode(&d.tree); err != nil {
 		return d, invalidf("order is not valid JSON: %s", strings.TrimPrefix(err.Error(), "json: "))
 	}
-	if dec.More() {
+	// The whole body is the object: More would miss a stray ']' or '}'.
+	if dec.InputOffset() != int64(len(trimmed)) {
 		return d, invalidf("order is not valid JSON: data after the object")
 	}
 	d.raw = json.RawMessage(trimmed)
