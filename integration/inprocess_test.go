@@ -75,15 +75,19 @@ func TestInProcessCommandsSkipKafkaAndShareWithInstancesElsewhere(t *testing.T) 
 	stopped := make(chan struct{})
 	go func() { defer close(stopped); _ = other.Run(runCtx) }()
 	t.Cleanup(func() { cancel(); <-stopped })
-	require.Eventually(t, func() bool {
+	announced := func(agent string) int {
 		n := 0
-		for _, hb := range s.app.AgentDirectory.Instances("payment", time.Now()) {
+		for _, hb := range s.app.AgentDirectory.Instances(agent, time.Now()) {
 			if len(hb.Partitions) > 0 {
 				n++
 			}
 		}
-		return n == 2
-	}, 30*time.Second, 20*time.Millisecond, "both payment instances announce their partitions")
+		return n
+	}
+	// Until an instance announces its partitions the scheduler cannot
+	// route to it, and its commands go through Kafka by task id.
+	require.Eventually(t, func() bool { return announced("payment") == 2 && announced("inventory") == 1 && announced("shipping") == 1 },
+		30*time.Second, 20*time.Millisecond, "every instance announces its partitions")
 
 	ids := orderIDs("local", 24)
 	s.publishOrders(ids)
