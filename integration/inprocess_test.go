@@ -86,7 +86,9 @@ func TestInProcessCommandsSkipKafkaAndShareWithInstancesElsewhere(t *testing.T) 
 	}
 	// Until an instance announces its partitions the scheduler cannot
 	// route to it, and its commands go through Kafka by task id.
-	require.Eventually(t, func() bool { return announced("payment") == 2 && announced("inventory") == 1 && announced("shipping") == 1 },
+	require.Eventually(t, func() bool {
+		return announced("payment") == 2 && announced("inventory") == 1 && announced("shipping") == 1
+	},
 		30*time.Second, 20*time.Millisecond, "every instance announces its partitions")
 
 	ids := orderIDs("local", 24)
