@@ -165,31 +165,21 @@ func (s *Store) replace(old *esdb.Client) {
 // Transient failures are retried with the same event ids, which the store
 // recognises, so a retry never writes twice.
 func (s *Store) Append(ctx context.Context, stream string, expected domain.ExpectedRevision, events ...domain.NewEvent) (uint64, error) {
-	if s.local != nil {
-		return s.appendInProcess(ctx, stream, expected, events)
-	}
 	encoded, err := encodeEvents(stream, expected, events)
 	if err != nil {
 		return 0, err
 	}
-	data := make([]esdb.EventData, len(encoded))
-	for i, e := range encoded {
-		data[i] = esdb.EventData{EventID: e.ID, EventType: e.Type, ContentType: esdb.ContentTypeJson, Data: e.Data, Metadata: e.Metadata}
-	}
-	opts := esdb.AppendToStreamOptions{ExpectedRevision: toExpected(expected)}
-	var res *esdb.WriteResult
+	var rev uint64
 	began := time.Now()
-	err = s.retry(ctx, func(c *esdb.Client) error {
-		var err error
-		if s.pipe != nil && pipelinable(data) {
-			res, err = s.pipe.append(ctx, stream, expected, data)
-			if !errors.Is(err, errBatchUnsupported) {
-				return err
-			}
-		}
-		res, err = c.AppendToStream(ctx, stream, opts, data...)
-		return err
-	})
+	if s.local != nil {
+		err = s.retry(ctx, func(*esdb.Client) error {
+			var err error
+			rev, err = s.local(ctx, stream, expected, encoded)
+			return err
+		})
+	} else {
+		err = s.appendThroughNetwork(ctx, stream, expected, encoded, &rev)
+	}
 	class := classify(err)
 	if s.observeAppend != nil {
 		outcome := AppendFailed
@@ -205,17 +195,43 @@ func (s *Store) Append(ctx context.Context, stream string, expected domain.Expec
 	}
 	switch class {
 	case nil:
-		return res.NextExpectedVersion, nil
+		return rev, nil
 	case errConflict:
 		return 0, errors.Wrapf(domain.ErrConcurrencyConflict, "append to %s: %v", stream, err)
 	case errRefused:
-		if codeOf(err) == esdb.ErrorCodeStreamDeleted {
+		if codeOf(err) == esdb.ErrorCodeStreamDeleted || errors.Is(err, errStreamDeleted) {
 			return 0, errors.Wrapf(errors.Mark(domain.ErrAppendRefused, errStreamDeleted), "append to %s: %v", stream, err)
 		}
 		return 0, errors.Wrapf(domain.ErrAppendRefused, "append to %s: %v", stream, err)
 	default:
 		return 0, errors.Wrapf(err, "append to %s", stream)
 	}
+}
+
+// appendThroughNetwork appends through the pipelined path, or
+// AppendToStream, with retries, setting *rev to the last event's revision.
+func (s *Store) appendThroughNetwork(ctx context.Context, stream string, expected domain.ExpectedRevision, encoded []LocalEvent, rev *uint64) error {
+	data := make([]esdb.EventData, len(encoded))
+	for i, e := range encoded {
+		data[i] = esdb.EventData{EventID: e.ID, EventType: e.Type, ContentType: esdb.ContentTypeJson, Data: e.Data, Metadata: e.Metadata}
+	}
+	opts := esdb.AppendToStreamOptions{ExpectedRevision: toExpected(expected)}
+	return s.retry(ctx, func(c *esdb.Client) error {
+		var res *esdb.WriteResult
+		var err error
+		if s.pipe != nil && pipelinable(data) {
+			res, err = s.pipe.append(ctx, stream, expected, data)
+			if errors.Is(err, errBatchUnsupported) {
+				res, err = c.AppendToStream(ctx, stream, opts, data...)
+			}
+		} else {
+			res, err = c.AppendToStream(ctx, stream, opts, data...)
+		}
+		if err == nil {
+			*rev = res.NextExpectedVersion
+		}
+		return err
+	})
 }
 
 // encodeEvents gives each event its id (eventID) and its metadata's JSON,
@@ -521,6 +537,15 @@ var (
 func classify(err error) error {
 	if err == nil {
 		return nil
+	}
+	// The in-process path's errors (LocalAppend) carry their class.
+	switch {
+	case errors.Is(err, ErrUnavailable):
+		return errTransient
+	case errors.Is(err, domain.ErrConcurrencyConflict):
+		return errConflict
+	case errors.Is(err, domain.ErrAppendRefused):
+		return errRefused
 	}
 	switch codeOf(err) {
 	case esdb.ErrorUnavailable, esdb.ErrorCodeDeadlineExceeded, esdb.ErrorCodeNotLeader, esdb.ErrorCodeConnectionClosed:

@@ -2,7 +2,6 @@ package eventstore
 
 import (
 	"context"
-	"math/rand/v2"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -43,46 +42,6 @@ var ErrUnavailable = errors.New("event store unavailable")
 // hops and their goroutines per append). Reads and subscriptions still go
 // through the server. Call it before the Store is used.
 func (s *Store) AppendInProcess(local LocalAppend) { s.local = local }
-
-// appendInProcess appends through s.local.
-func (s *Store) appendInProcess(ctx context.Context, stream string, expected domain.ExpectedRevision, events []domain.NewEvent) (uint64, error) {
-	local, err := encodeEvents(stream, expected, events)
-	if err != nil {
-		return 0, err
-	}
-	began := time.Now()
-	backoff := 20 * time.Millisecond
-	var rev uint64
-	for {
-		// Retrying with the same ids is idempotent, as through the network.
-		rev, err = s.local(ctx, stream, expected, local)
-		if err == nil || !errors.Is(err, ErrUnavailable) || ctx.Err() != nil {
-			break
-		}
-		select {
-		case <-time.After(backoff/2 + rand.N(backoff/2+1)):
-		case <-ctx.Done():
-			err = errors.Wrap(err, "gave up: "+ctx.Err().Error())
-		}
-		backoff = min(2*backoff, time.Second)
-	}
-	if s.observeAppend != nil {
-		outcome := AppendFailed
-		switch {
-		case err == nil:
-			outcome = AppendOK
-		case errors.Is(err, domain.ErrConcurrencyConflict):
-			outcome = AppendConflict
-		case errors.Is(err, domain.ErrAppendRefused):
-			outcome = AppendRefused
-		}
-		s.observeAppend(outcome, time.Since(began))
-	}
-	if err != nil {
-		return 0, errors.Wrapf(err, "append to %s", stream)
-	}
-	return rev, nil
-}
 
 // LocalRecorded is a recorded event as a LocalSubscribe delivers it; the
 // adapter keeps its Data and Metadata, so they must be the event's own.
