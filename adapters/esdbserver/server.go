@@ -289,39 +289,23 @@ func (s *Server) SubscribeAllLocal(ctx context.Context, after uint64, hasAfter b
 	if hasAfter {
 		from.Position = after + 1
 	}
-	live := false
-	var events []eslog.RecordedEvent
-	for {
-		page, err := s.store.ReadAllAppend(ctx, eslog.Forwards, from, lim, filter, events)
-		if err != nil {
-			return err
-		}
+	return followAll(ctx, s.store, from, lim, filter, func(page eslog.Page) error {
 		for i := range page.Events {
 			if err := event(&page.Events[i]); err != nil {
 				return err
 			}
 		}
-		events = page.Events
-		if page.Examined > 0 {
-			from.Position = page.Last + 1
-		}
-		if !page.End {
-			continue
-		}
-		if !live {
-			live = true
-			if err := caughtUp(); err != nil {
-				return err
-			}
-		}
+		return nil
+	}, caughtUp, func(changed <-chan struct{}) error {
 		select {
-		case <-page.Changed:
+		case <-changed:
+			return nil
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-s.closing:
 			return ErrServerClosed
 		}
-	}
+	})
 }
 
 // Close stops accepting calls, ends open subscriptions (clients see

@@ -409,46 +409,61 @@ func (r *reader) subscribeAll(o *streams.ReadReq_Options_AllOptions, filter *esl
 	case o.GetPosition() != nil:
 		from.Position = o.GetPosition().GetCommitPosition() + 1
 	}
-	live := false
-	var examined uint64
-	var last uint64
-	// events is the last page's slice, reused while catching up: the events
-	// are copied out when they are encoded.
-	var events []eslog.RecordedEvent
-	for {
-		page, err := r.store.ReadAllAppend(r.srv.Context(), eslog.Forwards, from, r.limits(pageSize, filter), filter, events)
-		if err != nil {
-			return err
-		}
+	var examined, last uint64
+	return followAll(r.srv.Context(), r.store, from, r.limits(pageSize, filter), filter, func(page eslog.Page) error {
+		// The events are copied out when they are encoded.
 		if err := r.send(page.Events); err != nil {
 			return err
 		}
-		events = page.Events
 		if page.Examined > 0 {
-			from.Position = page.Last + 1
 			last = page.Last
 			examined += uint64(page.Examined)
 		}
 		if filter != nil && (examined >= window || (page.End && examined > 0)) {
 			examined = 0
-			if err := r.srv.Send(&streams.ReadResp{Content: &streams.ReadResp_Checkpoint_{Checkpoint: &streams.ReadResp_Checkpoint{
+			return r.srv.Send(&streams.ReadResp{Content: &streams.ReadResp_Checkpoint_{Checkpoint: &streams.ReadResp_Checkpoint{
 				CommitPosition: last, PreparePosition: last,
-			}}}); err != nil {
-				return err
-			}
+			}}})
+		}
+		return nil
+	}, func() error { return r.srv.Send(caughtUp) }, func(changed <-chan struct{}) error {
+		r.idle()
+		return r.wait(changed)
+	})
+}
+
+// followAll reads $all forwards from from, page after page, as a catch-up
+// subscription does: each page goes to onPage; at the first end of the
+// log caughtUp is called; at each end, wait blocks until the next commit.
+// A page's slice is reused for the next while catching up, and let go
+// while waiting.
+func followAll(ctx context.Context, store *eslog.Store, from eslog.AllFrom, lim eslog.ReadLimits, filter *eslog.Filter,
+	onPage func(eslog.Page) error, caughtUp func() error, wait func(changed <-chan struct{}) error) error {
+	live := false
+	var events []eslog.RecordedEvent
+	for {
+		page, err := store.ReadAllAppend(ctx, eslog.Forwards, from, lim, filter, events)
+		if err != nil {
+			return err
+		}
+		if err := onPage(page); err != nil {
+			return err
+		}
+		events = page.Events
+		if page.Examined > 0 {
+			from.Position = page.Last + 1
 		}
 		if !page.End {
 			continue
 		}
 		if !live {
 			live = true
-			if err := r.srv.Send(caughtUp); err != nil {
+			if err := caughtUp(); err != nil {
 				return err
 			}
 		}
-		r.idle()
 		events = nil
-		if err := r.wait(page.Changed); err != nil {
+		if err := wait(page.Changed); err != nil {
 			return err
 		}
 	}
