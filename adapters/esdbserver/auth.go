@@ -243,11 +243,12 @@ func (a *authenticator) stream(srv any, ss grpc.ServerStream, info *grpc.StreamS
 // already sent, up to a bound, before the refusal is returned: a client
 // whose send meets a stream the server has closed sees a bare EOF and
 // reports that instead of the server's Unauthenticated (the official Go
-// client does). The bound keeps an unauthenticated caller from making the
-// server read without end.
+// client does). The bounds (messages and time) keep a refused caller from
+// making the server read without end; the time is generous so that a
+// client slowed by a busy machine still hears the refusal.
 func drainRefused(ss grpc.ServerStream) {
-	const maxMessages = 64
-	ctx, cancel := context.WithTimeout(ss.Context(), time.Second)
+	const maxMessages, maxWait = 64, 5 * time.Second
+	ctx, cancel := context.WithTimeout(ss.Context(), maxWait)
 	defer cancel()
 	done := make(chan struct{})
 	go func() {
@@ -298,6 +299,10 @@ func (s *checkedStream) RecvMsg(m any) error {
 		}
 	case *streams.AppendReq:
 		if name := string(r.GetOptions().GetStreamIdentifier().GetStreamName()); systemStream(name) {
+			// An append is client-streaming: read what the client sends
+			// before refusing, or its next send meets a closed stream and
+			// it reports a bare EOF instead of the refusal.
+			drainRefused(s.ServerStream)
 			return denied(s.user, "write system stream "+name)
 		}
 	}

@@ -77,3 +77,38 @@ func TestLoadUsers(t *testing.T) {
 		assert.NotContains(t, err.Error(), "changeit", "%s: the error shows no password", name)
 	}
 }
+
+// TestRefusedAppendIsReportedAsRefused: a user who may not write a system
+// stream hears AccessDenied even when the append is still being sent as
+// the server refuses it. The events here outgrow gRPC's flow-control
+// window, so without reading them first the server's answer would reach a
+// client blocked in a send, which then reports a bare EOF.
+func TestRefusedAppendIsReportedAsRefused(t *testing.T) {
+	files, err := secure.Prepare(filepath.Join(t.TempDir(), "secure"))
+	require.NoError(t, err)
+	tlsCfg, err := files.ServerTLS()
+	require.NoError(t, err)
+	hash, err := esdbserver.HashPassword("pw")
+	require.NoError(t, err)
+	srv, err := esdbserver.Start(esdbserver.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), TLS: tlsCfg,
+		Users: []esdbserver.User{{Name: "writer", Hash: hash}}, Logger: slog.New(slog.NewTextHandler(&bytes.Buffer{}, nil))})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Close() })
+	conf, err := esdb.ParseConnectionString("esdb://writer:pw@" + srv.Addr() + "?tls=true&tlsCAFile=" + files.CA)
+	require.NoError(t, err)
+	c, err := esdb.NewClient(conf)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	events := make([]esdb.EventData, 8)
+	for i := range events {
+		events[i] = esdb.EventData{EventType: "E", ContentType: esdb.ContentTypeBinary, Data: bytes.Repeat([]byte{'x'}, 100<<10)}
+	}
+	for range 5 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := c.AppendToStream(ctx, "$system-refused", esdb.AppendToStreamOptions{}, events...)
+		cancel()
+		var esErr *esdb.Error
+		require.True(t, errors.As(err, &esErr), "%v", err)
+		assert.Equal(t, esdb.ErrorCodeAccessDenied, esErr.Code(), "%v", err)
+	}
+}
