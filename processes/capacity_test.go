@@ -123,11 +123,17 @@ func TestStepsWaitForRoomAndGoInPriorityOrder(t *testing.T) {
 		routes[c.Route.Instance] = c.Route.Partition
 	}
 	assert.Equal(t, map[string]int32{"w-1": 0, "w-2": 1}, routes, "one to each instance, on the partition it consumes")
-	waits := 0
-	for _, id := range []string{"t-1", "t-2", "t-low", "t-normal", "t-high", "t-high2"} {
-		waits += count(eventTypes(t, store, id), domain.StepWaitingType)
+	// Waiting counts a waiter as soon as the scheduler decides it waits; its
+	// StepWaiting event is stored just after, so await the events.
+	waits := func() int {
+		n := 0
+		for _, id := range []string{"t-1", "t-2", "t-low", "t-normal", "t-high", "t-high2"} {
+			n += count(eventTypes(t, store, id), domain.StepWaitingType)
+		}
+		return n
 	}
-	assert.Equal(t, 4, waits, "each task that waits records it once")
+	require.Eventually(t, func() bool { return waits() >= 4 }, 10*time.Second, 5*time.Millisecond, "each task that waits records it")
+	assert.Equal(t, 4, waits(), "each task that waits records it once")
 
 	answer(t, s, sent[0], protocol.OutcomeSucceeded, "")
 	third := rec.await(t, 3)[2]
@@ -138,6 +144,8 @@ func TestStepsWaitForRoomAndGoInPriorityOrder(t *testing.T) {
 	returning := sent[1]
 	answer(t, s, returning, protocol.OutcomeUnavailable, "breaker open after: payment answered 503")
 	require.Eventually(t, func() bool { return s.Waiting()["worker"] == 4 }, 10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return count(eventTypes(t, store, returning.TaskID), domain.StepReturnedType) >= 1 },
+		10*time.Second, 5*time.Millisecond, "the given-back attempt is recorded")
 	assert.Equal(t, 1, count(eventTypes(t, store, returning.TaskID), domain.StepReturnedType))
 	assert.Len(t, rec.commands(), 3, "the instance that gave an attempt back gets no more work")
 
