@@ -110,10 +110,10 @@ type Service struct {
 
 	mu     sync.Mutex
 	faults []Fault
-	// keys are the idempotency keys kept (action/key), with their answer;
-	// keyOrder is the same keys oldest first, so expired ones go from its
-	// front.
-	keys     map[string]keptAnswer
+	// keys are the idempotency keys kept (action/key), with the time of
+	// their first call, from which their answer is made again; keyOrder is
+	// the same keys oldest first, so expired ones go from its front.
+	keys     map[string]time.Time
 	keyOrder []string
 
 	calls atomic.Int64
@@ -137,16 +137,9 @@ const maxStarts = 1 << 16
 // default.
 const DefaultKeyRetention = 24 * time.Hour
 
-// keptAnswer is the first answer to an idempotency key and when it was
-// given.
-type keptAnswer struct {
-	answer []byte
-	at     time.Time
-}
-
 // NewService returns a service with no faults.
 func NewService(name string, logger *slog.Logger) *Service {
-	return &Service{Name: name, Logger: logger, keys: map[string]keptAnswer{}}
+	return &Service{Name: name, Logger: logger, keys: map[string]time.Time{}}
 }
 
 // SetFaults replaces the injected faults; none removes them. For each call
@@ -224,7 +217,7 @@ func (s *Service) forgetExpired(now time.Time) {
 		retention = DefaultKeyRetention
 	}
 	n := 0
-	for n < len(s.keyOrder) && now.Sub(s.keys[s.keyOrder[n]].at) >= retention {
+	for n < len(s.keyOrder) && now.Sub(s.keys[s.keyOrder[n]]) >= retention {
 		delete(s.keys, s.keyOrder[n])
 		n++
 	}
@@ -322,15 +315,16 @@ func (s *Service) serveAction(w http.ResponseWriter, r *http.Request) {
 	now := time.Now()
 	s.mu.Lock()
 	s.forgetExpired(now)
-	kept, replayed := s.keys[effectKey]
+	first, replayed := s.keys[effectKey]
 	if !replayed {
-		kept.answer, _ = json.Marshal(map[string]any{"service": s.Name, "action": action, "key": key, "at": now.UTC()})
-		kept.at = now
-		s.keys[effectKey] = kept
+		first = now
+		s.keys[effectKey] = now
 		s.keyOrder = append(s.keyOrder, effectKey)
 	}
-	answer := kept.answer
 	s.mu.Unlock()
+	// The answer is made from the first call's time, so a replay gets the
+	// same bytes without the service keeping them.
+	answer, _ := json.Marshal(map[string]any{"service": s.Name, "action": action, "key": key, "at": first.UTC()})
 	w.Header().Set("Content-Type", "application/json")
 	if replayed {
 		w.Header().Set("Idempotent-Replayed", "true")

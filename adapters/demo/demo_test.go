@@ -1,6 +1,7 @@
 package demo_test
 
 import (
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -45,11 +46,14 @@ func TestServiceCountsItsLoad(t *testing.T) {
 // the first call while it is kept, and keys older than KeyRetention are
 // forgotten, so a long run does not grow the service without bound.
 func TestServiceKeepsKeysForItsRetentionOnly(t *testing.T) {
+	var body []byte
 	call := func(s *demo.Service, key string) (replayed bool) {
 		t.Helper()
 		req, _ := http.NewRequest(http.MethodPost, s.URL()+"/charge", strings.NewReader("{}"))
 		req.Header.Set("Idempotency-Key", key)
 		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		body, err = io.ReadAll(resp.Body)
 		require.NoError(t, err)
 		_ = resp.Body.Close()
 		require.Equal(t, http.StatusOK, resp.StatusCode)
@@ -59,7 +63,9 @@ func TestServiceKeepsKeysForItsRetentionOnly(t *testing.T) {
 	require.NoError(t, kept.Start("127.0.0.1:0"))
 	t.Cleanup(func() { _ = kept.Close() })
 	assert.False(t, call(kept, "k-1"))
+	first := body
 	assert.True(t, call(kept, "k-1"), "a repeat within the retention is a replay")
+	assert.Equal(t, string(first), string(body), "a replay answers what the first call did")
 	assert.Equal(t, map[string]int{"charge/k-1": 1}, kept.Effects())
 
 	brief := demo.NewService("payment", nil)

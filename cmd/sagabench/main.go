@@ -106,7 +106,7 @@ func main() {
 	flag.DurationVar(&c.window, "window", 0, "report figures every window of this length (default 1m with --duration, else 5s)")
 	flag.StringVar(&c.timelineOut, "timeline-svg", "", "write the per-window figures over time to this SVG file")
 	flag.StringVar(&c.heapDir, "heap-profiles", "", "write a heap profile at the end of every window to this directory (embedded: the whole system)")
-	flag.DurationVar(&c.demoKeyRetention, "demo-key-retention", 20*time.Second, "how long the embedded demo services keep idempotency keys (orders finish within seconds; a real service keeps them for hours)")
+	flag.DurationVar(&c.demoKeyRetention, "demo-key-retention", 5*time.Second, "how long the embedded demo services keep idempotency keys (orders finish within seconds; a real service keeps them for hours)")
 	flag.IntVar(&c.concurrency, "concurrency", 64, "orders in flight at once")
 	flag.Float64Var(&c.rate, "rate", 0, "submit at this many orders/s instead of keeping --concurrency in flight")
 	flag.IntVar(&c.steps, "steps", 3, "steps per order (embedded only)")

@@ -97,9 +97,13 @@ type Window struct {
 	GCCycles         uint64  `json:"gcCycles"`
 	AllocKiBPerOrder float64 `json:"allocKiBPerOrder"`
 	RSSMiB           float64 `json:"rssMiB"`
-	// GoMiB is the memory the Go runtime has mapped (what its soft limit
-	// bounds); RSS beyond it is memory outside the Go heap.
+	// GoMiB is the memory the Go runtime holds (mapped and not released:
+	// what its soft limit bounds), of which StacksMiB are goroutine stacks
+	// and FreeMiB heap spans free or unused; RSS beyond GoMiB is memory
+	// outside the Go runtime.
 	GoMiB       float64 `json:"goMiB"`
+	StacksMiB   float64 `json:"stacksMiB"`
+	FreeMiB     float64 `json:"freeMiB"`
 	HeapLiveMiB float64 `json:"heapLiveMiB"`
 	Goroutines  int     `json:"goroutines"`
 	// DemoKeys are the idempotency keys the demo services hold (embedded).
@@ -221,7 +225,8 @@ func (r *recorder) closeWindow() {
 	w := Window{StartSeconds: r.lastAt.Sub(r.start).Seconds(), EndSeconds: now.Sub(r.start).Seconds(), Orders: n,
 		OrdersPerSec: float64(n) / secs, LatencyMillis: h.percentiles(), CPUPercent: (cpu - r.lastCPU).Seconds() * 100 / secs,
 		RSSMiB: float64(residentBytes()) / (1 << 20), HeapLiveMiB: float64(heapLiveBytes()) / (1 << 20),
-		GoMiB: float64(rt.mapped) / (1 << 20), GCCycles: rt.cycles - r.lastRT.cycles,
+		GoMiB: float64(rt.held) / (1 << 20), StacksMiB: float64(rt.stacks) / (1 << 20), FreeMiB: float64(rt.free) / (1 << 20),
+		GCCycles: rt.cycles - r.lastRT.cycles,
 		Goroutines: runtime.NumGoroutine(), Draining: draining}
 	if n > 0 {
 		w.CPUMillisPerOrder = (cpu - r.lastCPU).Seconds() * 1000 / float64(n)
@@ -242,9 +247,9 @@ func (r *recorder) closeWindow() {
 	if draining {
 		tail = " (draining)"
 	}
-	fmt.Fprintf(r.out, "  window %d [%4.0fs-%4.0fs]: %5.0f orders/s  p50 %6.1f ms  p99 %6.1f ms  cpu %.2f ms/order (%3.0f %%)  gc %4.1f %% (%d cycles, %.0f KiB/order)  rss %4.0f MiB (go %4.0f)  heap %4.0f MiB%s\n",
+	fmt.Fprintf(r.out, "  window %d [%4.0fs-%4.0fs]: %5.0f orders/s  p50 %6.1f ms  p99 %6.1f ms  cpu %.2f ms/order (%3.0f %%)  gc %4.1f %% (%d cycles, %.0f KiB/order)  rss %4.0f MiB (go %4.0f, stacks %3.0f, free %3.0f)  heap %4.0f MiB%s\n",
 		index, w.StartSeconds, w.EndSeconds, w.OrdersPerSec, w.LatencyMillis["p50"], w.LatencyMillis["p99"], w.CPUMillisPerOrder, w.CPUPercent,
-		w.GCPercent, w.GCCycles, w.AllocKiBPerOrder, w.RSSMiB, w.GoMiB, w.HeapLiveMiB, tail)
+		w.GCPercent, w.GCCycles, w.AllocKiBPerOrder, w.RSSMiB, w.GoMiB, w.StacksMiB, w.FreeMiB, w.HeapLiveMiB, tail)
 	if r.heapDir != "" {
 		writeHeapProfile(filepath.Join(r.heapDir, fmt.Sprintf("heap-%03d.pb.gz", index)))
 	}
@@ -303,18 +308,20 @@ func gcCPUSeconds() float64 {
 
 // runtimeCounters are the Go runtime's cumulative counters a window
 // differences, and its mapped memory.
-type runtimeCounters struct{ cycles, allocated, mapped uint64 }
+type runtimeCounters struct{ cycles, allocated, held, stacks, free uint64 }
 
 func readRuntimeCounters() runtimeCounters {
-	s := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}, {Name: "/gc/heap/allocs:bytes"}, {Name: "/memory/classes/total:bytes"}}
+	s := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}, {Name: "/gc/heap/allocs:bytes"}, {Name: "/memory/classes/total:bytes"},
+		{Name: "/memory/classes/heap/released:bytes"}, {Name: "/memory/classes/heap/stacks:bytes"}, {Name: "/memory/classes/heap/free:bytes"},
+		{Name: "/memory/classes/heap/unused:bytes"}}
 	metrics.Read(s)
-	var out runtimeCounters
-	for i, p := range []*uint64{&out.cycles, &out.allocated, &out.mapped} {
+	v := make([]uint64, len(s))
+	for i := range s {
 		if s[i].Value.Kind() == metrics.KindUint64 {
-			*p = s[i].Value.Uint64()
+			v[i] = s[i].Value.Uint64()
 		}
 	}
-	return out
+	return runtimeCounters{cycles: v[0], allocated: v[1], held: v[2] - v[3], stacks: v[4], free: v[5] + v[6]}
 }
 
 // heapLiveBytes is the heap the last collection found live.
