@@ -226,7 +226,7 @@ func (r *recorder) closeWindow() {
 		OrdersPerSec: float64(n) / secs, LatencyMillis: h.percentiles(), CPUPercent: (cpu - r.lastCPU).Seconds() * 100 / secs,
 		RSSMiB: float64(residentBytes()) / (1 << 20), HeapLiveMiB: float64(heapLiveBytes()) / (1 << 20),
 		GoMiB: float64(rt.held) / (1 << 20), StacksMiB: float64(rt.stacks) / (1 << 20), FreeMiB: float64(rt.free) / (1 << 20),
-		GCCycles: rt.cycles - r.lastRT.cycles,
+		GCCycles:   rt.cycles - r.lastRT.cycles,
 		Goroutines: runtime.NumGoroutine(), Draining: draining}
 	if n > 0 {
 		w.CPUMillisPerOrder = (cpu - r.lastCPU).Seconds() * 1000 / float64(n)
