@@ -220,3 +220,39 @@ func TestValidateListsEveryProblem(t *testing.T) {
 	require.ErrorIs(t, (&processes.Submitter{}).Validate(), processes.ErrInvalidConfig)
 	require.ErrorIs(t, (&processes.Agent{}).Validate(), processes.ErrInvalidConfig)
 }
+
+// fickleLeader leads for its first calls, then not until told again.
+type fickleLeader struct {
+	calls, leadFor atomic.Int64
+}
+
+func (l *fickleLeader) IsLeader() bool { return l.calls.Add(1) <= l.leadFor.Load() }
+
+// TestASupervisorStopsActingWhenItsLeaseLapsesMidScan: the lease is asked
+// before each action, not only before a scan, so a leader whose lease
+// lapses in the middle of a scan times out nothing more; what it left is
+// timed out at a later scan once it leads again.
+func TestASupervisorStopsActingWhenItsLeaseLapsesMidScan(t *testing.T) {
+	store := embeddedStore(t)
+	clock := newFakeClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	wf := oneStep("work", 2*time.Second, domain.CompensateOnExhausted)
+	for _, id := range []string{"lapse-1", "lapse-2"} {
+		history{t: t, store: store, now: clock.Now()}.task(id, wf, true)
+	}
+	leader := &fickleLeader{}
+	leader.leadFor.Store(2) // the scan's own question, then the first action's
+	v := &processes.Supervisor{Store: store, Alerts: &alerts{seen: map[string]int{}}, Workflows: workflows{"work": wf},
+		Actor: "supervisor/lapsing", Clock: clock, Logger: quiet(), Interval: time.Second, Leader: leader}
+	run(t, v.Run)
+	<-v.Ready()
+	clock.Advance(3 * time.Second) // both attempts are due
+	require.Eventually(t, func() bool { return leader.calls.Load() >= 3 }, 10*time.Second, 5*time.Millisecond, "the second action asked")
+	timedOut := func() int {
+		return count(eventTypes(t, store, "lapse-1"), domain.StepTimedOutType) + count(eventTypes(t, store, "lapse-2"), domain.StepTimedOutType)
+	}
+	assert.Equal(t, 1, timedOut(), "one attempt timed out before the lease lapsed, none after")
+
+	leader.leadFor.Store(1 << 30)
+	clock.Advance(time.Second)
+	require.Eventually(t, func() bool { return timedOut() == 2 }, 10*time.Second, 5*time.Millisecond, "the other attempt is timed out once it leads again")
+}

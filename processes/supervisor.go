@@ -409,9 +409,17 @@ func (s *Supervisor) scan(ctx context.Context) {
 	s.mu.Unlock()
 
 	for _, a := range due {
-		if ctx.Err() != nil {
+		// A lease can lapse during a long scan: ask before each action,
+		// not only before the scan. What is left goes back for the next.
+		if ctx.Err() != nil || (s.Leader != nil && !s.Leader.IsLeader()) {
+			s.mu.Lock()
+			for _, rest := range due {
+				heap.Push(&s.deadlines, rest.d)
+			}
+			s.mu.Unlock()
 			return
 		}
+		due = due[1:]
 		s.timeOut(ctx, a, now)
 	}
 	for _, t := range alerts {

@@ -20,7 +20,20 @@ const LeaseTopic = "saga.supervisor.lease"
 
 // Lease elects one leader among processes: they join a consumer group on a
 // one-partition topic, and the member assigned partition 0 leads. A leader
-// that dies loses the lease when its group session times out (6 s).
+// that dies loses the lease when its group session times out
+// (LeaseSessionTimeout).
+//
+// A leader cut off from the broker does not hear that it lost the lease
+// until its client notices, which can be seconds after the coordinator gave
+// the partition to another member. So a leader counts itself leader only
+// until LeaseValidity after it sent the last group request the coordinator
+// answered (a heartbeat, a join or a sync): the coordinator cannot expire
+// its session before LeaseSessionTimeout after receiving that request,
+// which is later, so the old leader stops acting at least
+// LeaseSessionTimeout - LeaseValidity before any other member can start.
+// Durations are measured on the one local clock, so the guarantee holds as
+// long as the two machines' clocks run at about the same rate, not only
+// when they agree.
 //
 // Its lifecycle is explicit: NewLease sets it up (the topic, the client)
 // under a context that only bounds the set-up; Run takes part in the
@@ -30,6 +43,82 @@ type Lease struct {
 	leader  atomic.Bool
 	running atomic.Bool
 	closed  sync.Once
+	// answered is when (unix nanoseconds) the newest group request that
+	// the coordinator answered was sent; renewed is the same once trusted
+	// as a renewal of the lease.
+	answered, renewed atomic.Int64
+	// lapsed notes that the lease went past its validity. A
+	// lapsed lease is trusted again on a new assignment, or after two
+	// answered heartbeats in a row (on probation after the first): the
+	// first answer after a partition may be the coordinator's refusal,
+	// which the client reports only after this hook has seen the answer.
+	lapsed, probation atomic.Bool
+	// warned notes that the lapse was logged.
+	warned atomic.Bool
+	logger *slog.Logger
+	group  string
+}
+
+// LeaseSessionTimeout is the lease's group session timeout: how long the
+// coordinator waits for a leader's heartbeat before it gives the lease to
+// another member.
+const LeaseSessionTimeout = 6 * time.Second
+
+// LeaseValidity is how long after its last answered group request a leader
+// counts itself leader: a second less than LeaseSessionTimeout, with
+// heartbeats every second.
+const LeaseValidity = LeaseSessionTimeout - time.Second
+
+// renewals notes the requests that renew a member's group session.
+type renewals struct{ l *Lease }
+
+var (
+	_ kgo.HookBrokerE2E        = renewals{}
+	_ kgo.HookGroupManageError = renewals{}
+)
+
+// Kafka API keys of the group requests that renew a member's session.
+const (
+	apiJoinGroup int16 = 11
+	apiHeartbeat int16 = 12
+	apiSyncGroup int16 = 14
+)
+
+// OnBrokerE2E notes when an answered JoinGroup, Heartbeat or SyncGroup
+// was sent: the time the hook runs less the request's round trip.
+func (r renewals) OnBrokerE2E(_ kgo.BrokerMetadata, key int16, e2e kgo.BrokerE2E) {
+	if e2e.Err() != nil || (key != apiJoinGroup && key != apiHeartbeat && key != apiSyncGroup) {
+		return
+	}
+	sent := time.Now().Add(-e2e.DurationE2E()).UnixNano()
+	storeLater(&r.l.answered, sent)
+	if r.l.lapsed.Load() || time.Since(time.Unix(0, r.l.renewed.Load())) >= LeaseValidity {
+		r.l.lapsed.Store(true)
+		if !r.l.probation.Swap(true) {
+			return
+		}
+		r.l.probation.Store(false)
+		r.l.lapsed.Store(false)
+	}
+	storeLater(&r.l.renewed, sent)
+	r.l.warned.Store(false)
+}
+
+// OnGroupManageError distrusts every renewal so far: the group session may
+// be gone (an unknown member, a fenced generation, a lost coordinator).
+func (r renewals) OnGroupManageError(error) {
+	r.l.renewed.Store(0)
+	r.l.probation.Store(false)
+}
+
+// storeLater stores t in v unless v holds a later time.
+func storeLater(v *atomic.Int64, t int64) {
+	for {
+		prev := v.Load()
+		if t <= prev || v.CompareAndSwap(prev, t) {
+			return
+		}
+	}
 }
 
 var _ processes.Leadership = (*Lease)(nil)
@@ -47,9 +136,19 @@ func NewLease(ctx context.Context, brokers []string, group string, logger *slog.
 	if err != nil {
 		return nil, err
 	}
-	l := &Lease{}
+	l := &Lease{logger: logger, group: group}
 	set := func(m map[string][]int32, held bool) {
-		if slices.Contains(m[LeaseTopic], 0) && l.leader.Swap(held) != held {
+		if !slices.Contains(m[LeaseTopic], 0) {
+			return
+		}
+		if held {
+			// The assignment came in the answer to the sync just made.
+			storeLater(&l.renewed, l.answered.Load())
+			l.lapsed.Store(false)
+			l.probation.Store(false)
+			l.warned.Store(false)
+		}
+		if l.leader.Swap(held) != held {
 			logger.Info("supervisor lease changed", "group", group, "leader", held)
 		}
 	}
@@ -57,8 +156,9 @@ func NewLease(ctx context.Context, brokers []string, group string, logger *slog.
 		kgo.SeedBrokers(brokers...),
 		kgo.ConsumerGroup(group),
 		kgo.ConsumeTopics(LeaseTopic),
-		kgo.SessionTimeout(6 * time.Second),
+		kgo.SessionTimeout(LeaseSessionTimeout),
 		kgo.HeartbeatInterval(time.Second),
+		kgo.WithHooks(renewals{l}),
 		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { set(m, true) }),
 		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { set(m, false) }),
 		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { set(m, false) }),
@@ -84,8 +184,23 @@ func (l *Lease) Run(ctx context.Context) error {
 	}
 }
 
-// IsLeader reports whether this process holds the lease.
-func (l *Lease) IsLeader() bool { return l.leader.Load() }
+// IsLeader reports whether this process holds the lease: it was assigned
+// the lease and has renewed it within LeaseValidity.
+func (l *Lease) IsLeader() bool {
+	if !l.leader.Load() {
+		return false
+	}
+	since := time.Since(time.Unix(0, l.renewed.Load()))
+	if since < LeaseValidity {
+		return true
+	}
+	l.lapsed.Store(true)
+	if !l.warned.Swap(true) {
+		l.logger.Warn("supervisor lease lapsed: no group request answered in time; not acting until one is",
+			"group", l.group, "since_last_renewal", since.Round(time.Millisecond).String())
+	}
+	return false
+}
 
 // Close leaves the election. It is safe to call more than once, and with
 // or without Run.

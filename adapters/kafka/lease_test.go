@@ -6,7 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sagaengine/saga/adapters/kafka"
 )
@@ -60,4 +63,60 @@ func TestLeaseIsHandedOverWhenTheLeaderStops(t *testing.T) {
 	require.False(t, leases[leader].IsLeader(), "a stopped member does not lead")
 	require.Eventually(t, leases[other].IsLeader, 30*time.Second, 20*time.Millisecond, "the other member takes over")
 	t.Logf("handed over in %s", time.Since(began).Round(time.Millisecond))
+}
+
+// TestLeaseLapsesBeforeItCanBeGivenAway cuts the leader off from the group
+// coordinator (its heartbeats go unanswered, as in a network partition)
+// and watches both members throughout: the old leader stops counting
+// itself leader before the coordinator can give the lease to the other,
+// so at no moment do both lead.
+func TestLeaseLapsesBeforeItCanBeGivenAway(t *testing.T) {
+	logger := slog.New(slog.DiscardHandler)
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, kafka.LeaseTopic))
+	require.NoError(t, err)
+	t.Cleanup(cluster.Close)
+	setup, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var leases [2]*kafka.Lease
+	for i := range leases {
+		l, err := kafka.NewLease(setup, cluster.ListenAddrs(), "lease-partition", logger)
+		require.NoError(t, err)
+		ctx, stop := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = l.Run(ctx) }()
+		t.Cleanup(func() { stop(); <-done })
+		leases[i] = l
+	}
+	var leader int
+	require.Eventually(t, func() bool {
+		a, b := leases[0].IsLeader(), leases[1].IsLeader()
+		leader = map[bool]int{true: 0, false: 1}[a]
+		return a != b
+	}, 30*time.Second, 10*time.Millisecond, "one member leads")
+	other := 1 - leader
+
+	cutOff := kafka.LeaseMemberID(leases[leader])
+	require.NotEmpty(t, cutOff)
+	cluster.ControlKey(int16(kmsg.Heartbeat), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		cluster.KeepControl()
+		if req.(*kmsg.HeartbeatRequest).MemberID == cutOff {
+			return nil, nil, true // no answer, as across a partition
+		}
+		return nil, nil, false
+	})
+	began := time.Now()
+	overlaps, oldLeaderStopped := 0, time.Duration(0)
+	require.Eventually(t, func() bool {
+		old, successor := leases[leader].IsLeader(), leases[other].IsLeader()
+		if old && successor {
+			overlaps++
+		}
+		if !old && oldLeaderStopped == 0 {
+			oldLeaderStopped = time.Since(began)
+		}
+		return successor
+	}, 60*time.Second, time.Millisecond, "the other member takes the lease over")
+	t.Logf("old leader stopped after %s, successor took over after %s", oldLeaderStopped.Round(time.Millisecond), time.Since(began).Round(time.Millisecond))
+	assert.Zero(t, overlaps, "both members counted themselves leader at once")
+	assert.False(t, leases[leader].IsLeader(), "the cut-off member does not lead")
 }
