@@ -135,6 +135,9 @@ type Config struct {
 	WorkflowDirs []string
 	// MaxOrderSize bounds an order message; default 1 MiB.
 	MaxOrderSize int
+	// MaxRenderedBytes bounds what the templates of one HTTP step render
+	// to in the built-in HTTP agents; default domain.DefaultMaxRenderedBytes.
+	MaxRenderedBytes int
 	// ReplyTopicPattern is a regular expression the replyTo of an order
 	// must match; default domain.DefaultReplyTopicPattern. Saga's own topics
 	// and trigger topics are refused whatever it allows.
@@ -325,6 +328,9 @@ func Start(cfg Config) (*App, error) {
 		cfg.Workflows = []*domain.Workflow{demo.Workflow()}
 	}
 	var problems error
+	if cfg.MaxRenderedBytes < 0 {
+		problems = errors.Newf("MaxRenderedBytes must not be negative, not %d", cfg.MaxRenderedBytes)
+	}
 	for _, w := range cfg.Workflows {
 		problems = errors.CombineErrors(problems, errors.Wrapf(w.Validate(), "workflow %s", w.Name))
 	}
@@ -747,6 +753,7 @@ func (a *App) startAgents(ctx context.Context) error {
 // keeps a breaker per host, so the agent runtime keeps none.
 func (a *App) startHTTPAgent(ctx context.Context, name string, cfg httpagent.Config) error {
 	cfg.TracerProvider = a.tracing
+	cfg.MaxRenderedBytes = a.cfg.MaxRenderedBytes
 	h := httpagent.New(cfg)
 	a.HTTPHandlers[name] = h
 	return a.startAgent(ctx, name, func(ctx context.Context, req agent.Request) (any, error) {

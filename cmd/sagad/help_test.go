@@ -22,6 +22,8 @@ func TestHelpListsTheLimits(t *testing.T) {
 	require.ErrorIs(t, err, flag.ErrHelp)
 	for _, want := range []string{
 		"-max-order-size int", "(default 1048576)",
+		"-max-rendered-size int", "(default 2097152)",
+		"placeholders of an HTTP call 256",
 		"-task-view-batch int", "(default 512)",
 		"-supervisor-interval duration", "(default 1s)",
 		"-checkpoint-every duration", "(default 5s)",
