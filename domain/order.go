@@ -247,7 +247,7 @@ func fmtValue(v any) string {
 
 func truncate(s string) string {
 	if len(s) > 64 {
-		return s[:64] + "…"
+		return CutUTF8(s, 64) + "…"
 	}
 	return s
 }

@@ -522,7 +522,11 @@ func (a *App) newProducer(role string) *kafka.Producer {
 		panic(err)
 	}
 	a.clients = append(a.clients, client)
-	return kafka.NewProducer(client, "saga/"+role+"/"+a.cfg.Instance, a.logger)
+	p := kafka.NewProducer(client, "saga/"+role+"/"+a.cfg.Instance, a.logger)
+	// An order within the size limit is dead-lettered whole, so that it
+	// can be redriven; a larger one by reference.
+	p.MaxDeadLetterBytes = max(a.cfg.MaxOrderSize, kafka.DefaultMaxDeadLetterBytes)
+	return p
 }
 
 func (a *App) startProcesses(ctx context.Context) error {
