@@ -1,6 +1,7 @@
 package integration_test
 
 import (
+	"encoding/json"
 	"strconv"
 	"strings"
 	"testing"
@@ -86,4 +87,30 @@ func TestWorkflowVersionWithoutWorkflowIsDeadLettered(t *testing.T) {
 	_, ok, err := s.app.Tasks.Get(ctx(t, 5*time.Second), "versioned")
 	require.NoError(t, err)
 	assert.False(t, ok, "no task")
+}
+
+// TestSubmitWithoutWaitLeavesNoReplyTopicBehind: sagactl submit without
+// --wait names no reply topic (a private one was deleted on exit while the
+// task still sent statuses there, each a dead letter), yet still says
+// whether saga accepted or refused the order.
+func TestSubmitWithoutWaitLeavesNoReplyTopicBehind(t *testing.T) {
+	s := startSystem(t, engine.Config{})
+	out, code := s.sagactl("submit", "nowait-1", `{"note":"x"}`, "--timeout", "30s")
+	require.Equal(t, 0, code, out)
+	assert.Contains(t, out, "received")
+
+	orders := s.consumeTopic(protocol.OrdersTopic, 1, 10*time.Second)
+	var order map[string]any
+	require.NoError(t, json.Unmarshal(orders[0].Value, &order))
+	assert.NotContains(t, order, "replyTo", "no reply topic to be deleted under the task")
+
+	assert.Equal(t, domain.StateProcessed, s.awaitTerminal([]string{"nowait-1"}, 30*time.Second)["nowait-1"].State)
+	require.Eventually(t, func() bool { return s.metric("saga_statuses_published_total") != "" && s.metric("saga_statuses_published_total") != "0" },
+		10*time.Second, 20*time.Millisecond)
+	assert.Equal(t, "0", s.metric("saga_statuses_undeliverable_total"))
+
+	out, code = s.sagactl("submit", "nowait-2", "--workflow", "nope", "--timeout", "30s")
+	assert.Equal(t, 5, code, out)
+	assert.Contains(t, out, "rejected")
+	assert.Contains(t, out, "unknown workflow")
 }
