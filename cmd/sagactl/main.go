@@ -130,11 +130,12 @@ func main() {
 	}
 	var code exitCode
 	if errors.As(err, &code) {
-		fmt.Fprintln(os.Stderr, "sagactl:", code.msg)
+		fmt.Fprintln(os.Stderr, "sagactl:", cleanLines(code.msg))
 		os.Exit(code.code)
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "sagactl:", err)
+		// An error may quote what a service or the API answered.
+		fmt.Fprintln(os.Stderr, "sagactl:", cleanLines(err.Error()))
 		os.Exit(exitError)
 	}
 }
