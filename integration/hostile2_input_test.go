@@ -105,7 +105,9 @@ func TestSubmitWithoutWaitLeavesNoReplyTopicBehind(t *testing.T) {
 	assert.NotContains(t, order, "replyTo", "no reply topic to be deleted under the task")
 
 	assert.Equal(t, domain.StateProcessed, s.awaitTerminal([]string{"nowait-1"}, 30*time.Second)["nowait-1"].State)
-	require.Eventually(t, func() bool { return s.metric("saga_statuses_published_total") != "" && s.metric("saga_statuses_published_total") != "0" },
+	require.Eventually(t, func() bool {
+		return s.metric("saga_statuses_published_total") != "" && s.metric("saga_statuses_published_total") != "0"
+	},
 		10*time.Second, 20*time.Millisecond)
 	assert.Equal(t, "0", s.metric("saga_statuses_undeliverable_total"))
 
