@@ -172,6 +172,10 @@ type shard struct {
 	pokes  chan struct{}
 	pokeMu sync.Mutex
 	poked  map[string]struct{}
+
+	// held are the sizes of the maps above as of the shard's last turn,
+	// for Held: the maps are the shard goroutine's alone.
+	held struct{ tasks, finished, wakes, unsure atomic.Int64 }
 }
 
 type job struct {
@@ -410,6 +414,30 @@ func (s *Scheduler) watchRoom(ctx context.Context) {
 	}
 }
 
+// Held is what the scheduler holds in memory, by structure: unfinished
+// tasks, finished ones remembered (at most maxDone a shard), retry wakes,
+// unreadable tasks, and the attempts in flight, waiting for room and
+// avoided instances that dispatch tracks.
+func (s *Scheduler) Held() Held {
+	s.setup()
+	h := Held{"tasks": 0, "finished": 0, "wakes": 0, "unsure": 0}
+	for _, sh := range s.shards {
+		h["tasks"] += int(sh.held.tasks.Load())
+		h["finished"] += int(sh.held.finished.Load())
+		h["wakes"] += int(sh.held.wakes.Load())
+		h["unsure"] += int(sh.held.unsure.Load())
+	}
+	s.capacity.mu.Lock()
+	h["inflight"] = len(s.capacity.inflight)
+	h["avoided"] = len(s.capacity.avoid)
+	h["waiting"] = 0
+	for _, ws := range s.capacity.waiting {
+		h["waiting"] += len(ws)
+	}
+	s.capacity.mu.Unlock()
+	return h
+}
+
 // Waiting counts the dispatches that wait for room, by agent.
 func (s *Scheduler) Waiting() map[string]int {
 	out := map[string]int{}
@@ -523,6 +551,10 @@ func (s *Scheduler) rejectReply(ctx context.Context, msg Inbound, reason error) 
 
 func (sh *shard) run(ctx context.Context) {
 	for {
+		sh.held.tasks.Store(int64(len(sh.tasks)))
+		sh.held.finished.Store(int64(len(sh.done)))
+		sh.held.wakes.Store(int64(len(sh.wakes)))
+		sh.held.unsure.Store(int64(len(sh.unsure)))
 		select {
 		case <-ctx.Done():
 			return

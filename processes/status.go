@@ -42,8 +42,13 @@ type StatusPublisher struct {
 	CheckpointEvery time.Duration
 
 	tasks                        map[string]*domain.Task
+	heldTasks                    atomic.Int64
 	published, skipped, resolved atomic.Int64
 }
+
+// Held is what the publisher holds in memory: the tasks it folds, those
+// unfinished (a task in Error included, until it is resolved).
+func (p *StatusPublisher) Held() Held { return Held{"tasks": int(p.heldTasks.Load())} }
 
 // Resolved counts the resolved alerts sent.
 func (p *StatusPublisher) Resolved() int64 { return p.resolved.Load() }
@@ -118,7 +123,9 @@ func (p *StatusPublisher) round(ctx context.Context) error {
 		if it.CaughtUp {
 			return checkpoint()
 		}
-		if err := p.publish(ctx, *it.Event); err != nil {
+		err := p.publish(ctx, *it.Event)
+		p.heldTasks.Store(int64(len(p.tasks)))
+		if err != nil {
 			return err
 		}
 		pending, hasPending = it.Event.Position, true

@@ -335,6 +335,7 @@ func (s *Supervisor) track(t *domain.Task, ev domain.Event) {
 		delete(s.tasks, t.ID)
 		delete(s.failed, t.ID)
 		delete(s.alerted, t.ID)
+		s.pruneDeadlines()
 		return
 	}
 	delete(s.failed, t.ID)
@@ -345,6 +346,42 @@ func (s *Supervisor) track(t *domain.Task, ev domain.Event) {
 	case domain.CompensationDispatched:
 		heap.Push(&s.deadlines, deadline{at: d.CompleteBy, taskID: t.ID, step: d.Step, compensation: true, attempt: d.Attempt})
 	}
+}
+
+// minPrune is the size of the deadline index below which it is never
+// pruned.
+const minPrune = 1024
+
+// pruneDeadlines drops the deadlines of tasks no longer tracked once they
+// are most of the index. A deadline is indexed when its attempt is
+// dispatched and otherwise leaves only when it falls due, so without this
+// the index would hold every attempt of the last budget's length: memory
+// that grows with the rate and the budgets (a 15-minute budget at 1,000
+// attempts a second is 900,000 entries) rather than with the work in
+// flight. Pruning only when three quarters are stale keeps its cost
+// constant per attempt. The caller holds mu.
+func (s *Supervisor) pruneDeadlines() {
+	if len(s.deadlines) < minPrune || len(s.deadlines) < 4*len(s.tasks) {
+		return
+	}
+	kept := s.deadlines[:0]
+	for _, d := range s.deadlines {
+		if s.tasks[d.taskID] != nil {
+			kept = append(kept, d)
+		}
+	}
+	clear(s.deadlines[len(kept):])
+	s.deadlines = kept
+	heap.Init(&s.deadlines)
+}
+
+// Held is what the supervisor holds in memory, by structure: the tasks it
+// follows, the deadlines it indexes, the tasks in Error and those it
+// alerted for. Each is bounded by the work in flight, not by history.
+func (s *Supervisor) Held() Held {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return Held{"tasks": len(s.tasks), "deadlines": len(s.deadlines), "failed": len(s.failed), "alerted": len(s.alerted), "unsure": len(s.unsure)}
 }
 
 type dueAttempt struct {

@@ -52,7 +52,15 @@ type Config struct {
 	ConnectTimeout time.Duration
 	// KafkaOptions are extra franz-go options (TLS, SASL, ...).
 	KafkaOptions []kgo.Opt
+	// RememberFinished is how many finished orders the client keeps the
+	// statuses of, so that Wait still answers for them; older ones are
+	// forgotten, so that a long-lived client's memory does not grow with
+	// every order it ever ran. Default DefaultRememberFinished.
+	RememberFinished int
 }
+
+// DefaultRememberFinished is the default of Config.RememberFinished.
+const DefaultRememberFinished = 10_000
 
 // maxOrderBytes bounds the records the client produces: orders are at most
 // 1 MiB by default, and a sagad may accept up to 16 MiB.
@@ -101,6 +109,11 @@ type Client struct {
 	statuses map[string]map[uint64]protocol.TaskStatus
 	waiters  map[string][]chan struct{}
 	received int
+	// finished are the orders whose final status has arrived, oldest
+	// first, at most cfg.RememberFinished; finishedAt is where the next
+	// one goes once the ring is full.
+	finished   []string
+	finishedAt int
 }
 
 // New creates the reply topic if needed and starts following it.
@@ -117,6 +130,9 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	}
 	if cfg.ConnectTimeout <= 0 {
 		cfg.ConnectTimeout = 5 * time.Second
+	}
+	if cfg.RememberFinished <= 0 {
+		cfg.RememberFinished = DefaultRememberFinished
 	}
 	opts := cfg.KafkaOptions
 	if !cfg.NoReplyTopic {
@@ -261,6 +277,27 @@ func (c *Client) outcome(orderID string) Outcome {
 	return out
 }
 
+// rememberFinished notes that an order's final status arrived, and
+// forgets the statuses of the oldest finished order once more than
+// cfg.RememberFinished are kept. The caller holds mu.
+func (c *Client) rememberFinished(orderID string) {
+	if len(c.finished) < c.cfg.RememberFinished {
+		c.finished = append(c.finished, orderID)
+		return
+	}
+	delete(c.statuses, c.finished[c.finishedAt])
+	c.finished[c.finishedAt] = orderID
+	c.finishedAt = (c.finishedAt + 1) % len(c.finished)
+}
+
+// Remembered is how many orders the client holds statuses of: those in
+// flight and at most Config.RememberFinished finished ones.
+func (c *Client) Remembered() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.statuses)
+}
+
 func (c *Client) follow(ctx context.Context) {
 	defer close(c.done)
 	for {
@@ -276,10 +313,16 @@ func (c *Client) follow(ctx context.Context) {
 			c.mu.Lock()
 			defer c.mu.Unlock()
 			c.received++
-			if c.statuses[st.OrderID] == nil {
-				c.statuses[st.OrderID] = map[uint64]protocol.TaskStatus{}
+			known := c.statuses[st.OrderID]
+			if known == nil {
+				known = map[uint64]protocol.TaskStatus{}
+				c.statuses[st.OrderID] = known
 			}
-			c.statuses[st.OrderID][st.Revision] = st
+			_, seen := known[st.Revision]
+			known[st.Revision] = st
+			if st.Final() && !seen {
+				c.rememberFinished(st.OrderID)
+			}
 			for _, ch := range c.waiters[st.OrderID] {
 				close(ch)
 			}

@@ -91,3 +91,26 @@ func TestNewFailsFastWhenKafkaIsUnreachable(t *testing.T) {
 	assert.True(t, strings.Contains(err.Error(), "127.0.0.1:1"), err.Error())
 	assert.Less(t, time.Since(started), 5*time.Second)
 }
+
+// TestClientForgetsTheOldestFinishedOrders: a long-lived client keeps the
+// statuses of at most RememberFinished finished orders, so its memory does
+// not grow with every order it ran; the newest still answer Wait.
+func TestClientForgetsTheOldestFinishedOrders(t *testing.T) {
+	saga, err := startSaga(t.TempDir())
+	require.NoError(t, err)
+	t.Cleanup(saga.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := client.New(ctx, client.Config{Brokers: saga.KafkaBrokers, RememberFinished: 5})
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	for i := range 20 {
+		out, err := c.Run(ctx, fmt.Sprintf("forget-%02d", i), map[string]any{"items": []string{"book"}})
+		require.NoError(t, err)
+		require.Equal(t, "processed", out.Final.Status)
+	}
+	assert.LessOrEqual(t, c.Remembered(), 5, "finished orders beyond the bound are forgotten")
+	out, err := c.Wait(ctx, "forget-19")
+	require.NoError(t, err, "the newest finished order still answers")
+	assert.Equal(t, "processed", out.Final.Status)
+}

@@ -3,7 +3,8 @@
 // loopback; saga's built-in HTTP agent calls them ({url}/{action}).
 //
 // A service honours the Idempotency-Key header: a repeated key returns the
-// first answer and has no second effect. Faults can be injected per service:
+// first answer and has no second effect, for as long as the service keeps
+// the key (KeyRetention, 24 hours by default, as payment providers do). Faults can be injected per service:
 // transient (503), permanent (422) or hang (no answer until the caller gives
 // up), each at a rate.
 //
@@ -102,10 +103,18 @@ type Service struct {
 	// of Jitter on top, as real services vary.
 	Latency, Jitter time.Duration
 
-	mu      sync.Mutex
-	faults  []Fault
-	answers map[string][]byte
-	effects map[string]int
+	// KeyRetention is how long the service keeps an idempotency key and
+	// its answer; a key repeated later takes effect again, as at a real
+	// service. Zero means DefaultKeyRetention. Set it before the first call.
+	KeyRetention time.Duration
+
+	mu     sync.Mutex
+	faults []Fault
+	// keys are the idempotency keys kept (action/key), with the time of
+	// their first call, from which their answer is made again; keyOrder is
+	// the same keys oldest first, so expired ones go from its front.
+	keys     map[string]time.Time
+	keyOrder []string
 
 	calls atomic.Int64
 	srv   *http.Server
@@ -124,9 +133,13 @@ type Service struct {
 // maxStarts bounds the call start times a service remembers.
 const maxStarts = 1 << 16
 
+// DefaultKeyRetention is how long a service keeps an idempotency key by
+// default.
+const DefaultKeyRetention = 24 * time.Hour
+
 // NewService returns a service with no faults.
 func NewService(name string, logger *slog.Logger) *Service {
-	return &Service{Name: name, Logger: logger, answers: map[string][]byte{}, effects: map[string]int{}}
+	return &Service{Name: name, Logger: logger, keys: map[string]time.Time{}}
 }
 
 // SetFaults replaces the injected faults; none removes them. For each call
@@ -176,16 +189,42 @@ func (s *Service) URL() string { return "http://" + s.lis.Addr().String() }
 // the remote service would.
 func (s *Service) Close() error { return s.srv.Close() }
 
-// Effects returns how often each action/key took effect; a correct engine
-// never makes one take effect twice.
+// Effects returns how often each action/key kept took effect; a correct
+// engine never makes one take effect twice. A key kept counts once: a
+// repeat within KeyRetention is answered from the first call.
 func (s *Service) Effects() map[string]int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make(map[string]int, len(s.effects))
-	for k, v := range s.effects {
-		out[k] = v
+	out := make(map[string]int, len(s.keys))
+	for k := range s.keys {
+		out[k] = 1
 	}
 	return out
+}
+
+// KeysKept is how many idempotency keys the service holds now.
+func (s *Service) KeysKept() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.keys)
+}
+
+// forgetExpired drops the keys kept longer than KeyRetention. The caller
+// holds mu.
+func (s *Service) forgetExpired(now time.Time) {
+	retention := s.KeyRetention
+	if retention <= 0 {
+		retention = DefaultKeyRetention
+	}
+	n := 0
+	for n < len(s.keyOrder) && now.Sub(s.keys[s.keyOrder[n]]) >= retention {
+		delete(s.keys, s.keyOrder[n])
+		n++
+	}
+	// Slicing off the front shrinks the capacity too, so the next append
+	// that outgrows it copies only the keys kept: the slice stays a small
+	// multiple of them.
+	s.keyOrder = s.keyOrder[n:]
 }
 
 // Calls counts the requests the service received.
@@ -273,14 +312,19 @@ func (s *Service) serveAction(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	effectKey := action + "/" + key
+	now := time.Now()
 	s.mu.Lock()
-	answer, replayed := s.answers[effectKey]
+	s.forgetExpired(now)
+	first, replayed := s.keys[effectKey]
 	if !replayed {
-		s.effects[effectKey]++
-		answer, _ = json.Marshal(map[string]any{"service": s.Name, "action": action, "key": key, "at": time.Now().UTC()})
-		s.answers[effectKey] = answer
+		first = now
+		s.keys[effectKey] = now
+		s.keyOrder = append(s.keyOrder, effectKey)
 	}
 	s.mu.Unlock()
+	// The answer is made from the first call's time, so a replay gets the
+	// same bytes without the service keeping them.
+	answer, _ := json.Marshal(map[string]any{"service": s.Name, "action": action, "key": key, "at": first.UTC()})
 	w.Header().Set("Content-Type", "application/json")
 	if replayed {
 		w.Header().Set("Idempotent-Replayed", "true")

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"io"
+	"maps"
 	"os"
 	"runtime/debug"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	"github.com/sagaengine/saga/adapters/kafka"
 	"github.com/sagaengine/saga/adapters/metrics"
 	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/processes"
 )
 
 // counter and gauge are the two kinds of family the parts count.
@@ -21,6 +23,25 @@ const (
 	counter = prometheus.CounterValue
 	gauge   = prometheus.GaugeValue
 )
+
+// Held is what each process of the app holds in memory, by structure
+// (processes.Held), and the embedded event store's cache of stream states.
+func (a *App) Held() map[string]processes.Held {
+	out := map[string]processes.Held{}
+	if a.Scheduler != nil {
+		out["scheduler"] = a.Scheduler.Held()
+	}
+	if a.Supervisor != nil {
+		out["supervisor"] = a.Supervisor.Held()
+	}
+	if a.Status != nil {
+		out["status"] = a.Status.Held()
+	}
+	if a.esServer != nil {
+		out["eventstore"] = processes.Held{"stream_states": a.esServer.Store().Stats().CachedStreams}
+	}
+	return out
+}
 
 // registerMetrics adds to the app's metrics the counters of every part it
 // runs, read from their Stats at each scrape, and the lag of the consumer
@@ -97,6 +118,17 @@ func (a *App) registerMetrics() {
 				emit(float64(st.Failed), "failed")
 			}})
 	}
+	m.Register(metrics.Family{Name: "saga_held_entries", Type: gauge, Labels: []string{"process", "structure"},
+		Help: "Entries the processes hold in memory, by structure: bounded by the work in flight and fixed caps, never by the number of finished orders; a slope is a leak.",
+		Read: func(emit func(float64, ...string)) {
+			all := a.Held()
+			for _, process := range slices.Sorted(maps.Keys(all)) {
+				held := all[process]
+				for _, structure := range held.Structures() {
+					emit(float64(held[structure]), process, structure)
+				}
+			}
+		}})
 	m.Register(metrics.Family{Name: "saga_readiness_failures_total", Type: counter, Labels: []string{"check"},
 		Help: "Readiness checks that failed, by check.",
 		Read: func(emit func(float64, ...string)) {

@@ -1,7 +1,10 @@
 // Command sagabench measures saga under load: it submits orders at a given
-// concurrency or rate, as a caller would (each with a private reply topic),
-// and reports orders/s, steps/s and the end-to-end latency from submission
-// to the final status, as text, JSON and an SVG histogram.
+// concurrency or rate, as a caller would (with a private reply topic), for
+// a number of orders or a duration, and reports orders/s, steps/s and the
+// end-to-end latency from submission to the final status, for the whole
+// run and for each window of it (with CPU per order, memory and GC), as
+// text, JSON, an SVG histogram and an SVG timeline. A steady-state figure
+// is the last full window beside the first; a short run is a burst.
 //
 // With no --kafka-brokers it starts the whole system in-process on embedded
 // servers (fsync on, as sagad runs), with no-op or latency-injected demo
@@ -19,10 +22,8 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/pprof"
-	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -39,7 +40,9 @@ type config struct {
 	orders, concurrency, steps, warmup int
 	rate                               float64
 	brokers, data, jsonOut, svgOut     string
-	latency                            time.Duration
+	timelineOut, heapDir               string
+	latency, duration, window          time.Duration
+	demoKeyRetention                   time.Duration
 	agentCapacity                      int
 	workflow                           string
 	kafkaFsync, secure, throughKafka   bool
@@ -51,12 +54,14 @@ type config struct {
 
 // Result is what a run measured.
 type Result struct {
-	Orders        int                `json:"orders"`
-	Concurrency   int                `json:"concurrency"`
-	Rate          float64            `json:"rate,omitempty"`
-	Steps         int                `json:"steps"`
-	ServiceDelay  string             `json:"serviceLatency"`
-	Seconds       float64            `json:"seconds"`
+	Orders       int     `json:"orders"`
+	Concurrency  int     `json:"concurrency"`
+	Rate         float64 `json:"rate,omitempty"`
+	Steps        int     `json:"steps"`
+	ServiceDelay string  `json:"serviceLatency"`
+	Seconds      float64 `json:"seconds"`
+	// Duration is the time orders were submitted for, with --duration.
+	Duration      string             `json:"duration,omitempty"`
 	OrdersPerSec  float64            `json:"ordersPerSecond"`
 	StepsPerSec   float64            `json:"stepsPerSecond"`
 	LatencyMillis map[string]float64 `json:"latencyMillis"`
@@ -75,8 +80,12 @@ type Result struct {
 	CPUSeconds        float64 `json:"cpuSeconds"`
 	CPUMillisPerOrder float64 `json:"cpuMillisPerOrder"`
 
-	latencies []time.Duration
-	phases    phases
+	// Windows are the run's figures window by window, and Steady the
+	// first full window beside the last.
+	Windows []Window `json:"windows"`
+	Steady  *Steady  `json:"steady,omitempty"`
+
+	latencies *histogram
 
 	// PhaseMillis splits each order's latency at the times the store
 	// recorded its first event (TaskSubmitted) and its final one, p50 of
@@ -92,7 +101,12 @@ type Result struct {
 
 func main() {
 	var c config
-	flag.IntVar(&c.orders, "orders", 2000, "orders to submit")
+	flag.IntVar(&c.orders, "orders", 2000, "orders to submit (unless --duration is given)")
+	flag.DurationVar(&c.duration, "duration", 0, "submit orders for this long instead of a number of them, e.g. 10m")
+	flag.DurationVar(&c.window, "window", 0, "report figures every window of this length (default 1m with --duration, else 5s)")
+	flag.StringVar(&c.timelineOut, "timeline-svg", "", "write the per-window figures over time to this SVG file")
+	flag.StringVar(&c.heapDir, "heap-profiles", "", "write a heap profile at the end of every window to this directory (embedded: the whole system)")
+	flag.DurationVar(&c.demoKeyRetention, "demo-key-retention", 5*time.Second, "how long the embedded demo services keep idempotency keys (orders finish within seconds; a real service keeps them for hours)")
 	flag.IntVar(&c.concurrency, "concurrency", 64, "orders in flight at once")
 	flag.Float64Var(&c.rate, "rate", 0, "submit at this many orders/s instead of keeping --concurrency in flight")
 	flag.IntVar(&c.steps, "steps", 3, "steps per order (embedded only)")
@@ -113,6 +127,12 @@ func main() {
 	mix := flag.String("priority-mix", "", "give the orders priorities in these shares, e.g. high=10,normal=60,low=30, and report latency per priority")
 	c.security = kafka.RegisterFlags(flag.CommandLine)
 	flag.Parse()
+	if c.window <= 0 {
+		c.window = 5 * time.Second
+		if c.duration > 0 {
+			c.window = time.Minute
+		}
+	}
 	var err error
 	if c.priorities, err = parsePriorityMix(*mix); err != nil {
 		fmt.Fprintln(os.Stderr, "sagabench:", err)
@@ -164,6 +184,7 @@ func run(ctx context.Context, c config) error {
 		embedded = a
 		for _, svc := range a.Services {
 			svc.Latency = c.latency
+			svc.KeyRetention = c.demoKeyRetention
 		}
 		<-a.Scheduler.Ready()
 		brokers = a.KafkaBrokers
@@ -179,7 +200,8 @@ func run(ctx context.Context, c config) error {
 	if err != nil {
 		return err
 	}
-	cl, err := client.New(ctx, client.Config{Brokers: brokers, KafkaOptions: kafkaOpts})
+	// The client keeps few finished orders: each is waited for as it runs.
+	cl, err := client.New(ctx, client.Config{Brokers: brokers, KafkaOptions: kafkaOpts, RememberFinished: 1024 + c.concurrency})
 	if err != nil {
 		return err
 	}
@@ -188,11 +210,23 @@ func run(ctx context.Context, c config) error {
 	run := fmt.Sprintf("%x", time.Now().UnixNano())
 	if c.warmup > 0 {
 		fmt.Fprintf(os.Stderr, "warming up with %d orders\n", c.warmup)
-		if _, _, err := load(ctx, cl, c, "warm-"+run, c.warmup, nil); err != nil {
+		warm := c
+		warm.duration, warm.orders = 0, c.warmup
+		if err := load(ctx, cl, warm, "warm-"+run, newRecorder(time.Hour, "", nil, io.Discard), nil); err != nil {
 			return err
 		}
 	}
-	fmt.Fprintf(os.Stderr, "submitting %d orders, %s\n", c.orders, pace(c))
+	if c.duration > 0 {
+		fmt.Fprintf(os.Stderr, "submitting orders for %s, %s, figures every %s\n", c.duration, pace(c), c.window)
+		res.Duration = c.duration.String()
+	} else {
+		fmt.Fprintf(os.Stderr, "submitting %d orders, %s, figures every %s\n", c.orders, pace(c), c.window)
+	}
+	if c.heapDir != "" {
+		if err := os.MkdirAll(c.heapDir, 0o755); err != nil {
+			return err
+		}
+	}
 	if c.cpuProfile != "" {
 		f, err := os.Create(c.cpuProfile)
 		if err != nil {
@@ -204,24 +238,45 @@ func run(ctx context.Context, c config) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	var demoKeys func() int
+	if embedded != nil {
+		demoKeys = func() int {
+			n := 0
+			for _, svc := range embedded.Services {
+				n += svc.KeysKept()
+			}
+			return n
+		}
+	}
 	cpu0 := processCPU()
 	start := time.Now()
-	latencies, phases, err := load(ctx, cl, c, "bench-"+run, c.orders, res.Outcomes)
+	rec := newRecorder(c.window, c.heapDir, demoKeys, os.Stderr)
+	stopWindows, windowsDone := make(chan struct{}), make(chan struct{})
+	go func() { defer close(windowsDone); rec.run(stopWindows) }()
+	err = load(ctx, cl, c, "bench-"+run, rec, res.Outcomes)
+	close(stopWindows)
+	<-windowsDone
 	if err != nil {
 		return err
 	}
-	if res.Embedded {
-		res.PhaseMillis = phases.medians()
-	}
 	elapsed := time.Since(start)
-	res.latencies = latencies
+	res.Orders = rec.finished
+	res.latencies = &rec.all
+	if res.Embedded {
+		res.PhaseMillis = map[string]float64{"submit": rec.phases.submit.percentiles()["p50"],
+			"engine": rec.phases.engine.percentiles()["p50"], "reply": rec.phases.reply.percentiles()["p50"]}
+	}
 	res.Seconds = elapsed.Seconds()
-	res.OrdersPerSec = float64(c.orders) / elapsed.Seconds()
+	res.OrdersPerSec = float64(res.Orders) / elapsed.Seconds()
 	res.StepsPerSec = res.OrdersPerSec * float64(c.steps)
 	res.CPUSeconds = (processCPU() - cpu0).Seconds()
-	res.CPUMillisPerOrder = res.CPUSeconds * 1000 / float64(c.orders)
-	res.LatencyMillis = percentiles(latencies)
-	res.LatencyByPriority = latencyByPriority(c.priorities, latencies)
+	if res.Orders > 0 {
+		res.CPUMillisPerOrder = res.CPUSeconds * 1000 / float64(res.Orders)
+	}
+	res.LatencyMillis = rec.all.percentiles()
+	res.LatencyByPriority = latencyByPriority(rec.byPriority)
+	res.Windows = rec.windows
+	res.Steady = steady(rec.windows, c.window)
 	report(os.Stdout, res)
 	if embedded != nil {
 		fmt.Fprintln(os.Stderr, "metrics of the embedded system:")
@@ -245,6 +300,11 @@ func run(ctx context.Context, c config) error {
 			return err
 		}
 	}
+	if c.timelineOut != "" {
+		if err := os.WriteFile(c.timelineOut, []byte(timelineSVG(res)), 0o644); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -255,37 +315,15 @@ func pace(c config) string {
 	return fmt.Sprintf("%d in flight", c.concurrency)
 }
 
-// phases are the parts of each order's latency (Result.PhaseMillis).
-type phases struct{ submit, engine, reply []time.Duration }
-
-// add notes the parts of an order sent at t0 and answered at end.
-func (p *phases) add(out client.Outcome, t0, end time.Time) {
-	if len(out.Statuses) == 0 || out.Statuses[0].Revision != 0 || out.Final.Time.IsZero() {
-		return
-	}
-	first := out.Statuses[0].Time
-	p.submit = append(p.submit, first.Sub(t0))
-	p.engine = append(p.engine, out.Final.Time.Sub(first))
-	p.reply = append(p.reply, end.Sub(out.Final.Time))
-}
-
-func (p *phases) medians() map[string]float64 {
-	if len(p.submit) == 0 {
-		return nil
-	}
-	return map[string]float64{"submit": percentiles(p.submit)["p50"], "engine": percentiles(p.engine)["p50"], "reply": percentiles(p.reply)["p50"]}
-}
-
-// load runs n orders and returns their end-to-end latencies and parts.
-func load(ctx context.Context, cl *client.Client, c config, prefix string, n int, outcomes map[string]int) ([]time.Duration, phases, error) {
-	var parts phases
-	latencies := make([]time.Duration, n)
-	var done atomic.Int64
+// load submits orders, keeping c.concurrency in flight or at c.rate, c.orders
+// of them or for c.duration, and records each one's outcome in rec. It
+// returns once every submitted order has finished.
+func load(ctx context.Context, cl *client.Client, c config, prefix string, rec *recorder, outcomes map[string]int) error {
 	var mu sync.Mutex
 	var firstErr error
 	slots := make(chan struct{}, max(c.concurrency, 1))
 	var wg sync.WaitGroup
-	stopProgress := progress(n, &done)
+	stopProgress := progress(rec)
 	defer stopProgress()
 	var tick <-chan time.Time
 	if c.rate > 0 {
@@ -293,18 +331,31 @@ func load(ctx context.Context, cl *client.Client, c config, prefix string, n int
 		defer ticker.Stop()
 		tick = ticker.C
 	}
-	for i := 0; i < n; i++ {
+	var deadline <-chan time.Time
+	if c.duration > 0 {
+		timer := time.NewTimer(c.duration)
+		defer timer.Stop()
+		deadline = timer.C
+	}
+	defer wg.Wait()
+	for i := 0; c.duration > 0 || i < c.orders; i++ {
 		if tick != nil {
 			select {
 			case <-tick:
+			case <-deadline:
+				rec.drain()
+				return wait(&wg, &mu, &firstErr)
 			case <-ctx.Done():
-				return nil, parts, ctx.Err()
+				return ctx.Err()
 			}
 		} else {
 			select {
 			case slots <- struct{}{}:
+			case <-deadline:
+				rec.drain()
+				return wait(&wg, &mu, &firstErr)
 			case <-ctx.Done():
-				return nil, parts, ctx.Err()
+				return ctx.Err()
 			}
 		}
 		wg.Add(1)
@@ -313,21 +364,19 @@ func load(ctx context.Context, cl *client.Client, c config, prefix string, n int
 			if tick == nil {
 				defer func() { <-slots }()
 			}
-			id := fmt.Sprintf("%s-%06d", prefix, i)
+			id := fmt.Sprintf("%s-%07d", prefix, i)
 			waitCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 			defer cancel()
 			t0 := time.Now()
 			fields := map[string]any{"workflow": c.workflow, "items": []string{"book"}}
-			if p := c.priorities.of(i); p != "" {
+			p := c.priorities.of(i)
+			if p != "" {
 				fields["priority"] = string(p)
 			}
 			out, err := cl.Run(waitCtx, id, fields)
-			end := time.Now()
-			latencies[i] = end.Sub(t0)
-			done.Add(1)
+			rec.record(p, out, t0, time.Now())
 			mu.Lock()
 			defer mu.Unlock()
-			parts.add(out, t0, end)
 			if err != nil && firstErr == nil {
 				firstErr = errors.Wrapf(err, "order %s", id)
 			}
@@ -336,41 +385,39 @@ func load(ctx context.Context, cl *client.Client, c config, prefix string, n int
 			}
 		}(i)
 	}
-	wg.Wait()
-	return latencies, parts, firstErr
+	rec.drain()
+	return wait(&wg, &mu, &firstErr)
 }
 
-// progress prints how far the run is once a second.
-func progress(total int, done *atomic.Int64) func() {
+// wait waits for the orders in flight and returns the first error.
+func wait(wg *sync.WaitGroup, mu *sync.Mutex, firstErr *error) error {
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	return *firstErr
+}
+
+// progress prints, every 5 s, how many orders have finished and the rate
+// over those 5 s.
+func progress(rec *recorder) func() {
 	stop := make(chan struct{})
 	go func() {
-		start := time.Now()
-		ticker := time.NewTicker(time.Second)
+		const every = 5 * time.Second
+		ticker := time.NewTicker(every)
 		defer ticker.Stop()
+		last := rec.Finished()
 		for {
 			select {
 			case <-stop:
 				return
 			case <-ticker.C:
-				d := done.Load()
-				fmt.Fprintf(os.Stderr, "  %6d / %d orders finished, %.0f orders/s\n", d, total, float64(d)/time.Since(start).Seconds())
+				d := rec.Finished()
+				fmt.Fprintf(os.Stderr, "  %7d orders finished, %5.0f orders/s in the last %s\n", d, float64(d-last)/every.Seconds(), every)
+				last = d
 			}
 		}
 	}()
 	return func() { close(stop) }
-}
-
-func percentiles(lat []time.Duration) map[string]float64 {
-	s := append([]time.Duration(nil), lat...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	at := func(p float64) float64 {
-		if len(s) == 0 {
-			return 0
-		}
-		i := int(p * float64(len(s)-1))
-		return float64(s[i].Microseconds()) / 1000
-	}
-	return map[string]float64{"p50": at(0.50), "p90": at(0.90), "p99": at(0.99), "max": at(1)}
 }
 
 func report(w io.Writer, r *Result) {
@@ -382,6 +429,7 @@ func report(w io.Writer, r *Result) {
 		fmt.Fprintf(w, "  p50 ms: to the first event %.2f, to the final event %.2f, to the caller %.2f\n", p["submit"], p["engine"], p["reply"])
 	}
 	reportByPriority(w, r)
+	reportSteady(w, r)
 	fmt.Fprintf(w, "  outcomes: %v\n", r.Outcomes)
 }
 

@@ -5,7 +5,6 @@ import (
 	"io"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/cockroachdb/errors"
 
@@ -59,17 +58,13 @@ func (m priorityMix) of(i int) domain.Priority {
 }
 
 // latencyByPriority gives the percentiles of each priority's latencies.
-func latencyByPriority(m priorityMix, latencies []time.Duration) map[domain.Priority]map[string]float64 {
-	if m.total == 0 {
+func latencyByPriority(byPriority map[domain.Priority]*histogram) map[domain.Priority]map[string]float64 {
+	if len(byPriority) == 0 {
 		return nil
 	}
-	byPriority := map[domain.Priority][]time.Duration{}
-	for i, l := range latencies {
-		byPriority[m.of(i)] = append(byPriority[m.of(i)], l)
-	}
 	out := map[domain.Priority]map[string]float64{}
-	for p, ls := range byPriority {
-		out[p] = percentiles(ls)
+	for p, h := range byPriority {
+		out[p] = h.percentiles()
 	}
 	return out
 }

@@ -45,3 +45,10 @@ func (c *stateCache) put(st *streamState) {
 		delete(c.items, el.Value.(*streamState).name)
 	}
 }
+
+// len is how many stream states the cache holds.
+func (c *stateCache) len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.order.Len()
+}

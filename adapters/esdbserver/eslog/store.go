@@ -140,6 +140,9 @@ type Stats struct {
 	Replayed uint64
 	// IndexTables is how many index tables are on disk now.
 	IndexTables int
+	// CachedStreams is how many streams' states the cache holds: at most
+	// Options.IndexCacheStreams, whatever the number of streams.
+	CachedStreams int
 }
 
 // Stats returns the store's counters.
@@ -147,7 +150,8 @@ func (s *Store) Stats() Stats {
 	s.mu.RLock()
 	tables := len(s.tables)
 	s.mu.RUnlock()
-	return Stats{Syncs: s.syncs.Load(), Writes: s.writes.Load(), Refused: s.refused.Load(), Replayed: s.replayed, IndexTables: tables}
+	return Stats{Syncs: s.syncs.Load(), Writes: s.writes.Load(), Refused: s.refused.Load(), Replayed: s.replayed, IndexTables: tables,
+		CachedStreams: s.cache.len()}
 }
 
 // Health returns nil while the store accepts writes, and an error wrapping

@@ -38,6 +38,7 @@ type config struct {
 	engine      string
 	concurrency int
 	duration    time.Duration
+	window      time.Duration
 	warmup      time.Duration
 	work        string
 	bin         string
@@ -90,6 +91,29 @@ type Result struct {
 	// in it: about 3 when every step ran once (a check on the engine's work).
 	CallsPerOrder float64 `json:"callsPerOrder"`
 	FirstError    string  `json:"firstError,omitempty"`
+	// Windows are the figures of each --window of the run, and Steady the
+	// first full window beside the last, as in sagabench's JSON.
+	Windows []Window `json:"windows"`
+	Steady  *Steady  `json:"steady,omitempty"`
+}
+
+// Window is one stretch of the measured run.
+type Window struct {
+	StartSeconds      float64            `json:"startSeconds"`
+	EndSeconds        float64            `json:"endSeconds"`
+	Orders            int                `json:"orders"`
+	OrdersPerSec      float64            `json:"ordersPerSecond"`
+	LatencyMillis     map[string]float64 `json:"latencyMillis"`
+	CPUMillisPerOrder float64            `json:"cpuMillisPerOrder"`
+}
+
+// Steady compares the first and the last full windows.
+type Steady struct {
+	Window                   string  `json:"window"`
+	First                    int     `json:"firstWindow"`
+	Last                     int     `json:"lastWindow"`
+	ThroughputLastOverFirst  float64 `json:"throughputLastOverFirst"`
+	CPUPerOrderLastOverFirst float64 `json:"cpuPerOrderLastOverFirst"`
 }
 
 func main() {
@@ -98,6 +122,7 @@ func main() {
 	flag.IntVar(&c.concurrency, "concurrency", 64, "sagas in flight at once")
 	flag.DurationVar(&c.duration, "duration", 20*time.Second, "how long to measure")
 	flag.DurationVar(&c.warmup, "warmup", 3*time.Second, "how long to run before measuring")
+	flag.DurationVar(&c.window, "window", 0, "report figures for every window of this length (default: a minute for runs of two minutes or more, else a quarter of the run)")
 	flag.StringVar(&c.work, "work", ".work", "working directory: each run's data directory is made under it")
 	flag.StringVar(&c.bin, "bin", "", "directory of the engines' binaries (restate-server, dtm, temporal; default WORK/bin)")
 	flag.StringVar(&c.pgBin, "pg-bin", "", "directory of PostgreSQL's initdb and postgres (default: found under /usr/lib/postgresql)")
@@ -199,6 +224,7 @@ func measure(ctx context.Context, c config, eng engine, svc *service) (*Result, 
 	var (
 		mu        sync.Mutex
 		latencies []time.Duration
+		ends      []time.Time // of each latency, for the windows
 		errs      int
 		firstErr  error
 		windowT0  atomic.Int64 // unix nanos; 0 until the warm-up ends
@@ -240,6 +266,7 @@ func measure(ctx context.Context, c config, eng engine, svc *service) (*Result, 
 					}
 				} else {
 					latencies = append(latencies, end.Sub(start))
+					ends = append(ends, end)
 				}
 				mu.Unlock()
 			}
@@ -259,10 +286,27 @@ func measure(ctx context.Context, c config, eng engine, svc *service) (*Result, 
 	calls0 := svc.calls.Load()
 	t0 := time.Now()
 	windowT0.Store(t0.UnixNano())
-	select {
-	case <-time.After(c.duration):
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	period := c.window
+	if period <= 0 {
+		period = c.duration / 4
+		if c.duration >= 2*time.Minute {
+			period = time.Minute
+		}
+	}
+	cpus := []cpuSample{cpu0} // at each window's end
+	deadline := time.After(c.duration)
+	ticker := time.NewTicker(period)
+	defer ticker.Stop()
+measuring:
+	for {
+		select {
+		case <-ticker.C:
+			cpus = append(cpus, sampleCPU(eng.Procs()))
+		case <-deadline:
+			break measuring
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
 	t1 := time.Now()
 	windowT1.Store(t1.UnixNano())
@@ -289,10 +333,61 @@ func measure(ctx context.Context, c config, eng engine, svc *service) (*Result, 
 	if firstErr != nil {
 		res.FirstError = firstErr.Error()
 	}
+	res.Windows, res.Steady = windows(t0, period, latencies, ends, append(cpus, cpu1))
+	for i, w := range res.Windows {
+		fmt.Fprintf(os.Stderr, "  window %d [%4.0fs-%4.0fs]: %5.0f sagas/s  p50 %6.1f ms  p99 %6.1f ms  cpu %.2f ms/saga\n",
+			i, w.StartSeconds, w.EndSeconds, w.OrdersPerSec, w.LatencyMillis["p50"], w.LatencyMillis["p99"], w.CPUMillisPerOrder)
+	}
 	if len(latencies) == 0 {
 		return res, fmt.Errorf("no saga completed in the window (%d errors): %v", errs, firstErr)
 	}
 	return res, nil
+}
+
+// windows splits the measured sagas by the window they ended in; cpus are
+// the samples at the start and at each window's end (the last at the end
+// of the run, which may close a shorter window).
+func windows(t0 time.Time, period time.Duration, latencies []time.Duration, ends []time.Time, cpus []cpuSample) ([]Window, *Steady) {
+	n := len(cpus) - 1
+	byWindow := make([][]time.Duration, n)
+	for i, end := range ends {
+		w := min(int(end.Sub(t0)/period), n-1)
+		byWindow[w] = append(byWindow[w], latencies[i])
+	}
+	var out []Window
+	for i := range n {
+		start, end := float64(i)*period.Seconds(), float64(i+1)*period.Seconds()
+		if i == n-1 {
+			end = start + cpus[i+1].at.Sub(cpus[i].at).Seconds()
+		}
+		w := Window{StartSeconds: start, EndSeconds: end, Orders: len(byWindow[i]), LatencyMillis: percentiles(byWindow[i])}
+		if secs := end - start; secs > 0 {
+			w.OrdersPerSec = float64(w.Orders) / secs
+		}
+		if w.Orders > 0 {
+			used := cpus[i+1].self - cpus[i].self + cpus[i+1].engine(cpus[i])
+			w.CPUMillisPerOrder = round3(used * 1000 / float64(w.Orders))
+		}
+		out = append(out, w)
+	}
+	var full []int
+	for i, w := range out {
+		if w.EndSeconds-w.StartSeconds >= 0.95*period.Seconds() {
+			full = append(full, i)
+		}
+	}
+	if len(full) < 2 {
+		return out, nil
+	}
+	first, last := out[full[0]], out[full[len(full)-1]]
+	s := &Steady{Window: period.String(), First: full[0], Last: full[len(full)-1]}
+	if first.OrdersPerSec > 0 {
+		s.ThroughputLastOverFirst = round3(last.OrdersPerSec / first.OrdersPerSec)
+	}
+	if first.CPUMillisPerOrder > 0 {
+		s.CPUPerOrderLastOverFirst = round3(last.CPUMillisPerOrder / first.CPUMillisPerOrder)
+	}
+	return out, s
 }
 
 func waitTimeout(wg *sync.WaitGroup, d time.Duration) {

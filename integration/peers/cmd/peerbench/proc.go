@@ -20,6 +20,7 @@ import (
 const clockTicks = 100
 
 type cpuSample struct {
+	at    time.Time
 	self  float64         // seconds of this process (getrusage)
 	procs map[int]float64 // seconds of each engine process
 }
@@ -38,7 +39,7 @@ func (s cpuSample) engine(before cpuSample) float64 {
 func sampleCPU(roots []int) cpuSample {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	s := cpuSample{self: tv(ru.Utime) + tv(ru.Stime), procs: map[int]float64{}}
+	s := cpuSample{at: time.Now(), self: tv(ru.Utime) + tv(ru.Stime), procs: map[int]float64{}}
 	for pid, t := range descendants(roots) {
 		s.procs[pid] = t
 	}

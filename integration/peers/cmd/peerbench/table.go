@@ -24,6 +24,14 @@ type row struct {
 	KafkaFsync bool           `json:"kafkaFsync"`
 	SyncTopics string         `json:"kafkaSyncTopics"`
 	Outcomes   map[string]int `json:"outcomes"`
+	// Both: the windows of the run, the last full one the steady figure.
+	Windows []struct {
+		OrdersPerSec float64 `json:"ordersPerSecond"`
+	} `json:"windows"`
+	Steady *struct {
+		Last                    int     `json:"lastWindow"`
+		ThroughputLastOverFirst float64 `json:"throughputLastOverFirst"`
+	} `json:"steady"`
 }
 
 // span is the range of a figure over the rounds.
@@ -66,8 +74,11 @@ func ratio(saga, peer float64) string {
 
 type cell struct {
 	rate, p50, p99, cpu span
-	durability          string
-	runs, errors        int
+	// last is the last full window's orders/s and decay last ÷ first,
+	// when the run had windows.
+	last, decay  span
+	durability   string
+	runs, errors int
 }
 
 // table reads JSON results and prints one markdown table: each engine's
@@ -108,6 +119,10 @@ func table(w io.Writer, files []string) error {
 		c.p50.add(r.LatencyMillis["p50"])
 		c.p99.add(r.LatencyMillis["p99"])
 		c.cpu.add(r.CPUMillisPerOrder)
+		if st := r.Steady; st != nil && st.Last < len(r.Windows) {
+			c.last.add(r.Windows[st.Last].OrdersPerSec)
+			c.decay.add(st.ThroughputLastOverFirst)
+		}
 		c.durability, c.runs, c.errors = r.Durability, c.runs+1, c.errors+r.Errors
 	}
 	levels := make([]int, 0, len(cells))
@@ -115,8 +130,8 @@ func table(w io.Writer, files []string) error {
 		levels = append(levels, l)
 	}
 	sort.Ints(levels)
-	fmt.Fprintln(w, "| in flight | engine | orders/s | p50 ms | p99 ms | CPU ms/order | saga ÷ peer: orders/s | p50 | p99 | CPU/order | runs | durability |")
-	fmt.Fprintln(w, "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+	fmt.Fprintln(w, "| in flight | engine | orders/s | last window orders/s | last ÷ first window | p50 ms | p99 ms | CPU ms/order | saga ÷ peer: orders/s | last window | p50 | p99 | CPU/order | runs | durability |")
+	fmt.Fprintln(w, "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
 	durabilities := map[string]string{}
 	for _, l := range levels {
 		saga := cells[l]["saga"]
@@ -126,17 +141,21 @@ func table(w io.Writer, files []string) error {
 				continue
 			}
 			durabilities[name] = c.durability
-			rr, r50, r99, rcpu := "", "", "", ""
+			rr, rlast, r50, r99, rcpu := "", "", "", "", ""
 			if name != "saga" && saga != nil {
-				rr, r50, r99, rcpu = ratio(saga.rate.mid(), c.rate.mid()), ratio(saga.p50.mid(), c.p50.mid()),
+				rr, rlast, r50, r99, rcpu = ratio(saga.rate.mid(), c.rate.mid()), ratio(saga.last.mid(), c.last.mid()), ratio(saga.p50.mid(), c.p50.mid()),
 					ratio(saga.p99.mid(), c.p99.mid()), ratio(saga.cpu.mid(), c.cpu.mid())
+			}
+			last, decay := "–", "–"
+			if c.last.hi > 0 {
+				last, decay = c.last.String(), c.decay.String()
 			}
 			runs := fmt.Sprint(c.runs)
 			if c.errors > 0 {
 				runs += fmt.Sprintf(" (%d failed)", c.errors)
 			}
-			fmt.Fprintf(w, "| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", l, name, c.rate, c.p50, c.p99, c.cpu,
-				rr, r50, r99, rcpu, runs, shortDurability(name))
+			fmt.Fprintf(w, "| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", l, name, c.rate, last, decay, c.p50, c.p99, c.cpu,
+				rr, rlast, r50, r99, rcpu, runs, shortDurability(name))
 		}
 	}
 	fmt.Fprintln(w)
