@@ -522,8 +522,11 @@ func validateHTTP(path string, h *HTTPCall, scope templateScope, add func(string
 	} else if !literalOrigin(h.URL) {
 		add(path+".url", "%q must start with http:// or https:// and a host written out: placeholders may follow the host, never choose it, so that an order cannot send the agent elsewhere", truncate(h.URL))
 	}
+	placeholders := 0
 	check := func(field, text string) {
-		if err := scope.check(text); err != nil {
+		n, err := scope.check(text)
+		placeholders += n
+		if err != nil {
 			add(path+"."+field, "%v", err)
 		}
 	}
@@ -543,6 +546,14 @@ func validateHTTP(path string, h *HTTPCall, scope templateScope, add func(string
 		} else {
 			walkStrings(body, func(s string) { check("body", s) })
 		}
+	}
+	if placeholders > MaxTemplatePlaceholders {
+		// Each could stand for a whole order: rendering is bounded anyway,
+		// but a call that can only fail at run time is refused now.
+		add(path, "has %d placeholders in its url, headers and body, over the limit of %d", placeholders, MaxTemplatePlaceholders)
+	}
+	if size := len(h.URL) + len(h.Body) + headersSize(h.Headers); size > DefaultMaxRenderedBytes {
+		add(path, "is %d bytes before any placeholder is filled in, over the %d bytes a call may render to", size, DefaultMaxRenderedBytes)
 	}
 	for _, codes := range [][]int{h.TransientStatus, h.PermanentStatus} {
 		for _, c := range codes {
@@ -633,4 +644,13 @@ func literalOrigin(url string) bool {
 // validPointer reports whether s is a JSON pointer (RFC 6901) to a member.
 func validPointer(s string) bool {
 	return len(s) > 1 && s[0] == '/' && !strings.Contains(s, "//")
+}
+
+// headersSize is the length of an HTTP call's header names and templates.
+func headersSize(headers map[string]string) int {
+	n := 0
+	for k, v := range headers {
+		n += len(k) + len(v)
+	}
+	return n
 }

@@ -121,6 +121,7 @@ func (d OrderDocument) text(pointer, name string) (string, error) {
 
 // Requested returns the workflow and version a saga-shaped order asks for
 // in its workflow and workflowVersion fields; empty and 0 when it does not.
+// A workflowVersion without a workflow is ErrInvalidMessage.
 func (d OrderDocument) Requested() (workflow string, version int, err error) {
 	if workflow, err = d.text("/workflow", "workflow"); err != nil {
 		return "", 0, err
@@ -132,6 +133,11 @@ func (d OrderDocument) Requested() (workflow string, version int, err error) {
 			return "", 0, invalidf("workflowVersion must be a whole number from 1")
 		}
 		version = i
+	}
+	if version != 0 && workflow == "" {
+		// Without a name the version would be dropped and the order run
+		// on whatever workflow its topic starts, at its newest version.
+		return "", 0, invalidf("workflowVersion %d needs workflow: name the workflow it is a version of", version)
 	}
 	return workflow, version, nil
 }
@@ -241,7 +247,7 @@ func fmtValue(v any) string {
 
 func truncate(s string) string {
 	if len(s) > 64 {
-		return s[:64] + "…"
+		return CutUTF8(s, 64) + "…"
 	}
 	return s
 }

@@ -15,6 +15,22 @@ import (
 // a value the task does not have.
 var ErrTemplate = errors.New("template cannot be rendered")
 
+// ErrRenderTooLarge is returned, an ErrTemplate too, when rendering a
+// step's templates would exceed the rendering's byte bound: the request
+// would be larger than the agent allows, which retrying cannot change.
+var ErrRenderTooLarge = errors.Wrap(ErrTemplate, "rendered templates exceed their size limit")
+
+// DefaultMaxRenderedBytes bounds what the templates of one step's call
+// render to (URL, headers and body together) when no other bound is given:
+// room for a whole order of the largest default size, twice over.
+const DefaultMaxRenderedBytes = 2 << 20
+
+// MaxTemplatePlaceholders bounds the placeholders of one HTTP call in a
+// definition (URL, headers and body together). With the bound on the
+// rendered size it bounds the work and memory a step's rendering takes; a
+// definition with more is refused at registration.
+const MaxTemplatePlaceholders = 256
+
 // Templates are strings with placeholders {{ path }}. A path starts with
 // one of these roots and continues with object members or list indexes,
 // separated by dots: order.customer.email, results.charge-payment.paymentId,
@@ -59,29 +75,40 @@ type placeholder struct {
 // parseTemplate finds the placeholders of text.
 func parseTemplate(text string) ([]placeholder, error) {
 	var out []placeholder
-	for i := 0; i < len(text); {
-		open := strings.Index(text[i:], "{{")
-		if open < 0 {
-			break
+	for i := 0; ; {
+		ph, found, err := nextPlaceholder(text, i)
+		if err != nil || !found {
+			return out, err
 		}
-		open += i
-		closing := strings.Index(text[open+2:], "}}")
-		if closing < 0 {
-			return nil, errors.Newf("template %q: {{ at %d is not closed by }}", truncate(text), open)
-		}
-		closing += open + 2
-		expr := strings.TrimSpace(text[open+2 : closing])
-		if expr == "" || strings.ContainsAny(expr, " \t\n{}") {
-			return nil, errors.Newf("template %q: {{%s}} is not a path such as order.id", truncate(text), text[open+2:closing])
-		}
-		path := strings.Split(expr, ".")
-		if slices.Contains(path, "") {
-			return nil, errors.Newf("template %q: {{%s}} has an empty path segment", truncate(text), expr)
-		}
-		out = append(out, placeholder{start: open, end: closing + 2, path: path})
-		i = closing + 2
+		out = append(out, ph)
+		i = ph.end
 	}
-	return out, nil
+}
+
+// nextPlaceholder finds the first placeholder of text at or after byte i;
+// found is false when there is none. Rendering walks the placeholders with
+// it one at a time, so that a template of many placeholders costs nothing
+// beyond the part rendered before the size bound stops it.
+func nextPlaceholder(text string, i int) (ph placeholder, found bool, err error) {
+	open := strings.Index(text[i:], "{{")
+	if open < 0 {
+		return ph, false, nil
+	}
+	open += i
+	closing := strings.Index(text[open+2:], "}}")
+	if closing < 0 {
+		return ph, false, errors.Newf("template %q: {{ at %d is not closed by }}", truncate(text), open)
+	}
+	closing += open + 2
+	expr := strings.TrimSpace(text[open+2 : closing])
+	if expr == "" || strings.ContainsAny(expr, " \t\n{}") {
+		return ph, false, errors.Newf("template %q: {{%s}} is not a path such as order.id", truncate(text), text[open+2:closing])
+	}
+	path := strings.Split(expr, ".")
+	if slices.Contains(path, "") {
+		return ph, false, errors.Newf("template %q: {{%s}} has an empty path segment", truncate(text), expr)
+	}
+	return placeholder{start: open, end: closing + 2, path: path}, true, nil
 }
 
 // templateScope says what a template in a definition may refer to: the
@@ -92,17 +119,18 @@ type templateScope struct {
 	compensation bool
 }
 
-func (sc templateScope) check(text string) error {
+// check checks the placeholders of text and returns how many it has.
+func (sc templateScope) check(text string) (int, error) {
 	phs, err := parseTemplate(text)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	for _, ph := range phs {
 		if err := sc.checkPath(ph.path); err != nil {
-			return errors.Newf("{{%s}}: %v", strings.Join(ph.path, "."), err)
+			return len(phs), errors.Newf("{{%s}}: %v", strings.Join(ph.path, "."), err)
 		}
 	}
-	return nil
+	return len(phs), nil
 }
 
 func (sc templateScope) checkPath(path []string) error {
@@ -138,24 +166,89 @@ func (sc templateScope) checkPath(path []string) error {
 	return errors.Newf("unknown root %q: use order, results, result, task, step, attempt or idempotencyKey", path[0])
 }
 
+// Renderer renders the templates of one step's call over its data: each
+// JSON value (the order, a result) is decoded once, however many
+// placeholders refer to it, and everything rendered, URL, headers and body
+// together, counts against one byte bound. A Renderer is not safe for
+// concurrent use.
+type Renderer struct {
+	data     TemplateData
+	maxBytes int
+	used     int
+	decoded  map[rootKey]decodedRoot
+}
+
+// rootKey names a JSON value placeholders start from: order, result, or
+// results and a step.
+type rootKey struct{ root, step string }
+
+type decodedRoot struct {
+	value any
+	err   error
+}
+
+// NewRenderer returns a Renderer over data whose renderings together may
+// be at most maxBytes long (DefaultMaxRenderedBytes if maxBytes <= 0).
+func NewRenderer(data TemplateData, maxBytes int) *Renderer {
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxRenderedBytes
+	}
+	return &Renderer{data: data, maxBytes: maxBytes}
+}
+
+// spend counts n more rendered bytes, or fails with ErrRenderTooLarge when
+// they would exceed the bound.
+func (r *Renderer) spend(n int) error {
+	if n > r.maxBytes-r.used {
+		return errors.Wrapf(ErrRenderTooLarge, "over %d bytes", r.maxBytes)
+	}
+	r.used += n
+	return nil
+}
+
+// root returns the decoded JSON value a placeholder's root refers to,
+// decoding it the first time.
+func (r *Renderer) root(key rootKey, raw json.RawMessage) (any, error) {
+	if d, ok := r.decoded[key]; ok {
+		return d.value, d.err
+	}
+	var d decodedRoot
+	if len(raw) == 0 {
+		d.err = errors.Newf("%s is empty", key.root)
+	} else {
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.UseNumber()
+		if err := dec.Decode(&d.value); err != nil {
+			d.value, d.err = nil, errors.Newf("%s is not JSON", key.root)
+		}
+	}
+	if r.decoded == nil {
+		r.decoded = map[rootKey]decodedRoot{}
+	}
+	r.decoded[key] = d
+	return d.value, d.err
+}
+
 // lookup returns the JSON value a path refers to.
-func (d TemplateData) lookup(path []string) (any, error) {
-	var root json.RawMessage
+func (r *Renderer) lookup(path []string) (any, error) {
+	d := r.data
+	var key rootKey
+	var raw json.RawMessage
 	rest := path[1:]
 	switch path[0] {
 	case TemplateOrder:
-		root = d.Order
+		key, raw = rootKey{root: TemplateOrder}, d.Order
 	case TemplateResults:
 		if len(path) < 2 {
 			return nil, errors.New("name a step")
 		}
-		r, ok := d.Results[path[1]]
+		res, ok := d.Results[path[1]]
 		if !ok {
 			return nil, errors.Newf("step %s has no result", path[1])
 		}
-		root, rest = r, path[2:]
+		key, raw, rest = rootKey{root: TemplateResults, step: path[1]}, res, path[2:]
 	case TemplateResult:
-		root = d.Result
+		key, raw = rootKey{root: TemplateResult}, d.Result
 	case TemplateTask:
 		switch strings.Join(rest, ".") {
 		case "id":
@@ -175,14 +268,9 @@ func (d TemplateData) lookup(path []string) (any, error) {
 	default:
 		return nil, errors.Newf("unknown root %q", path[0])
 	}
-	if len(root) == 0 {
-		return nil, errors.Newf("%s is empty", path[0])
-	}
-	dec := json.NewDecoder(bytes.NewReader(root))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, errors.Newf("%s is not JSON", path[0])
+	v, err := r.root(key, raw)
+	if err != nil {
+		return nil, err
 	}
 	for _, seg := range rest {
 		switch node := v.(type) {
@@ -220,20 +308,44 @@ func text(v any) string {
 	return string(b)
 }
 
-// RenderText renders a string template; escape, when given, escapes each
-// substituted value (for URLs).
+// RenderText renders a string template with a Renderer of the default
+// bound; escape, when given, escapes each substituted value (for URLs).
 func RenderText(tmpl string, data TemplateData, escape func(string) string) (string, error) {
-	phs, err := parseTemplate(tmpl)
-	if err != nil {
-		return "", errors.Mark(err, ErrTemplate)
-	}
-	if len(phs) == 0 {
-		return tmpl, nil
+	return NewRenderer(data, 0).Text(tmpl, escape)
+}
+
+// RenderJSON renders a JSON body template with a Renderer of the default
+// bound (Renderer.JSON).
+func RenderJSON(body json.RawMessage, data TemplateData) (json.RawMessage, error) {
+	return NewRenderer(data, 0).JSON(body)
+}
+
+// Text renders a string template; escape, when given, escapes each
+// substituted value (for URLs).
+func (r *Renderer) Text(tmpl string, escape func(string) string) (string, error) {
+	return r.text(tmpl, escape, true)
+}
+
+// text renders tmpl, counting its literal text against the bound when
+// literal is set (a JSON body counts its own whole).
+func (r *Renderer) text(tmpl string, escape func(string) string, literal bool) (string, error) {
+	literalBytes := func(n int) int {
+		if literal {
+			return n
+		}
+		return 0
 	}
 	var b strings.Builder
 	last := 0
-	for _, ph := range phs {
-		v, err := data.lookup(ph.path)
+	for {
+		ph, found, err := nextPlaceholder(tmpl, last)
+		if err != nil {
+			return "", errors.Mark(err, ErrTemplate)
+		}
+		if !found {
+			break
+		}
+		v, err := r.lookup(ph.path)
 		if err != nil {
 			return "", errors.Wrapf(ErrTemplate, "{{%s}}: %v", strings.Join(ph.path, "."), err)
 		}
@@ -241,18 +353,34 @@ func RenderText(tmpl string, data TemplateData, escape func(string) string) (str
 		if escape != nil {
 			s = escape(s)
 		}
+		if err := r.spend(literalBytes(ph.start-last) + len(s)); err != nil {
+			return "", errors.Wrapf(err, "{{%s}}", strings.Join(ph.path, "."))
+		}
+		// Grow doubles the buffer, where appends grow a large one by a
+		// quarter, allocating several times the result on the way.
+		b.Grow(ph.start - last + len(s))
 		b.WriteString(tmpl[last:ph.start])
 		b.WriteString(s)
 		last = ph.end
+	}
+	if err := r.spend(literalBytes(len(tmpl) - last)); err != nil {
+		return "", err
+	}
+	if last == 0 {
+		return tmpl, nil
 	}
 	b.WriteString(tmpl[last:])
 	return b.String(), nil
 }
 
-// RenderJSON renders a JSON body template: every string in it is a text
+// JSON renders a JSON body template: every string in it is a text
 // template, and a string that is exactly one placeholder becomes the JSON
 // value it refers to (an object, a number, ...).
-func RenderJSON(body json.RawMessage, data TemplateData) (json.RawMessage, error) {
+func (r *Renderer) JSON(body json.RawMessage) (json.RawMessage, error) {
+	before := r.used
+	if err := r.spend(len(body)); err != nil {
+		return nil, errors.Wrap(err, "body template")
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	var tree any
@@ -262,6 +390,9 @@ func RenderJSON(body json.RawMessage, data TemplateData) (json.RawMessage, error
 	var walkErr error
 	var render func(v any) any
 	render = func(v any) any {
+		if walkErr != nil {
+			return v
+		}
 		switch node := v.(type) {
 		case map[string]any:
 			for k, item := range node {
@@ -272,19 +403,34 @@ func RenderJSON(body json.RawMessage, data TemplateData) (json.RawMessage, error
 				node[i] = render(item)
 			}
 		case string:
-			phs, err := parseTemplate(node)
+			ph, found, err := nextPlaceholder(node, 0)
 			if err != nil {
 				walkErr = errors.Mark(err, ErrTemplate)
 				return node
 			}
-			if len(phs) == 1 && phs[0].start == 0 && phs[0].end == len(node) {
-				value, err := data.lookup(phs[0].path)
+			if found && ph.start == 0 && ph.end == len(node) {
+				value, err := r.lookup(ph.path)
 				if err != nil {
-					walkErr = errors.Wrapf(ErrTemplate, "{{%s}}: %v", strings.Join(phs[0].path, "."), err)
+					walkErr = errors.Wrapf(ErrTemplate, "{{%s}}: %v", strings.Join(ph.path, "."), err)
+					return node
 				}
-				return value
+				// Encoded here, so that its size counts before the body
+				// is put together.
+				encoded, err := json.Marshal(value)
+				if err != nil {
+					walkErr = errors.Wrapf(ErrTemplate, "{{%s}}: %v", strings.Join(ph.path, "."), err)
+					return node
+				}
+				if err := r.spend(len(encoded)); err != nil {
+					walkErr = errors.Wrapf(err, "{{%s}}", strings.Join(ph.path, "."))
+					return node
+				}
+				return json.RawMessage(encoded)
 			}
-			s, err := RenderText(node, data, nil)
+			if !found {
+				return node
+			}
+			s, err := r.text(node, nil, false)
 			if err != nil {
 				walkErr = err
 			}
@@ -297,7 +443,16 @@ func RenderJSON(body json.RawMessage, data TemplateData) (json.RawMessage, error
 		return nil, walkErr
 	}
 	out, err := json.Marshal(tree)
-	return out, errors.Wrap(err, "encode rendered body")
+	if err != nil {
+		return nil, errors.Wrap(err, "encode rendered body")
+	}
+	// Escaping in the encoding (\u003c for <, ...) can make the body
+	// longer than the parts counted: the body as encoded counts.
+	r.used = before
+	if err := r.spend(len(out)); err != nil {
+		return nil, errors.Wrapf(err, "body of %d bytes", len(out))
+	}
+	return out, nil
 }
 
 // walkStrings calls f for every string in a decoded JSON value.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sagaengine/saga/adapters/engine"
 	"github.com/sagaengine/saga/adapters/kafka"
+	"github.com/sagaengine/saga/adapters/topics"
 	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/domain/protocol"
 )
@@ -78,7 +79,14 @@ func TestHostileInput(t *testing.T) {
 			}
 		}
 		if body, ok := orders[string(r.Key)]; ok {
-			assert.Equal(t, len(body), len(r.Value), "%s kept whole", r.Key)
+			d := topics.NewDeadLetter(r)
+			assert.Equal(t, len(body), d.Size, "%s size", r.Key)
+			if string(r.Key) == "huge" {
+				assert.True(t, d.ByReference, "an order over the limit is dead-lettered by reference")
+				assert.LessOrEqual(t, len(r.Value), kafka.DeadLetterPrefixBytes)
+			} else {
+				assert.Equal(t, len(body), len(r.Value), "%s kept whole", r.Key)
+			}
 		}
 	}
 	for key, want := range map[string]string{

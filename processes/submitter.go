@@ -227,7 +227,7 @@ const maxReason = 1024
 
 func truncateReason(r string) string {
 	if len(r) > maxReason {
-		return r[:maxReason] + "…"
+		return domain.CutUTF8(r, maxReason) + "…"
 	}
 	return r
 }

@@ -199,7 +199,7 @@ func clip(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	return s[:n] + "…"
+	return domain.CutUTF8(s, n) + "…"
 }
 
 // CompareWith records where a live view of the task (the projection the API

@@ -40,6 +40,11 @@ type Config struct {
 	// from its start, so it should be private to this client; Close leaves
 	// it.
 	ReplyTopic string
+	// NoReplyTopic makes a client that only submits: it creates no reply
+	// topic and sets no replyTo in its orders, so that no status of theirs is sent
+	// to a topic deleted meanwhile; Wait and Accepted return
+	// ErrNoReplyTopic. ReplyTopic must then be empty.
+	NoReplyTopic bool
 	// OrdersTopic is where orders go; default protocol.OrdersTopic.
 	OrdersTopic string
 	// ConnectTimeout bounds how long New waits for Kafka to answer;
@@ -75,6 +80,10 @@ func createTopic(ctx context.Context, kc *kgo.Client, topic string) error {
 	return nil
 }
 
+// ErrNoReplyTopic is returned by Wait and Accepted of a client made with
+// Config.NoReplyTopic: it receives no statuses.
+var ErrNoReplyTopic = errors.New("client has no reply topic")
+
 // ErrUnreachable is returned by New when Kafka does not answer in time.
 var ErrUnreachable = errors.New("kafka unreachable")
 
@@ -109,7 +118,10 @@ type Client struct {
 
 // New creates the reply topic if needed and starts following it.
 func New(ctx context.Context, cfg Config) (*Client, error) {
-	ownTopic := cfg.ReplyTopic == ""
+	if cfg.NoReplyTopic && cfg.ReplyTopic != "" {
+		return nil, errors.New("client config: ReplyTopic given with NoReplyTopic")
+	}
+	ownTopic := cfg.ReplyTopic == "" && !cfg.NoReplyTopic
 	if ownTopic {
 		cfg.ReplyTopic = "saga.reply." + uuid.NewString()
 	}
@@ -122,7 +134,10 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if cfg.RememberFinished <= 0 {
 		cfg.RememberFinished = DefaultRememberFinished
 	}
-	opts := append([]kgo.Opt{kgo.ConsumeTopics(cfg.ReplyTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}, cfg.KafkaOptions...)
+	opts := cfg.KafkaOptions
+	if !cfg.NoReplyTopic {
+		opts = append([]kgo.Opt{kgo.ConsumeTopics(cfg.ReplyTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}, opts...)
+	}
 	base := []kgo.Opt{kgo.SeedBrokers(cfg.Brokers...), kgo.RequiredAcks(kgo.AllISRAcks()), kgo.AllowAutoTopicCreation(),
 		kgo.ProducerBatchMaxBytes(maxOrderBytes)}
 	kc, err := kgo.NewClient(append(base, opts...)...)
@@ -136,18 +151,24 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		kc.Close()
 		return nil, errors.Wrapf(ErrUnreachable, "no answer from %v within %s: %v", cfg.Brokers, cfg.ConnectTimeout, err)
 	}
-	if err := createTopic(ctx, kc, cfg.ReplyTopic); err != nil {
-		kc.Close()
-		return nil, err
-	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	c := &Client{cfg: cfg, client: kc, ownTopic: ownTopic, cancel: cancel, done: make(chan struct{}),
 		statuses: map[string]map[uint64]protocol.TaskStatus{}, waiters: map[string][]chan struct{}{}}
+	if cfg.NoReplyTopic {
+		close(c.done)
+		return c, nil
+	}
+	if err := createTopic(ctx, kc, cfg.ReplyTopic); err != nil {
+		cancel()
+		kc.Close()
+		return nil, err
+	}
 	go c.follow(runCtx)
 	return c, nil
 }
 
-// ReplyTopic is the topic this client receives statuses on.
+// ReplyTopic is the topic this client receives statuses on; empty with
+// Config.NoReplyTopic.
 func (c *Client) ReplyTopic() string { return c.cfg.ReplyTopic }
 
 // Close stops following the reply topic and deletes it if the client
@@ -164,13 +185,17 @@ func (c *Client) Close() {
 }
 
 // Submit publishes an order: fields are the order's JSON fields besides
-// orderId and replyTo, which the client sets.
+// orderId and replyTo, which the client sets (replyTo only when it has a
+// reply topic).
 func (c *Client) Submit(ctx context.Context, orderID string, fields map[string]any) error {
 	order := map[string]any{}
 	for k, v := range fields {
 		order[k] = v
 	}
-	order["orderId"], order["replyTo"] = orderID, c.cfg.ReplyTopic
+	order["orderId"] = orderID
+	if !c.cfg.NoReplyTopic {
+		order["replyTo"] = c.cfg.ReplyTopic
+	}
 	body, err := json.Marshal(order)
 	if err != nil {
 		return errors.Wrap(err, "encode order")
@@ -197,6 +222,9 @@ func (c *Client) Accepted(ctx context.Context, orderID string) (Outcome, error) 
 
 // waitFor blocks until done holds for what is known of the order.
 func (c *Client) waitFor(ctx context.Context, orderID string, done func(Outcome) bool) (Outcome, error) {
+	if c.cfg.NoReplyTopic {
+		return Outcome{}, errors.Wrapf(ErrNoReplyTopic, "wait for order %s", orderID)
+	}
 	for {
 		c.mu.Lock()
 		outcome := c.outcome(orderID)

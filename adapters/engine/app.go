@@ -135,6 +135,9 @@ type Config struct {
 	WorkflowDirs []string
 	// MaxOrderSize bounds an order message; default 1 MiB.
 	MaxOrderSize int
+	// MaxRenderedBytes bounds what the templates of one HTTP step render
+	// to in the built-in HTTP agents; default domain.DefaultMaxRenderedBytes.
+	MaxRenderedBytes int
 	// ReplyTopicPattern is a regular expression the replyTo of an order
 	// must match; default domain.DefaultReplyTopicPattern. Saga's own topics
 	// and trigger topics are refused whatever it allows.
@@ -325,6 +328,9 @@ func Start(cfg Config) (*App, error) {
 		cfg.Workflows = []*domain.Workflow{demo.Workflow()}
 	}
 	var problems error
+	if cfg.MaxRenderedBytes < 0 {
+		problems = errors.Newf("MaxRenderedBytes must not be negative, not %d", cfg.MaxRenderedBytes)
+	}
 	for _, w := range cfg.Workflows {
 		problems = errors.CombineErrors(problems, errors.Wrapf(w.Validate(), "workflow %s", w.Name))
 	}
@@ -516,7 +522,11 @@ func (a *App) newProducer(role string) *kafka.Producer {
 		panic(err)
 	}
 	a.clients = append(a.clients, client)
-	return kafka.NewProducer(client, "saga/"+role+"/"+a.cfg.Instance, a.logger)
+	p := kafka.NewProducer(client, "saga/"+role+"/"+a.cfg.Instance, a.logger)
+	// An order within the size limit is dead-lettered whole, so that it
+	// can be redriven; a larger one by reference.
+	p.MaxDeadLetterBytes = max(a.cfg.MaxOrderSize, kafka.DefaultMaxDeadLetterBytes)
+	return p
 }
 
 func (a *App) startProcesses(ctx context.Context) error {
@@ -747,6 +757,7 @@ func (a *App) startAgents(ctx context.Context) error {
 // keeps a breaker per host, so the agent runtime keeps none.
 func (a *App) startHTTPAgent(ctx context.Context, name string, cfg httpagent.Config) error {
 	cfg.TracerProvider = a.tracing
+	cfg.MaxRenderedBytes = a.cfg.MaxRenderedBytes
 	h := httpagent.New(cfg)
 	a.HTTPHandlers[name] = h
 	return a.startAgent(ctx, name, func(ctx context.Context, req agent.Request) (any, error) {

@@ -80,6 +80,9 @@ func Dial(url string, logger *slog.Logger) (*Store, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
+	if err := checkCredentials(url); err != nil {
+		return nil, err
+	}
 	path, forClient, err := appendPathOf(url)
 	if err != nil {
 		return nil, errors.Newf("event store address %q: %s", Redact(url), redactIn(err.Error(), url))

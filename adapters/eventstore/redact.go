@@ -12,28 +12,96 @@ import (
 // redacted replaces a password in what Redact returns.
 const redacted = "xxxxx"
 
-// userinfo matches the user and password of a connection string; the
-// password runs to the last @ before the host, as url.Parse reads it.
-var userinfo = regexp.MustCompile(`(://[^:/@\s]*):[^/?#\s]*@`)
+// schemePrefix matches a connection string's scheme with the slashes
+// after it, however many were typed (esdb://, esdb:/, esdb+discover://),
+// also in a message that quotes the string.
+var schemePrefix = regexp.MustCompile(`[A-Za-z][A-Za-z0-9+.-]*:/+`)
+
+// passwordSpan finds the password in a connection string, well formed or
+// not: after the scheme and the user (up to its first colon), up to the @
+// before the host. In a well-formed string that is the first @ (the URL
+// parser then reads the same password; an @ after it is in the query). An
+// unencoded password may hold any character, #, /, ?, @ or a space, where a
+// parser stops early and would leave the rest in the clear: then the
+// password runs to the last @, which may redact more than needed, the safe
+// side. ok is false when the string has no password.
+func passwordSpan(connection string) (start, end int, ok bool) {
+	from := 0
+	if m := schemePrefix.FindStringIndex(connection); m != nil {
+		from = m[1]
+	}
+	last := strings.LastIndex(connection, "@")
+	if last < from {
+		return 0, 0, false
+	}
+	colon := strings.Index(connection[from:last], ":")
+	if colon < 0 {
+		return 0, 0, false // a user without a password
+	}
+	start = from + colon + 1
+	if first := start + strings.Index(connection[start:], "@"); first < last && !strings.ContainsAny(connection[start:first], " #/?") {
+		if u, err := url.Parse(connection); err == nil && u.User != nil {
+			pass, has := u.User.Password()
+			if raw, err := url.PathUnescape(connection[start:first]); err == nil && has && pass == raw {
+				return start, first, true
+			}
+		}
+	}
+	return start, last, true
+}
 
 // Redact returns a connection string (esdb://user:password@host...) fit to
 // log, print or report: the password replaced by xxxxx, everything else as
-// it was. Every log line, error and metric that shows an event-store
-// address goes through it.
+// it was, also when the string does not parse (passwordSpan). Every log
+// line, error and metric that shows an event-store address goes through
+// it.
 func Redact(connection string) string {
-	return userinfo.ReplaceAllString(connection, "${1}:"+redacted+"@")
+	start, end, ok := passwordSpan(connection)
+	if !ok {
+		return connection
+	}
+	return connection[:start] + redacted + connection[end:]
 }
 
 // redactIn replaces the connection string, and its password, in a message
 // from a library that quotes what it was given.
 func redactIn(msg, connection string) string {
 	msg = strings.ReplaceAll(msg, connection, Redact(connection))
-	if u, err := url.Parse(connection); err == nil && u.User != nil {
-		if pass, has := u.User.Password(); has && pass != "" {
-			msg = strings.ReplaceAll(msg, pass, redacted)
+	if start, end, ok := passwordSpan(connection); ok && end > start {
+		pass := connection[start:end]
+		msg = strings.ReplaceAll(msg, pass, redacted)
+		if decoded, err := url.PathUnescape(pass); err == nil && decoded != pass {
+			msg = strings.ReplaceAll(msg, decoded, redacted)
 		}
 	}
 	return msg
+}
+
+// ErrMalformedCredentials is returned by Dial for a connection string
+// whose user and password a URL parser would not read as such: an
+// unencoded #, /, ?, @ or space in the password, or a scheme without its
+// two slashes (esdb:/). The parser's own error would quote part of the
+// password, so the error says what to fix instead.
+var ErrMalformedCredentials = errors.New("the connection string's user and password cannot be read")
+
+// checkCredentials refuses a connection string with a password the URL
+// parser would misread (ErrMalformedCredentials).
+func checkCredentials(connection string) error {
+	start, end, ok := passwordSpan(connection)
+	if !ok {
+		return nil
+	}
+	if scheme := schemePrefix.FindString(connection); !strings.HasSuffix(scheme, "://") || strings.HasSuffix(scheme, ":///") {
+		return errors.Wrapf(ErrMalformedCredentials, "event store address %q: the scheme must be followed by two slashes, as esdb://USER:PASSWORD@host:2113", Redact(connection))
+	}
+	if strings.ContainsAny(connection[start:end], " #/?@") {
+		return errors.Wrapf(ErrMalformedCredentials, "event store address %q: percent-encode # / ? @ and spaces in the password (# as %%23, / as %%2F, ? as %%3F, @ as %%40, space as %%20), or give it with a password file", Redact(connection))
+	}
+	u, err := url.Parse(connection)
+	if err != nil || u.User == nil {
+		return errors.Wrapf(ErrMalformedCredentials, "event store address %q: not a URL such as esdb://USER:PASSWORD@host:2113", Redact(connection))
+	}
+	return nil
 }
 
 // URLFlag is a flag.Value holding a connection string, shown redacted in

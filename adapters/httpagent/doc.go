@@ -4,7 +4,8 @@
 //
 // A step that declares an http call (domain.HTTPCall) has its method, URL,
 // headers and body rendered from the task's data for every attempt (see
-// domain.RenderText and domain.RenderJSON). A step without one is sent, in
+// domain.Renderer, bounded by Config.MaxRenderedBytes: a larger rendering
+// fails the step for good). A step without one is sent, in
 // base-URL mode, as a POST of the default body to {BaseURL}/{action}: that
 // is what the demo agents do.
 //

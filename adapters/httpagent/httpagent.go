@@ -67,6 +67,10 @@ type Config struct {
 	// MaxResponseBytes bounds a response body; default
 	// domain.MaxResultBytes. A larger answer is a transient failure.
 	MaxResponseBytes int
+	// MaxRenderedBytes bounds what a step's templates render to, URL,
+	// headers and body together; default domain.DefaultMaxRenderedBytes.
+	// A step whose rendering would be larger fails for good.
+	MaxRenderedBytes int
 	// TracerProvider starts a client span for every call, whose context
 	// the call carries in its traceparent header; default the global
 	// TracerProvider.
@@ -106,6 +110,9 @@ func New(cfg Config) *Handler {
 	}
 	if cfg.MaxResponseBytes <= 0 {
 		cfg.MaxResponseBytes = domain.MaxResultBytes
+	}
+	if cfg.MaxRenderedBytes <= 0 {
+		cfg.MaxRenderedBytes = domain.DefaultMaxRenderedBytes
 	}
 	cfg.BaseURL = strings.TrimRight(cfg.BaseURL, "/")
 	if cfg.TracerProvider == nil {
@@ -242,13 +249,15 @@ func (h *Handler) request(ctx context.Context, cmd protocol.ExecuteStep) (*http.
 		what = "compensation of step " + cmd.Step
 	}
 	if call != nil {
-		data := cmd.TemplateData()
+		// One renderer for the whole call: the order is decoded once, and
+		// URL, headers and body share one size bound.
+		render := domain.NewRenderer(cmd.TemplateData(), h.cfg.MaxRenderedBytes)
 		method = strings.ToUpper(call.Method)
 		if method == "" {
 			method = http.MethodPost
 		}
 		var err error
-		if target, err = domain.RenderText(call.URL, data, domain.EscapeURLValue); err != nil {
+		if target, err = render.Text(call.URL, domain.EscapeURLValue); err != nil {
 			return nil, nil, processes.Permanent(errors.Wrapf(err, "%s: render url", what))
 		}
 		headers = http.Header{}
@@ -256,7 +265,7 @@ func (h *Handler) request(ctx context.Context, cmd protocol.ExecuteStep) (*http.
 			if !validHeaderName(name) {
 				return nil, nil, processes.Permanent(errors.Newf("%s: header name %q is not valid", what, name))
 			}
-			value, err := domain.RenderText(tmpl, data, nil)
+			value, err := render.Text(tmpl, nil)
 			if err != nil {
 				return nil, nil, processes.Permanent(errors.Wrapf(err, "%s: render header %s", what, name))
 			}
@@ -270,7 +279,7 @@ func (h *Handler) request(ctx context.Context, cmd protocol.ExecuteStep) (*http.
 		}
 		switch {
 		case len(call.Body) > 0:
-			if body, err = domain.RenderJSON(call.Body, data); err != nil {
+			if body, err = render.JSON(call.Body); err != nil {
 				return nil, nil, processes.Permanent(errors.Wrapf(err, "%s: render body", what))
 			}
 		case method != http.MethodGet && method != http.MethodDelete:

@@ -289,6 +289,22 @@ func TestTemplateErrorIsPermanentAndNamesThePlaceholder(t *testing.T) {
 	assert.Zero(t, srv.calls.Load(), "nothing is sent when a template cannot be rendered")
 }
 
+// TestOversizedRenderingFailsTheStepForGood: a step whose templates would
+// render past MaxRenderedBytes fails for good, and nothing is sent.
+func TestOversizedRenderingFailsTheStepForGood(t *testing.T) {
+	srv := newRecorder(t, answer(200, ""))
+	h := httpagent.New(httpagent.Config{MaxRenderedBytes: 64 << 10})
+	cmd := command(&domain.HTTPCall{Method: "POST", URL: srv.URL + "/{{order.blob}}",
+		Body: json.RawMessage(`{"x":"` + strings.Repeat("{{order.blob}}", 2000) + `"}`)})
+	cmd.Order = json.RawMessage(`{"orderId":"o-1","blob":"` + strings.Repeat("b", 10_000) + `"}`)
+	_, err := handle(t, h, cmd)
+	require.Error(t, err)
+	assert.True(t, errors.Is(err, processes.ErrPermanent), "%v", err)
+	assert.True(t, errors.Is(err, domain.ErrRenderTooLarge), "%v", err)
+	assert.Contains(t, err.Error(), "render body")
+	assert.Zero(t, srv.calls.Load(), "nothing is sent when the rendering is too large")
+}
+
 func TestHeaderInjectionRefused(t *testing.T) {
 	srv := newRecorder(t, answer(200, ""))
 	h := httpagent.New(httpagent.Config{})

@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/domain/protocol"
 	"github.com/sagaengine/saga/processes"
 )
@@ -441,7 +442,7 @@ func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	return s[:n] + "..."
+	return domain.CutUTF8(s, n) + "..."
 }
 
 // sweep forgets instances gone for longer than KeepGone and tells of those

@@ -29,6 +29,7 @@ const (
 	HeaderTraceParent      = protocol.HeaderTraceParent
 	HeaderDeadLetterReason = protocol.HeaderDeadLetterReason
 	HeaderDeadLetterSource = protocol.HeaderDeadLetterSource
+	HeaderDeadLetterSize   = protocol.HeaderDeadLetterSize
 )
 
 // Producer sends saga's messages. It implements the processes'
@@ -45,6 +46,10 @@ type Producer struct {
 	undeliverable atomic.Int64
 	// noBarrier says the broker has no sync barrier topic (logged once).
 	noBarrier atomic.Bool
+
+	// MaxDeadLetterBytes bounds the records DeadLetter copies whole;
+	// default DefaultMaxDeadLetterBytes. Set it before the producer is used.
+	MaxDeadLetterBytes int
 }
 
 // UndeliverableStatuses counts the statuses an order's reply topic refused
@@ -124,16 +129,36 @@ func (p *Producer) SendReply(ctx context.Context, reply protocol.StepReply) erro
 
 // DeadLetter copies msg, byte for byte with its headers, to the dead-letter
 // topic with the reason and its origin, and waits until the broker has it.
+// A record over MaxDeadLetterBytes, or one the broker refuses as too large,
+// is dead-lettered by reference instead (its source, size, first bytes and
+// the reason): a message too large to copy must not be retried forever and
+// hold up the messages after it.
 func (p *Producer) DeadLetter(ctx context.Context, msg processes.Inbound, reason string) error {
-	rec := &kgo.Record{Topic: protocol.DeadLetterTopic, Key: []byte(msg.Key), Value: msg.Value}
+	headers := make([]kgo.RecordHeader, 0, len(msg.Headers))
 	for k, v := range msg.Headers {
-		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: k, Value: []byte(v)})
+		headers = append(headers, kgo.RecordHeader{Key: k, Value: []byte(v)})
 	}
-	rec.Headers = append(rec.Headers,
-		kgo.RecordHeader{Key: HeaderDeadLetterReason, Value: []byte(reason)},
-		kgo.RecordHeader{Key: HeaderDeadLetterSource, Value: []byte(msg.Source())},
-	)
-	return p.produceSync(ctx, rec)
+	rec, byRef := deadLetterRecord([]byte(msg.Key), msg.Value, headers, reason, msg.Source(), p.maxDeadLetterBytes(), false)
+	err := p.produceSync(ctx, rec)
+	if tooLarge(err) && !byRef {
+		p.logger.Warn("dead letter too large for the broker; dead-lettered by reference", "source", msg.Source(), "size", len(msg.Value))
+		rec, _ = deadLetterRecord([]byte(msg.Key), msg.Value, headers, reason, msg.Source(), 0, true)
+		err = p.produceSync(ctx, rec)
+	}
+	return err
+}
+
+func (p *Producer) maxDeadLetterBytes() int {
+	if p.MaxDeadLetterBytes > 0 {
+		return p.MaxDeadLetterBytes
+	}
+	return DefaultMaxDeadLetterBytes
+}
+
+// tooLarge reports whether a produce failed because the record is too
+// large for the client or the broker.
+func tooLarge(err error) bool {
+	return errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge)
 }
 
 // Publish produces a ready-made record and waits until the broker has it.
@@ -197,9 +222,9 @@ func (p *Producer) undeliverableStatus(r *kgo.Record, st protocol.TaskStatus, ca
 	p.undeliverable.Add(1)
 	reason := "status undeliverable to reply topic " + r.Topic + ": " + cause.Error()
 	p.logger.Warn("status dead-lettered", "order", st.OrderID, "revision", st.Revision, "reason", reason)
-	dead := &kgo.Record{Topic: protocol.DeadLetterTopic, Key: r.Key, Value: r.Value, Headers: append(r.Headers[:len(r.Headers):len(r.Headers)],
-		kgo.RecordHeader{Key: HeaderDeadLetterReason, Value: []byte(reason)},
-		kgo.RecordHeader{Key: HeaderDeadLetterSource, Value: []byte("status/" + r.Topic)})}
+	// A status the reply topic refused as too large is dead-lettered by
+	// reference: its copy would be refused too.
+	dead, _ := deadLetterRecord(r.Key, r.Value, r.Headers, reason, "status/"+r.Topic, p.maxDeadLetterBytes(), tooLarge(cause))
 	p.client.TryProduce(context.Background(), dead, func(_ *kgo.Record, err error) {
 		if err != nil {
 			p.logger.Error("dead-letter an undeliverable status", "order", st.OrderID, "err", err.Error())

@@ -179,7 +179,12 @@ type DeadLetter struct {
 	// RedriveOf is the dead letter this one is a redrive of, when a redrive
 	// was dead-lettered again.
 	RedriveOf string `json:"redriveOf,omitempty"`
-	Size      int    `json:"size"`
+	// Size is the size of the original record's value.
+	Size int `json:"size"`
+	// ByReference says the dead letter keeps only the start of the value
+	// (it was too large to copy): the whole is at Source while its topic
+	// keeps it.
+	ByReference bool `json:"byReference,omitempty"`
 	// Value is the payload when it is UTF-8 text, else ValueBase64.
 	Value       *string `json:"value,omitempty"`
 	ValueBase64 string  `json:"valueBase64,omitempty"`
@@ -195,6 +200,9 @@ func NewDeadLetter(r *kgo.Record) *DeadLetter {
 	d := &DeadLetter{ID: DeadLetterID(r.Partition, r.Offset), Partition: r.Partition, Offset: r.Offset, Time: r.Timestamp, Key: string(r.Key),
 		Reason: Header(r, protocol.HeaderDeadLetterReason), Source: Header(r, protocol.HeaderDeadLetterSource), Size: len(r.Value), Record: r}
 	d.SourceTopic, d.SourcePartition, d.SourceOffset = parseSource(d.Source)
+	if size, err := strconv.Atoi(Header(r, protocol.HeaderDeadLetterSize)); err == nil && size >= 0 {
+		d.Size, d.ByReference = size, true
+	}
 	if from := Header(r, protocol.HeaderRedrivenFrom); from != "" {
 		d.RedriveOf = strings.TrimPrefix(from, protocol.DeadLetterTopic+"/")
 	}
@@ -218,7 +226,8 @@ func NewDeadLetter(r *kgo.Record) *DeadLetter {
 // OfDeadLetter reports whether a header is the dead letters' own, not the
 // original record's.
 func OfDeadLetter(key string) bool {
-	return key == protocol.HeaderDeadLetterReason || key == protocol.HeaderDeadLetterSource || key == protocol.HeaderRedrivenFrom
+	return key == protocol.HeaderDeadLetterReason || key == protocol.HeaderDeadLetterSource || key == protocol.HeaderDeadLetterSize ||
+		key == protocol.HeaderRedrivenFrom
 }
 
 // DeadLetterID is a dead letter's PARTITION/OFFSET in saga.deadletter.

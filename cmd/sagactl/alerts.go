@@ -179,7 +179,7 @@ func printAlerts(rows []alertRow) error {
 			status += "*"
 			notes[r.Note] = true
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.TaskID, r.Workflow, dash(r.Step), stamp(r.At), status, resolvedAt, by,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", clean(r.TaskID), clean(r.Workflow), dash(clean(r.Step)), stamp(r.At), status, resolvedAt, clean(by),
 			dash(truncate(r.Reason)))
 	}
 	if err := tw.Flush(); err != nil {

@@ -35,7 +35,7 @@ func parseCut(s string) (projections.Cut, error) {
 // writeAuditText renders an audit as a timeline and a state table.
 func writeAuditText(w io.Writer, a *projections.Audit) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "Task %s, workflow %s: %d of %d events", a.TaskID, a.State.Workflow, len(a.Rows), a.Events)
+	fmt.Fprintf(&b, "Task %s, workflow %s: %d of %d events", clean(a.TaskID), clean(a.State.Workflow), len(a.Rows), a.Events)
 	if a.Cut != nil && a.Cut.Revision != nil {
 		fmt.Fprintf(&b, " (up to revision %d)", *a.Cut.Revision)
 	}
@@ -51,12 +51,12 @@ func writeAuditText(w io.Writer, a *projections.Audit) error {
 			attempt = fmt.Sprint(r.Attempt)
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Revision, r.Time.Format(auditTimestamp), r.Elapsed.Round(time.Millisecond),
-			r.Event, r.Step, attempt, r.Actor, r.Details)
+			r.Event, clean(r.Step), attempt, clean(r.Actor), clean(r.Details))
 	}
 	tw.Flush()
 	fmt.Fprintf(&b, "\nState: %s", a.State.State)
 	if a.State.Reason != "" {
-		fmt.Fprintf(&b, " (%s)", a.State.Reason)
+		fmt.Fprintf(&b, " (%s)", clean(a.State.Reason))
 	}
 	b.WriteString("\n\n")
 	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
@@ -66,7 +66,7 @@ func writeAuditText(w io.Writer, a *projections.Audit) error {
 		if c := s.Compensation; c != nil {
 			comp = fmt.Sprintf("%s, attempt %d, failures %d", c.State, c.Attempt, c.FailureCount)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", s.Name, s.State, s.Attempt, s.FailureCount, dash(s.LockedBy), comp)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", clean(s.Name), s.State, s.Attempt, s.FailureCount, dash(clean(s.LockedBy)), comp)
 	}
 	tw.Flush()
 	if a.Drift != nil {

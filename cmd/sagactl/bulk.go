@@ -331,7 +331,7 @@ func printTaskItems(items []taskItem) error {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TASK\tWORKFLOW\tSTATE\tSTEP\tSUBMITTED\tUPDATED\tREASON")
 	for _, t := range items {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Workflow, t.State, dash(t.Step), stamp(t.SubmittedAt), stamp(t.UpdatedAt),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", clean(t.ID), clean(t.Workflow), t.State, dash(clean(t.Step)), stamp(t.SubmittedAt), stamp(t.UpdatedAt),
 			dash(truncate(t.Reason)))
 	}
 	return tw.Flush()

@@ -15,6 +15,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 
+	"github.com/sagaengine/saga/adapters/topics"
 	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/domain/protocol"
 )
@@ -93,17 +94,17 @@ func printJSON(v any) error {
 
 // printTask prints a task's state as a table.
 func printTask(t *protocol.TaskView) error {
-	fmt.Printf("Task %s  workflow %s v%d  state %s", t.ID, t.Workflow, t.WorkflowVersion, t.State)
+	fmt.Printf("Task %s  workflow %s v%d  state %s", clean(t.ID), clean(t.Workflow), t.WorkflowVersion, t.State)
 	if p := t.Priority.OrNormal(); p != domain.PriorityNormal {
 		fmt.Printf("  priority %s", p)
 	}
 	fmt.Println()
 	fmt.Printf("submitted %s  updated %s\n", stamp(t.SubmittedAt), stamp(t.UpdatedAt))
 	if t.Reason != "" {
-		fmt.Println("reason:", t.Reason)
+		fmt.Println("reason:", clean(t.Reason))
 	}
 	if t.CancelledBy != "" {
-		fmt.Println("cancelled by:", t.CancelledBy)
+		fmt.Println("cancelled by:", clean(t.CancelledBy))
 	}
 	fmt.Println()
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
@@ -117,8 +118,8 @@ func printTask(t *protocol.TaskView) error {
 		if s.Compensation != nil {
 			comp = fmt.Sprintf("%s (attempt %d)", s.Compensation.State, s.Compensation.Attempt)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", s.Name, dash(s.Agent), s.State, s.Attempt, s.FailureCount,
-			dash(s.LockedBy), completeBy, comp, dash(truncate(compact(s.Result))))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", clean(s.Name), dash(clean(s.Agent)), s.State, s.Attempt, s.FailureCount,
+			dash(clean(s.LockedBy)), completeBy, comp, dash(truncate(compact(s.Result))))
 	}
 	return tw.Flush()
 }
@@ -128,7 +129,7 @@ func printTaskList(list protocol.TaskList) error {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TASK\tWORKFLOW\tSTATE\tSUBMITTED\tUPDATED\tREASON")
 	for _, t := range list.Tasks {
-		fmt.Fprintf(tw, "%s\t%s v%d\t%s\t%s\t%s\t%s\n", t.ID, t.Workflow, t.WorkflowVersion, t.State, stamp(t.SubmittedAt),
+		fmt.Fprintf(tw, "%s\t%s v%d\t%s\t%s\t%s\t%s\n", clean(t.ID), clean(t.Workflow), t.WorkflowVersion, t.State, stamp(t.SubmittedAt),
 			stamp(t.UpdatedAt), dash(truncate(t.Reason)))
 	}
 	if err := tw.Flush(); err != nil {
@@ -161,6 +162,23 @@ func stamp(t time.Time) string {
 	}
 	return t.UTC().Format("2006-01-02T15:04:05.000Z")
 }
+
+// clean escapes what in text from outside (an id, a reason, a result, an
+// error a service answered) could drive the terminal, as deadletters does
+// (topics.Preview), without cutting it.
+func clean(s string) string { return topics.Preview([]byte(s), len(s)) }
+
+// cleanLines is clean for text of several lines: it keeps the line breaks.
+func cleanLines(s string) string {
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		lines[i] = clean(l)
+	}
+	return strings.Join(lines, "\n")
+}
+
+// truncate escapes s as clean does and cuts it to 120 characters.
+func truncate(s string) string { return topics.Preview([]byte(s), 120) }
 
 func dash(s string) string {
 	if s == "" {

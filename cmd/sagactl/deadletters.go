@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -134,8 +135,12 @@ func deadlettersList(ctx context.Context, args []string) error {
 		if d.RedriveOf != "" {
 			source += " (redrive of " + d.RedriveOf + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", d.ID, stamp(d.Time), dash(topics.Preview([]byte(d.Key), 40)), source,
-			dash(topics.Preview([]byte(d.Reason), 80)), d.Size, dash(topics.Preview(d.Record.Value, 60)))
+		size := strconv.Itoa(d.Size)
+		if d.ByReference {
+			size += " (by reference)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.ID, stamp(d.Time), dash(topics.Preview([]byte(d.Key), 40)), source,
+			dash(topics.Preview([]byte(d.Reason), 80)), size, dash(topics.Preview(d.Record.Value, 60)))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -257,6 +262,9 @@ func redriveRecord(d *deadLetter, value []byte) (*kgo.Record, error) {
 		return nil, errors.Newf("its source %q names no topic to re-publish to", d.Source)
 	case d.SourceTopic == protocol.DeadLetterTopic:
 		return nil, errors.New("its source is the dead letters themselves")
+	case d.ByReference && value == nil:
+		return nil, errors.Newf("it keeps only the first %d of its %d bytes (too large to copy): re-publish the record at %s, or a fixed one with --value-file",
+			len(d.Record.Value), d.Size, d.Source)
 	}
 	if value == nil {
 		value = d.Record.Value

@@ -91,15 +91,15 @@ func printStatus(c *common, st protocol.TaskStatus) {
 		fmt.Println(string(raw))
 		return
 	}
-	line := fmt.Sprintf("%s  %-10s rev %-3d %-24s", st.Time.UTC().Format("2006-01-02T15:04:05.000Z"), st.OrderID, st.Revision, st.Status)
+	line := fmt.Sprintf("%s  %-10s rev %-3d %-24s", st.Time.UTC().Format("2006-01-02T15:04:05.000Z"), clean(st.OrderID), st.Revision, clean(st.Status))
 	if st.Step != "" {
-		line += " " + st.Step
+		line += " " + clean(st.Step)
 	}
 	if st.Attempt > 0 {
 		line += fmt.Sprintf(" (attempt %d)", st.Attempt)
 	}
 	if st.Reason != "" {
-		line += ": " + st.Reason
+		line += ": " + clean(st.Reason)
 	}
 	fmt.Println(strings.TrimRight(line, " "))
 }
@@ -163,13 +163,6 @@ func watchTopic(ctx context.Context, c *common, topic string) error {
 			printStatus(c, st)
 		})
 	}
-}
-
-func truncate(s string) string {
-	if len(s) > 120 {
-		return s[:120] + "…"
-	}
-	return s
 }
 
 // audit replays a task's stream and prints its timeline and state.

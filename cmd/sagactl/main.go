@@ -130,11 +130,12 @@ func main() {
 	}
 	var code exitCode
 	if errors.As(err, &code) {
-		fmt.Fprintln(os.Stderr, "sagactl:", code.msg)
+		fmt.Fprintln(os.Stderr, "sagactl:", cleanLines(code.msg))
 		os.Exit(code.code)
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "sagactl:", err)
+		// An error may quote what a service or the API answered.
+		fmt.Fprintln(os.Stderr, "sagactl:", cleanLines(err.Error()))
 		os.Exit(exitError)
 	}
 }
@@ -219,7 +220,7 @@ func submit(ctx context.Context, args []string) error {
 	workflow := fs.String("workflow", "", "workflow to run (default: chosen by the topic's triggers, else order)")
 	version := fs.Int("version", 0, "workflow version to run (default the newest)")
 	priority := fs.String("priority", "", "the task's priority: high, normal or low (default the workflow's, else normal)")
-	replyTo := fs.String("reply-to", "", "topic to receive the task's status messages, reply.<name> or saga.reply.<name> by default (default a private one, deleted after)")
+	replyTo := fs.String("reply-to", "", "topic to receive the task's status messages, reply.<name> or saga.reply.<name> by default (default with --wait a private one, deleted after; without, none)")
 	topic := fs.String("topic", protocol.OrdersTopic, "orders topic")
 	wait := fs.Bool("wait", false, "wait until the task ends and print its statuses; exit codes as for watch")
 	timeout := fs.Duration("timeout", 15*time.Second, "how long to wait for saga to accept the order (with --wait: to finish it)")
@@ -250,18 +251,34 @@ func submit(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	cl, err := client.New(waitCtx, client.Config{Brokers: kafka.SplitBrokers(c.brokers), OrdersTopic: *topic, ReplyTopic: *replyTo, KafkaOptions: kafkaOpts})
+	// Without --wait no reply topic is made: a private one would be
+	// deleted on exit while the task still sends statuses to it, each
+	// then a dead letter. Acceptance is read from saga.status and the
+	// dead letters instead.
+	private := !*wait && *replyTo == ""
+	cl, err := client.New(waitCtx, client.Config{Brokers: kafka.SplitBrokers(c.brokers), OrdersTopic: *topic, ReplyTopic: *replyTo,
+		NoReplyTopic: private, KafkaOptions: kafkaOpts})
 	if err != nil {
 		return errors.Wrap(c.security.Explain(err), "is Kafka reachable at "+c.brokers+"?")
 	}
 	defer cl.Close()
+	var accepted *acceptance
+	if private {
+		if accepted, err = watchAcceptance(waitCtx, c, *topic); err != nil {
+			return err
+		}
+		defer accepted.close()
+	}
 	if err := cl.Submit(waitCtx, fs.Arg(0), order); err != nil {
 		return err
 	}
 	fmt.Printf("submitted order %s to %s\n", fs.Arg(0), *topic)
 	await := cl.Accepted
-	if *wait {
+	switch {
+	case *wait:
 		await = cl.Wait
+	case private:
+		await = accepted.await
 	}
 	outcome, err := await(waitCtx, fs.Arg(0))
 	for _, st := range outcome.Statuses {

@@ -84,10 +84,11 @@ limits no flag changes:
   steps of a workflow         %d
   a step's result             %d bytes (a larger one fails the attempt, transient)
   a workflow definition file  %d bytes
+  placeholders of an HTTP call %d (url, headers and body together; more is refused at registration)
   conflicts per decision      %d (then it is decided again at the task's next event, retry or timeout)
 The embedded event store runs with the limits 'sagad eventstore -h' lists, at
 their defaults; start it apart with 'sagad eventstore' to change them.
-`, domain.MaxOrderIDLength, domain.MaxSteps, domain.MaxResultBytes, workflowfile.MaxFileBytes, processes.DefaultMaxConflicts)
+`, domain.MaxOrderIDLength, domain.MaxSteps, domain.MaxResultBytes, workflowfile.MaxFileBytes, domain.MaxTemplatePlaceholders, processes.DefaultMaxConflicts)
 
 func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	fs := flag.NewFlagSet("sagad", flag.ContinueOnError)
@@ -122,6 +123,8 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 		"how often the scheduler and supervisor save the checkpoint they resume from (position and unfinished tasks)")
 	maxOrderSize := fs.Int("max-order-size", processes.DefaultMaxOrderSize,
 		"largest order body accepted, in bytes; a larger order is dead-lettered (its TaskSubmitted event must also fit the event store's largest event)")
+	maxRendered := fs.Int("max-rendered-size", domain.DefaultMaxRenderedBytes,
+		"largest request, in bytes, an HTTP step's templates may render to (url, headers and body together); a step whose rendering is larger fails for good")
 	taskViewBatch := fs.Int("task-view-batch", projections.DefaultBatchSize, "most events the task view folds into one SQLite commit")
 	workflowsDir := fs.String("workflows", envOr("SAGA_WORKFLOWS", ""), "register the workflow definitions in this directory (*.yaml, *.yml, *.json) at start; default the demo order workflow when demo agents run [$SAGA_WORKFLOWS]")
 	replyTopics := fs.String("reply-topic-pattern", domain.DefaultReplyTopicPattern, "regular expression an order's replyTo must match; saga's own topics (saga.*, but saga.reply.*), orders and trigger topics are refused whatever it allows")
@@ -177,7 +180,7 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 		Roles: roles, SupervisorInterval: *supervisorInterval, CheckpointEvery: *checkpointEvery, KafkaFsync: *kafkaFsync, DemoServiceURLs: services, CommandsThroughKafka: *commandsThroughKafka,
 		WorkflowDirs: workflowDirs, HTTPAgents: httpAgents, KafkaSyncTopics: append([]string{}, kafka.SplitBrokers(*kafkaSyncTopics)...),
 		ReplyTopicPattern: *replyTopics, APITokensFile: *apiTokens, APITLSCert: *apiCert, APITLSKey: *apiKey,
-		Secure: *secureMode, KafkaSecurity: *kafkaSecurity, MaxOrderSize: *maxOrderSize, TaskViewBatch: *taskViewBatch,
+		Secure: *secureMode, KafkaSecurity: *kafkaSecurity, MaxOrderSize: *maxOrderSize, MaxRenderedBytes: *maxRendered, TaskViewBatch: *taskViewBatch,
 		KafkaRetention: &kafka.Retention{MaxAge: *retentionAge, MaxRecords: *retentionRecords, Interval: kafka.DefaultRetentionInterval},
 		AgentInstances: engine.AgentInstances{Capacity: capacity, DefaultCapacity: *defaultCapacity, RateLimit: rates, GlobalLimit: globalLimits,
 			HangAfter: hangAfter, DefaultHangAfter: *defaultHangAfter},

@@ -22,6 +22,8 @@ func TestHelpListsTheLimits(t *testing.T) {
 	require.ErrorIs(t, err, flag.ErrHelp)
 	for _, want := range []string{
 		"-max-order-size int", "(default 1048576)",
+		"-max-rendered-size int", "(default 2097152)",
+		"placeholders of an HTTP call 256",
 		"-task-view-batch int", "(default 512)",
 		"-supervisor-interval duration", "(default 1s)",
 		"-checkpoint-every duration", "(default 5s)",
@@ -36,5 +38,33 @@ func TestHelpListsTheLimits(t *testing.T) {
 		"'sagad eventstore -h'",
 	} {
 		assert.Contains(t, out.String(), want)
+	}
+}
+
+// TestMalformedConnectionStringNeverShowsItsPassword gives sagad event
+// store connection strings a URL parser misreads (an unencoded # or space
+// in the password, esdb:/): neither -h, which shows $SAGA_EVENTSTORE as the
+// default, nor the error sagad stops with shows the password.
+func TestMalformedConnectionStringNeverShowsItsPassword(t *testing.T) {
+	for _, connection := range []string{
+		"esdb://admin:hun#ter2@127.0.0.1:1?tls=false",
+		"esdb://admin:hun ter2@127.0.0.1:1?tls=false",
+		"esdb:/admin:hunter2@127.0.0.1:1?tls=false",
+	} {
+		t.Setenv("SAGA_EVENTSTORE", connection)
+		var out bytes.Buffer
+		before := helpOutput
+		helpOutput = &out
+		err := runAll(context.Background(), []string{"-h"}, slog.New(slog.DiscardHandler))
+		helpOutput = before
+		require.ErrorIs(t, err, flag.ErrHelp)
+		assert.Contains(t, out.String(), "admin:xxxxx@")
+		assert.NotContains(t, out.String(), "hun", connection)
+
+		err = runAll(context.Background(), []string{"--data", t.TempDir(), "--demo-agents=false", "--http-listen", "127.0.0.1:0",
+			"--kafka-listen", "127.0.0.1:0", "--eventstore", connection}, slog.New(slog.DiscardHandler))
+		require.Error(t, err, connection)
+		assert.NotContains(t, err.Error(), "hun", connection)
+		assert.NotContains(t, err.Error(), "ter2", connection)
 	}
 }

@@ -19,14 +19,15 @@ func TestParseOrder(t *testing.T) {
 	assert.JSONEq(t, `{"orderId":"o-1","items":[1,2]}`, string(o.Body))
 
 	for name, body := range map[string]string{
-		"not json":            `{"orderId":`,
-		"not an object":       `["o-1"]`,
-		"missing orderId":     `{"workflow":"order"}`,
-		"orderId wrong type":  `{"orderId":true}`,
-		"orderId with spaces": `{"orderId":"a b"}`,
-		"bad replyTo":         `{"orderId":"o-1","replyTo":"no/slashes"}`,
-		"oversized":           `{"orderId":"o-1","pad":"` + string(make([]byte, 2048)) + `"}`,
-		"empty":               ``,
+		"not json":                 `{"orderId":`,
+		"not an object":            `["o-1"]`,
+		"missing orderId":          `{"workflow":"order"}`,
+		"orderId wrong type":       `{"orderId":true}`,
+		"orderId with spaces":      `{"orderId":"a b"}`,
+		"bad replyTo":              `{"orderId":"o-1","replyTo":"no/slashes"}`,
+		"oversized":                `{"orderId":"o-1","pad":"` + string(make([]byte, 2048)) + `"}`,
+		"empty":                    ``,
+		"version without workflow": `{"orderId":"o-1","workflowVersion":2}`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := protocol.ParseOrder([]byte(body), 1024)

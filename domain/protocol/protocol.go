@@ -35,6 +35,11 @@ const (
 	HeaderDeadLetterReason = "saga_deadletter_reason"
 	// HeaderDeadLetterSource is topic/partition/offset of the original record.
 	HeaderDeadLetterSource = "saga_deadletter_source"
+	// HeaderDeadLetterSize, on a dead letter by reference, is the size in
+	// bytes of the original record's value, of which the dead letter keeps
+	// only the start: the whole is at HeaderDeadLetterSource, while its
+	// topic keeps it.
+	HeaderDeadLetterSize = "saga_deadletter_size"
 	// HeaderRedrivenFrom is on a record an operator re-published from the
 	// dead letters (sagactl deadletters redrive): the dead letter's
 	// saga.deadletter/partition/offset. A redriven record that is
