@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	neturl "net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -112,6 +113,12 @@ type Config struct {
 	// name: the embedding program's own agents. They take precedence over
 	// a demo agent of the same name.
 	Agents map[string]agent.Handler
+	// HTTPAgentAllow is what the built-in HTTP agents may call
+	// (httpagent.EgressPolicy.Allow: host names, *.domain, addresses, CIDR
+	// prefixes, "loopback", "*"). With none, any address but link-local
+	// ones, saga's own listeners and, unless the engine runs its embedded
+	// Kafka and event store (a development setup), loopback ones.
+	HTTPAgentAllow []string
 	// HTTPAgents are agents, besides domain.HTTPAgent, whose steps the
 	// built-in HTTP agent carries out (with the agents role), so that HTTP
 	// steps of different services can be scaled apart.
@@ -257,6 +264,9 @@ type App struct {
 	inProcess *inProcessCommands
 	// HTTPHandlers are the built-in HTTP agent's handlers, by agent.
 	HTTPHandlers map[string]*httpagent.Handler
+	// egress is the HTTP agents' egress policy; it refuses this process's
+	// listeners.
+	egress *httpagent.Egress
 	// AgentDirectory knows the agent instances from their heartbeats
 	// (with the scheduler or api role).
 	AgentDirectory *kafka.AgentDirectory
@@ -331,8 +341,13 @@ func Start(cfg Config) (*App, error) {
 	if problems != nil {
 		return nil, problems
 	}
+	egress, err := httpagent.NewEgress(httpagent.EgressPolicy{Allow: cfg.HTTPAgentAllow,
+		AllowLoopback: len(cfg.HTTPAgentAllow) == 0 && len(cfg.KafkaBrokers) == 0 && cfg.EventStoreURL == ""})
+	if err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	a := &App{cfg: cfg, logger: cfg.Logger, clock: processes.ClockFunc(cfg.Clock), cancel: cancel, runCtx: ctx, errs: make(chan error, 16),
+	a := &App{egress: egress, cfg: cfg, logger: cfg.Logger, clock: processes.ClockFunc(cfg.Clock), cancel: cancel, runCtx: ctx, errs: make(chan error, 16),
 		Services: map[string]*demo.Service{}, AgentProcs: map[string]*agent.Agent{},
 		HTTPHandlers: map[string]*httpagent.Handler{}, Metrics: metrics.New()}
 	for _, start := range []func() error{a.startTracing, a.startEventStore, func() error { return a.registerWorkflows(ctx) },
@@ -377,6 +392,7 @@ func (a *App) startEventStore() error {
 			return err
 		}
 		a.esServer = srv
+		a.egress.AddOwn(srv.Addr())
 		a.EventStoreURL = fmt.Sprintf("esdb://%s?tls=false", srv.Addr())
 		if a.cfg.Secure {
 			if a.EventStoreURL, err = a.Secure.EventStoreURL(srv.Addr()); err != nil {
@@ -481,6 +497,9 @@ func (a *App) startKafka(ctx context.Context) error {
 		}
 		a.broker = broker
 		a.KafkaBrokers = broker.Addrs()
+		for _, addr := range a.KafkaBrokers {
+			a.egress.AddOwn(addr)
+		}
 	} else {
 		a.KafkaSecurity = a.cfg.KafkaSecurity
 	}
@@ -665,6 +684,7 @@ func (a *App) startAPI(ctx context.Context) error {
 		return errors.Wrap(err, "http api listen")
 	}
 	a.HTTPAddr = lis.Addr().String()
+	a.egress.AddOwn(a.HTTPAddr)
 	// Timeouts and a header limit, so that slow or hostile clients cannot
 	// hold connections and memory: bodies are small (1 MiB at most).
 	agents := agentsView{dir: a.AgentDirectory, registered: a.Workflows.Agents, adm: kadm.NewClient(a.client), now: a.cfg.Clock,
@@ -706,7 +726,7 @@ func (a *App) startAgents(ctx context.Context) error {
 			return err
 		}
 	}
-	client := httpagent.DefaultClient()
+	client := httpagent.NewClient(a.egress)
 	for _, name := range append([]string{domain.HTTPAgent}, a.cfg.HTTPAgents...) {
 		if err := a.startHTTPAgent(ctx, name, httpagent.Config{Client: client, Clock: a.cfg.Clock}); err != nil {
 			return err
@@ -736,7 +756,18 @@ func (a *App) startAgents(ctx context.Context) error {
 			a.Services[agentName] = svc
 			url = svc.URL()
 		}
-		if err := a.startHTTPAgent(ctx, agentName, httpagent.Config{Client: client, BaseURL: url, Clock: a.cfg.Clock}); err != nil {
+		// The demo agent may call its service, wherever it is.
+		egress := a.egress
+		if u, err := neturl.Parse(url); err == nil && u.Host != "" {
+			port := u.Port()
+			if port == "" {
+				port = map[bool]string{true: "443", false: "80"}[u.Scheme == "https"]
+			}
+			if egress, err = a.egress.Also(net.JoinHostPort(u.Hostname(), port)); err != nil {
+				return errors.Wrapf(err, "demo service of %s", agentName)
+			}
+		}
+		if err := a.startHTTPAgent(ctx, agentName, httpagent.Config{Client: httpagent.NewClient(egress), BaseURL: url, Clock: a.cfg.Clock}); err != nil {
 			return err
 		}
 	}

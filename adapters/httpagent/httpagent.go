@@ -71,6 +71,10 @@ type Config struct {
 	// the call carries in its traceparent header; default the global
 	// TracerProvider.
 	TracerProvider trace.TracerProvider
+	// Egress, when set, is where the default client may connect (see
+	// NewClient); a given Client connects as its transport says. Nil
+	// allows any address.
+	Egress *Egress
 }
 
 // Defaults of Config.
@@ -81,6 +85,8 @@ const (
 	maxBreakers = 4096
 	// maxErrorBody bounds the part of an answer quoted in an error.
 	maxErrorBody = 512
+	// MaxRedirects bounds the redirects a call that follows them takes.
+	MaxRedirects = 10
 )
 
 // Handler is the built-in HTTP agent's step handler. It is safe for
@@ -96,8 +102,12 @@ type Handler struct {
 // New returns a Handler with cfg's defaults filled in.
 func New(cfg Config) *Handler {
 	if cfg.Client == nil {
-		cfg.Client = DefaultClient()
+		cfg.Client = NewClient(cfg.Egress)
 	}
+	// A copy, so that a caller's client keeps its own redirect policy.
+	client := *cfg.Client
+	client.CheckRedirect = checkRedirect
+	cfg.Client = &client
 	if cfg.BreakerOpenFor <= 0 {
 		cfg.BreakerOpenFor = DefaultBreakerOpenFor
 	}
@@ -114,13 +124,53 @@ func New(cfg Config) *Handler {
 	return &Handler{cfg: cfg, tracer: cfg.TracerProvider.Tracer(TracerName), breakers: map[string]*processes.Breaker{}}
 }
 
-// DefaultClient returns the client a Handler uses when given none: keep-alive
-// connections, up to 256 idle per host, and no timeout of its own.
-func DefaultClient() *http.Client {
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.MaxIdleConns = 1024
-	t.MaxIdleConnsPerHost = 256
-	return &http.Client{Transport: t}
+// DefaultClient returns a client with keep-alive connections, up to 256
+// idle per host, no timeout of its own and no egress policy:
+// NewClient(nil).
+func DefaultClient() *http.Client { return NewClient(nil) }
+
+// redirectsKey is the context key of whether a call follows redirects.
+type redirectsKey struct{}
+
+// checkRedirect is the Handler's redirect policy: a redirect is followed
+// only when the call's step allows it (HTTPCall.FollowRedirects), only to
+// the host (and port) it first called, from http to https at most, and at
+// most MaxRedirects times. A redirect not followed is the answer: a 3xx,
+// which fails the step for good unless the step classifies it otherwise.
+// Every connection, a redirect's too, passes the egress policy.
+func checkRedirect(req *http.Request, via []*http.Request) error {
+	first := via[0]
+	if follow, _ := first.Context().Value(redirectsKey{}).(bool); !follow {
+		return http.ErrUseLastResponse
+	}
+	switch {
+	case len(via) > MaxRedirects:
+		return errors.Wrapf(ErrRedirectRefused, "more than %d redirects", MaxRedirects)
+	case !sameHost(first.URL, req.URL):
+		return errors.Wrapf(ErrRedirectRefused, "to %s, another host than %s", req.URL.Host, first.URL.Host)
+	case first.URL.Scheme == "https" && req.URL.Scheme != "https":
+		return errors.Wrapf(ErrRedirectRefused, "from https to %s", req.URL.Scheme)
+	}
+	return nil
+}
+
+// sameHost reports whether b names the host and port of a, the default
+// port of the scheme counting as written.
+func sameHost(a, b *url.URL) bool {
+	port := func(u *url.URL) string {
+		if p := u.Port(); p != "" {
+			return p
+		}
+		if u.Scheme == "https" {
+			return "443"
+		}
+		return "80"
+	}
+	if !strings.EqualFold(a.Hostname(), b.Hostname()) {
+		return false
+	}
+	// From http to https on the default ports is the same host upgraded.
+	return port(a) == port(b) || (a.Scheme == "http" && b.Scheme == "https" && port(a) == "80" && port(b) == "443")
 }
 
 // Class is how an answer is treated.
@@ -213,7 +263,7 @@ func (h *Handler) Handle(ctx context.Context, cmd protocol.ExecuteStep) (json.Ra
 			processes.AttrTaskID.String(cmd.TaskID), processes.AttrStep.String(cmd.Step), processes.AttrAction.String(cmd.Action))
 	}
 	defer span.End()
-	req = req.WithContext(ctx)
+	req = req.WithContext(context.WithValue(ctx, redirectsKey{}, call != nil && call.FollowRedirects))
 	// The call's own span when tracing is on; the span the handler runs
 	// in, or the command's traceparent (set by request), when it is off.
 	traceContext.Inject(ctx, propagation.HeaderCarrier(req.Header))
@@ -364,7 +414,12 @@ func (h *Handler) do(req *http.Request, call *domain.HTTPCall) (json.RawMessage,
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
-		return nil, errors.Wrapf(err, "%s", target)
+		err = errors.Wrapf(err, "%s", target)
+		if errors.Is(err, ErrEgressRefused) || errors.Is(err, ErrRedirectRefused) {
+			// Trying again would be refused again.
+			return nil, processes.Permanent(err)
+		}
+		return nil, err
 	}
 	defer resp.Body.Close()
 	trace.SpanFromContext(req.Context()).SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
@@ -386,6 +441,9 @@ func (h *Handler) do(req *http.Request, call *domain.HTTPCall) (json.RawMessage,
 	}
 	failure := error(&StatusError{Target: target, Status: resp.StatusCode, Body: truncate(strings.TrimSpace(string(body)), maxErrorBody)})
 	if class == Permanent {
+		if resp.StatusCode >= 300 && resp.StatusCode < 400 {
+			failure = errors.Wrap(failure, "redirect not followed (the step does not set followRedirects)")
+		}
 		return nil, processes.Permanent(failure)
 	}
 	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
