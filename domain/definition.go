@@ -533,12 +533,15 @@ func validateHTTP(path string, h *HTTPCall, scope templateScope, add func(string
 	} else if !literalOrigin(h.URL) {
 		add(path+".url", "%q must start with http:// or https:// and a host written out: placeholders may follow the host, never choose it, so that an order cannot send the agent elsewhere", truncate(h.URL))
 	}
+	if err := scope.check(h.URL); err != nil {
+		add(path+".url", "%v", err)
+	}
+	scope.secrets = true
 	check := func(field, text string) {
 		if err := scope.check(text); err != nil {
 			add(path+"."+field, "%v", err)
 		}
 	}
-	check("url", h.URL)
 	names := make([]string, 0, len(h.Headers))
 	for k := range h.Headers {
 		names = append(names, k)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -35,7 +36,21 @@ const (
 	TemplateStep           = "step"
 	TemplateAttempt        = "attempt"
 	TemplateIdempotencyKey = "idempotencyKey"
+	// TemplateSecret is secret.NAME: a secret the agent resolves when it
+	// makes the call, from its own process (files or environment), so that
+	// definitions, commands and events hold only the placeholder. Secrets
+	// may go in header values and bodies, never in URLs, which errors and
+	// traces name.
+	TemplateSecret = "secret"
 )
+
+// secretNamePattern is the syntax of a secret's name: it is also a file
+// name and the end of an environment variable's (SAGA_SECRET_NAME).
+var secretNamePattern = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]{0,63}$`)
+
+// ValidSecretName reports whether name may name a secret: 1 to 64
+// letters, digits or _, starting with a letter.
+func ValidSecretName(name string) bool { return secretNamePattern.MatchString(name) }
 
 // TemplateData is what templates are rendered over (an HTTP step's URL
 // and body, from the command that runs it: protocol.ExecuteStep.TemplateData).
@@ -48,6 +63,9 @@ type TemplateData struct {
 	Order            json.RawMessage
 	Results          map[string]json.RawMessage
 	Result           json.RawMessage
+	// Secret resolves {{secret.NAME}}: set only where the call is made
+	// (the agent); nil refuses secrets.
+	Secret func(name string) (string, error)
 }
 
 // placeholder is one {{ path }} in a template.
@@ -90,6 +108,8 @@ type templateScope struct {
 	workflow     *Workflow
 	before       int
 	compensation bool
+	// secrets says the template may name secrets (header values, bodies).
+	secrets bool
 }
 
 func (sc templateScope) check(text string) error {
@@ -134,8 +154,18 @@ func (sc templateScope) checkPath(path []string) error {
 			return errors.Newf("%s has no members", path[0])
 		}
 		return nil
+	case TemplateSecret:
+		switch {
+		case !sc.secrets:
+			return errors.New("secrets may go in header values and the body, never in the url, which errors and traces name")
+		case len(path) != 2:
+			return errors.New("name one secret: secret.NAME")
+		case !ValidSecretName(path[1]):
+			return errors.Newf("secret name %q must be 1 to 64 letters, digits or _ and start with a letter", truncate(path[1]))
+		}
+		return nil
 	}
-	return errors.Newf("unknown root %q: use order, results, result, task, step, attempt or idempotencyKey", path[0])
+	return errors.Newf("unknown root %q: use order, results, result, task, step, attempt, idempotencyKey or secret", path[0])
 }
 
 // lookup returns the JSON value a path refers to.
@@ -172,6 +202,18 @@ func (d TemplateData) lookup(path []string) (any, error) {
 		return json.Number(strconv.Itoa(d.Attempt)), nil
 	case TemplateIdempotencyKey:
 		return d.IdempotencyKey, nil
+	case TemplateSecret:
+		if len(path) != 2 || !ValidSecretName(path[1]) {
+			return nil, errors.New("name one secret: secret.NAME")
+		}
+		if d.Secret == nil {
+			return nil, errors.Newf("secret %s cannot be resolved here", path[1])
+		}
+		v, err := d.Secret(path[1])
+		if err != nil {
+			return nil, err
+		}
+		return v, nil
 	default:
 		return nil, errors.Newf("unknown root %q", path[0])
 	}

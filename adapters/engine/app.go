@@ -119,6 +119,10 @@ type Config struct {
 	// ones, saga's own listeners and, unless the engine runs its embedded
 	// Kafka and event store (a development setup), loopback ones.
 	HTTPAgentAllow []string
+	// SecretsDir holds the secrets ({{secret.NAME}}) of the HTTP agents
+	// this process runs, one file per secret; those not found there come
+	// from the environment, SAGA_SECRET_NAME (httpagent.Secrets).
+	SecretsDir string
 	// HTTPAgents are agents, besides domain.HTTPAgent, whose steps the
 	// built-in HTTP agent carries out (with the agents role), so that HTTP
 	// steps of different services can be scaled apart.
@@ -340,6 +344,11 @@ func Start(cfg Config) (*App, error) {
 	}
 	if problems != nil {
 		return nil, problems
+	}
+	if cfg.SecretsDir != "" {
+		if info, err := os.Stat(cfg.SecretsDir); err != nil || !info.IsDir() {
+			return nil, errors.Newf("secrets directory %s is not a directory", cfg.SecretsDir)
+		}
 	}
 	egress, err := httpagent.NewEgress(httpagent.EgressPolicy{Allow: cfg.HTTPAgentAllow,
 		AllowLoopback: len(cfg.HTTPAgentAllow) == 0 && len(cfg.KafkaBrokers) == 0 && cfg.EventStoreURL == ""})
@@ -778,6 +787,7 @@ func (a *App) startAgents(ctx context.Context) error {
 // keeps a breaker per host, so the agent runtime keeps none.
 func (a *App) startHTTPAgent(ctx context.Context, name string, cfg httpagent.Config) error {
 	cfg.TracerProvider = a.tracing
+	cfg.Secrets = &httpagent.Secrets{Dir: a.cfg.SecretsDir}
 	h := httpagent.New(cfg)
 	a.HTTPHandlers[name] = h
 	return a.startAgent(ctx, name, func(ctx context.Context, req agent.Request) (any, error) {

@@ -71,6 +71,9 @@ type Config struct {
 	// the call carries in its traceparent header; default the global
 	// TracerProvider.
 	TracerProvider trace.TracerProvider
+	// Secrets resolves {{secret.NAME}} at call time; default the
+	// environment alone (Secrets{}).
+	Secrets *Secrets
 	// Egress, when set, is where the default client may connect (see
 	// NewClient); a given Client connects as its transport says. Nil
 	// allows any address.
@@ -113,6 +116,9 @@ func New(cfg Config) *Handler {
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
+	}
+	if cfg.Secrets == nil {
+		cfg.Secrets = &Secrets{}
 	}
 	if cfg.MaxResponseBytes <= 0 {
 		cfg.MaxResponseBytes = domain.MaxResultBytes
@@ -248,9 +254,10 @@ func (e *RetryAfterError) RetryAfter() time.Duration { return e.Wait }
 // Template errors, invalid headers and permanent answers are returned as
 // processes.Permanent failures; any other error is transient.
 func (h *Handler) Handle(ctx context.Context, cmd protocol.ExecuteStep) (json.RawMessage, error) {
-	req, call, err := h.request(ctx, cmd)
+	secrets := &secretsUsed{lookup: h.cfg.Secrets.Lookup}
+	req, call, err := h.request(ctx, cmd, secrets)
 	if err != nil {
-		return nil, err
+		return nil, secrets.redactError(err)
 	}
 	breaker := h.breaker(req.URL.Host)
 	if err := breaker.Allow(); err != nil {
@@ -268,6 +275,9 @@ func (h *Handler) Handle(ctx context.Context, cmd protocol.ExecuteStep) (json.Ra
 	// in, or the command's traceparent (set by request), when it is off.
 	traceContext.Inject(ctx, propagation.HeaderCarrier(req.Header))
 	result, err := h.do(req, call)
+	// What the service says goes into events, logs and traces: never the
+	// secrets sent to it.
+	result, err = secrets.redactJSON(result), secrets.redactError(err)
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())
 	}
@@ -282,7 +292,7 @@ const TracerName = "github.com/sagaengine/saga/adapters/httpagent"
 var traceContext = propagation.TraceContext{}
 
 // request builds the request of a command.
-func (h *Handler) request(ctx context.Context, cmd protocol.ExecuteStep) (*http.Request, *domain.HTTPCall, error) {
+func (h *Handler) request(ctx context.Context, cmd protocol.ExecuteStep, secrets *secretsUsed) (*http.Request, *domain.HTTPCall, error) {
 	call := cmd.HTTP
 	var method, target string
 	var headers http.Header
@@ -298,9 +308,12 @@ func (h *Handler) request(ctx context.Context, cmd protocol.ExecuteStep) (*http.
 			method = http.MethodPost
 		}
 		var err error
+		// Secrets go in headers and bodies only (the definition was
+		// checked so; this holds for any command).
 		if target, err = domain.RenderText(call.URL, data, domain.EscapeURLValue); err != nil {
 			return nil, nil, processes.Permanent(errors.Wrapf(err, "%s: render url", what))
 		}
+		data.Secret = secrets.resolve
 		headers = http.Header{}
 		for name, tmpl := range call.Headers {
 			if !validHeaderName(name) {
