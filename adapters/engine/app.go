@@ -731,13 +731,15 @@ func (a *App) startAPI(ctx context.Context) error {
 // demo services with an HTTP agent in front of each.
 func (a *App) startAgents(ctx context.Context) error {
 	for name, handler := range a.cfg.Agents {
-		if err := a.startAgent(ctx, name, handler, 0, nil); err != nil {
+		if err := a.startAgent(ctx, name, handler, 0, nil, false); err != nil {
 			return err
 		}
 	}
 	client := httpagent.NewClient(a.egress)
 	for _, name := range append([]string{domain.HTTPAgent}, a.cfg.HTTPAgents...) {
-		if err := a.startHTTPAgent(ctx, name, httpagent.Config{Client: client, Clock: a.cfg.Clock}); err != nil {
+		// Its steps call any host their definitions name: each host's
+		// health is judged apart, so that one that hangs holds no other.
+		if err := a.startHTTPAgent(ctx, name, httpagent.Config{Client: client, Clock: a.cfg.Clock, HealthByTarget: true}); err != nil {
 			return err
 		}
 	}
@@ -784,21 +786,32 @@ func (a *App) startAgents(ctx context.Context) error {
 }
 
 // startHTTPAgent runs the built-in HTTP agent under a name; its handler
-// keeps a breaker per host, so the agent runtime keeps none.
+// keeps a breaker per host, so the agent runtime keeps none. With
+// cfg.HealthByTarget the handler also judges each host's hangs, with the
+// agent's latency budget, and the instance stays healthy; without it (an
+// agent of one service, BaseURL) the instance's health is its host's.
 func (a *App) startHTTPAgent(ctx context.Context, name string, cfg httpagent.Config) error {
 	cfg.TracerProvider = a.tracing
 	cfg.Secrets = &httpagent.Secrets{Dir: a.cfg.SecretsDir}
+	var probe agent.Config
+	a.cfg.AgentInstances.configure(name, &probe)
+	cfg.HangAfter = probe.HangAfter
 	h := httpagent.New(cfg)
 	a.HTTPHandlers[name] = h
+	breakers := h.BreakerState
+	if cfg.HealthByTarget {
+		breakers = nil
+	}
 	return a.startAgent(ctx, name, func(ctx context.Context, req agent.Request) (any, error) {
 		return h.Handle(ctx, req.Command())
-	}, -1, h.BreakerState)
+	}, -1, breakers, cfg.HealthByTarget)
 }
 
 // startAgent runs an agent through the Go agent SDK, as any program would.
-func (a *App) startAgent(ctx context.Context, name string, handler agent.Handler, breakerOpenFor time.Duration, breakers func() processes.BreakerState) error {
+func (a *App) startAgent(ctx context.Context, name string, handler agent.Handler, breakerOpenFor time.Duration, breakers func() processes.BreakerState,
+	healthByTarget bool) error {
 	cfg := agent.Config{Brokers: a.KafkaBrokers, KafkaOptions: a.kafkaOpts, Logger: a.logger, Clock: a.cfg.Clock, BreakerOpenFor: breakerOpenFor,
-		TracerProvider: a.tracing, Instance: a.agentInstance(name), Breakers: breakers}
+		TracerProvider: a.tracing, Instance: a.agentInstance(name), Breakers: breakers, HealthByTarget: healthByTarget}
 	a.cfg.AgentInstances.configure(name, &cfg)
 	cfg.Directory = a.directory()
 	ag, err := agent.New(name, handler, cfg)

@@ -71,6 +71,18 @@ type Config struct {
 	// the call carries in its traceparent header; default the global
 	// TracerProvider.
 	TracerProvider trace.TracerProvider
+	// HealthByTarget makes the handler judge each host's health itself
+	// (with processes.Agent.HealthByTarget): a host whose calls hang, or
+	// whose breaker is open, is refused with a processes.CircuitOpenError
+	// naming it, while calls to other hosts go on. Without it the agent
+	// judges the instance as a whole (BreakerState).
+	HealthByTarget bool
+	// HangAfter is, with HealthByTarget, a host's latency budget: once its
+	// oldest call in flight has run longer, and no call to it was answered
+	// meanwhile, its calls hang: refused for BreakerOpenFor, then one
+	// trial call goes through, whose answer ends the hang. Default
+	// processes.DefaultHangAfter.
+	HangAfter time.Duration
 	// Secrets resolves {{secret.NAME}} at call time; default the
 	// environment alone (Secrets{}).
 	Secrets *Secrets
@@ -100,6 +112,9 @@ type Handler struct {
 
 	mu       sync.Mutex
 	breakers map[string]*processes.Breaker
+	// hosts are the hosts with calls in flight or hanging, with
+	// HealthByTarget.
+	hosts map[string]*hostCalls
 }
 
 // New returns a Handler with cfg's defaults filled in.
@@ -120,6 +135,9 @@ func New(cfg Config) *Handler {
 	if cfg.Secrets == nil {
 		cfg.Secrets = &Secrets{}
 	}
+	if cfg.HangAfter <= 0 {
+		cfg.HangAfter = processes.DefaultHangAfter
+	}
 	if cfg.MaxResponseBytes <= 0 {
 		cfg.MaxResponseBytes = domain.MaxResultBytes
 	}
@@ -127,7 +145,7 @@ func New(cfg Config) *Handler {
 	if cfg.TracerProvider == nil {
 		cfg.TracerProvider = otel.GetTracerProvider()
 	}
-	return &Handler{cfg: cfg, tracer: cfg.TracerProvider.Tracer(TracerName), breakers: map[string]*processes.Breaker{}}
+	return &Handler{cfg: cfg, tracer: cfg.TracerProvider.Tracer(TracerName), breakers: map[string]*processes.Breaker{}, hosts: map[string]*hostCalls{}}
 }
 
 // DefaultClient returns a client with keep-alive connections, up to 256
@@ -253,15 +271,27 @@ func (e *RetryAfterError) RetryAfter() time.Duration { return e.Wait }
 // Handle carries out one command: it implements processes.StepHandler.
 // Template errors, invalid headers and permanent answers are returned as
 // processes.Permanent failures; any other error is transient.
-func (h *Handler) Handle(ctx context.Context, cmd protocol.ExecuteStep) (json.RawMessage, error) {
+func (h *Handler) Handle(ctx context.Context, cmd protocol.ExecuteStep) (_ json.RawMessage, err error) {
 	secrets := &secretsUsed{lookup: h.cfg.Secrets.Lookup}
 	req, call, err := h.request(ctx, cmd, secrets)
 	if err != nil {
 		return nil, secrets.redactError(err)
 	}
-	breaker := h.breaker(req.URL.Host)
+	host := req.URL.Host
+	breaker := h.breaker(host)
 	if err := breaker.Allow(); err != nil {
-		return nil, errors.Wrapf(err, "host %s", req.URL.Host)
+		var open *processes.CircuitOpenError
+		if h.cfg.HealthByTarget && errors.As(err, &open) {
+			open.Target = host
+		}
+		return nil, errors.Wrapf(err, "host %s", host)
+	}
+	if h.cfg.HealthByTarget {
+		c, refused := h.callStarted(host)
+		if refused != nil {
+			return nil, refused
+		}
+		defer func() { h.callEnded(host, c, err, ctx.Err() == nil) }()
 	}
 	ctx, span := h.tracer.Start(ctx, req.Method, trace.WithSpanKind(trace.SpanKindClient))
 	if span.IsRecording() {
