@@ -78,8 +78,9 @@ func TestAGivenBackAttemptIsTimedOutByItsNewDeadline(t *testing.T) {
 	logs := &lockedBuffer{}
 	sup := &processes.Supervisor{Store: store, Alerts: &alerts{seen: map[string]int{}}, Workflows: workflows{"work": wf},
 		Actor: "supervisor/test", Clock: clock, Logger: slog.New(slog.NewTextHandler(logs, nil)), Interval: 100 * time.Millisecond, Grace: time.Millisecond}
+	ready := sup.Ready() // before Run: Run reads the defaults Ready fills in
 	run(t, sup.Run)
-	<-sup.Ready()
+	<-ready
 	// Scan by scan past the first complete-by (start+2s), not the second
 	// (start+3s).
 	tick := func(n int) {
