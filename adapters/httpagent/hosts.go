@@ -105,3 +105,21 @@ func (h *Handler) callEnded(host string, c *hostCall, err error, answered bool) 
 		delete(h.hosts, host) // bounded by the hosts in flight or hanging
 	}
 }
+
+// callDropped forgets a call admitted but not made (its breaker refused
+// it): it neither answered nor hung.
+func (h *Handler) callDropped(host string, c *hostCall) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	st := h.hosts[host]
+	if st == nil {
+		return
+	}
+	delete(st.calls, c)
+	if st.trial == c {
+		st.trial = nil
+	}
+	if len(st.calls) == 0 && !st.hanging {
+		delete(h.hosts, host)
+	}
+}

@@ -278,20 +278,28 @@ func (h *Handler) Handle(ctx context.Context, cmd protocol.ExecuteStep) (_ json.
 		return nil, secrets.redactError(err)
 	}
 	host := req.URL.Host
+	// The host's hangs first: a breaker lets its trial call through only
+	// to a call that is then made.
+	var hc *hostCall
+	if h.cfg.HealthByTarget {
+		var refused error
+		if hc, refused = h.callStarted(host); refused != nil {
+			return nil, refused
+		}
+	}
 	breaker := h.breaker(host)
 	if err := breaker.Allow(); err != nil {
 		var open *processes.CircuitOpenError
 		if h.cfg.HealthByTarget && errors.As(err, &open) {
 			open.Target = host
 		}
+		if hc != nil {
+			h.callDropped(host, hc)
+		}
 		return nil, errors.Wrapf(err, "host %s", host)
 	}
-	if h.cfg.HealthByTarget {
-		c, refused := h.callStarted(host)
-		if refused != nil {
-			return nil, refused
-		}
-		defer func() { h.callEnded(host, c, err, ctx.Err() == nil) }()
+	if hc != nil {
+		defer func() { h.callEnded(host, hc, err, ctx.Err() == nil) }()
 	}
 	ctx, span := h.tracer.Start(ctx, req.Method, trace.WithSpanKind(trace.SpanKindClient))
 	if span.IsRecording() {
