@@ -153,6 +153,14 @@ func (p *defParser) str(path string, v any) string {
 	return s
 }
 
+func (p *defParser) boolean(path string, v any) bool {
+	b, ok := v.(bool)
+	if !ok {
+		p.add(path, "must be true or false")
+	}
+	return b
+}
+
 func (p *defParser) integer(path string, v any) int {
 	n, ok := v.(json.Number)
 	if ok {
@@ -360,7 +368,7 @@ func (p *defParser) compensation(path string, v any, s StepDefinition) *Compensa
 
 func (p *defParser) http(path string, v any) *HTTPCall {
 	h := &HTTPCall{Method: "POST"}
-	m := p.object(path, v, "method", "url", "headers", "body", "transientStatus", "permanentStatus")
+	m := p.object(path, v, "method", "url", "headers", "body", "transientStatus", "permanentStatus", "followRedirects")
 	if m == nil {
 		return h
 	}
@@ -392,6 +400,9 @@ func (p *defParser) http(path string, v any) *HTTPCall {
 	}
 	if v, ok := m["permanentStatus"]; ok {
 		h.PermanentStatus = p.ints(join(path, "permanentStatus"), v)
+	}
+	if v, ok := m["followRedirects"]; ok {
+		h.FollowRedirects = p.boolean(join(path, "followRedirects"), v)
 	}
 	return h
 }
@@ -531,6 +542,8 @@ func validateHTTP(path string, h *HTTPCall, scope templateScope, add func(string
 		}
 	}
 	check("url", h.URL)
+	// Secrets may go in header values and the body, never in the url.
+	scope.secrets = true
 	names := make([]string, 0, len(h.Headers))
 	for k := range h.Headers {
 		names = append(names, k)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -51,7 +52,21 @@ const (
 	TemplateStep           = "step"
 	TemplateAttempt        = "attempt"
 	TemplateIdempotencyKey = "idempotencyKey"
+	// TemplateSecret is secret.NAME: a secret the agent resolves when it
+	// makes the call, from its own process (files or environment), so that
+	// definitions, commands and events hold only the placeholder. Secrets
+	// may go in header values and bodies, never in URLs, which errors and
+	// traces name.
+	TemplateSecret = "secret"
 )
+
+// secretNamePattern is the syntax of a secret's name: it is also a file
+// name and the end of an environment variable's (SAGA_SECRET_NAME).
+var secretNamePattern = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]{0,63}$`)
+
+// ValidSecretName reports whether name may name a secret: 1 to 64
+// letters, digits or _, starting with a letter.
+func ValidSecretName(name string) bool { return secretNamePattern.MatchString(name) }
 
 // TemplateData is what templates are rendered over (an HTTP step's URL
 // and body, from the command that runs it: protocol.ExecuteStep.TemplateData).
@@ -64,6 +79,9 @@ type TemplateData struct {
 	Order            json.RawMessage
 	Results          map[string]json.RawMessage
 	Result           json.RawMessage
+	// Secret resolves {{secret.NAME}}: set only where the call is made
+	// (the agent); nil refuses secrets.
+	Secret func(name string) (string, error)
 }
 
 // placeholder is one {{ path }} in a template.
@@ -117,6 +135,8 @@ type templateScope struct {
 	workflow     *Workflow
 	before       int
 	compensation bool
+	// secrets says the template may name secrets (header values, bodies).
+	secrets bool
 }
 
 // check checks the placeholders of text and returns how many it has.
@@ -162,8 +182,18 @@ func (sc templateScope) checkPath(path []string) error {
 			return errors.Newf("%s has no members", path[0])
 		}
 		return nil
+	case TemplateSecret:
+		switch {
+		case !sc.secrets:
+			return errors.New("secrets may go in header values and the body, never in the url, which errors and traces name")
+		case len(path) != 2:
+			return errors.New("name one secret: secret.NAME")
+		case !ValidSecretName(path[1]):
+			return errors.Newf("secret name %q must be 1 to 64 letters, digits or _ and start with a letter", truncate(path[1]))
+		}
+		return nil
 	}
-	return errors.Newf("unknown root %q: use order, results, result, task, step, attempt or idempotencyKey", path[0])
+	return errors.Newf("unknown root %q: use order, results, result, task, step, attempt, idempotencyKey or secret", path[0])
 }
 
 // Renderer renders the templates of one step's call over its data: each
@@ -195,6 +225,10 @@ func NewRenderer(data TemplateData, maxBytes int) *Renderer {
 	}
 	return &Renderer{data: data, maxBytes: maxBytes}
 }
+
+// ResolveSecrets lets the templates rendered from now on name secrets,
+// resolved by resolve; until it is called, {{secret.NAME}} fails.
+func (r *Renderer) ResolveSecrets(resolve func(name string) (string, error)) { r.data.Secret = resolve }
 
 // spend counts n more rendered bytes, or fails with ErrRenderTooLarge when
 // they would exceed the bound.
@@ -265,6 +299,18 @@ func (r *Renderer) lookup(path []string) (any, error) {
 		return json.Number(strconv.Itoa(d.Attempt)), nil
 	case TemplateIdempotencyKey:
 		return d.IdempotencyKey, nil
+	case TemplateSecret:
+		if len(path) != 2 || !ValidSecretName(path[1]) {
+			return nil, errors.New("name one secret: secret.NAME")
+		}
+		if d.Secret == nil {
+			return nil, errors.Newf("secret %s cannot be resolved here", path[1])
+		}
+		v, err := d.Secret(path[1])
+		if err != nil {
+			return nil, err
+		}
+		return v, nil
 	default:
 		return nil, errors.Newf("unknown root %q", path[0])
 	}

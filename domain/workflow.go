@@ -151,6 +151,10 @@ type HTTPCall struct {
 	// are transient; other 4xx are permanent).
 	TransientStatus []int `json:"transientStatus,omitempty"`
 	PermanentStatus []int `json:"permanentStatus,omitempty"`
+	// FollowRedirects lets the agent follow redirects, to the URL's own
+	// host only; by default a redirect is the answer (a 3xx, which fails
+	// the step for good unless TransientStatus names it).
+	FollowRedirects bool `json:"followRedirects,omitempty"`
 }
 
 // CompensationDefinition says how a step is undone.

@@ -66,6 +66,12 @@ type Agent struct {
 	// (the built-in HTTP agent keeps one per host): the instance is
 	// unhealthy while one is open.
 	Breakers func() BreakerState
+	// HealthByTarget says the handler judges the health of each of its
+	// targets itself (the built-in HTTP agent, per host): the instance does
+	// not turn unhealthy when calls hang, and the handler refuses calls to
+	// a target that hangs or fails with a CircuitOpenError naming it, which
+	// gives the command back for that target alone.
+	HealthByTarget bool
 	// Tracing starts the span of each command (SpanAgent), the parent of
 	// the handler's calls; nil means the global TracerProvider.
 	Tracing trace.TracerProvider
@@ -231,7 +237,7 @@ func (a *Agent) attempt(ctx context.Context, cmd protocol.ExecuteStep, reserve t
 			return a.reply(ctx, cmd, protocol.StepReply{Outcome: protocol.OutcomeFailed, Failure: domain.FailurePermanent, Reason: err.Error(), Tries: tries})
 		case !called && tries == 0:
 			// Refused before any call: give the attempt back.
-			return a.giveBack(ctx, cmd, refusalCause(err))
+			return a.reply(ctx, cmd, protocol.StepReply{Outcome: protocol.OutcomeUnavailable, Reason: refusalCause(err), Target: refusedTarget(err)})
 		case !called:
 			// Calls failed, then the breaker refused: name what went
 			// wrong, not the refusal.
@@ -265,6 +271,16 @@ func refusalCause(err error) string {
 		return open.Cause
 	}
 	return err.Error()
+}
+
+// refusedTarget is the target a refusal names, when the handler refused
+// one target rather than every call.
+func refusedTarget(err error) string {
+	var open *CircuitOpenError
+	if errors.As(err, &open) {
+		return open.Target
+	}
+	return ""
 }
 
 // outcomeExpired is the agent span's outcome for a command it dropped or

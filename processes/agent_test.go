@@ -597,3 +597,32 @@ func TestNoRoomBeforeCompleteByGivesTheCommandBack(t *testing.T) {
 	assert.Equal(t, "no room before complete-by: capacity 1 in use", r.Reason)
 	assert.EqualValues(t, 1, svc.calls.Load())
 }
+
+// TestHealthByTargetKeepsTheInstanceHealthyWhileOneTargetHangs: with
+// HealthByTarget, a call that hangs past HangAfter leaves the instance
+// healthy, other commands still run, and a refusal naming a target is
+// given back naming it.
+func TestHealthByTargetKeepsTheInstanceHealthyWhileOneTargetHangs(t *testing.T) {
+	clock := newFakeClock(epoch)
+	svc, replies := newScripted(), newReplyLog()
+	a := newTestAgent(clock, svc, replies)
+	a.HealthByTarget, a.Capacity, a.HangAfter = true, 4, 2*time.Second
+	due := func() time.Time { return clock.Now().Add(time.Minute) }
+	svc.hold("slow-host")
+	handle(t, a, command("slow-host", domain.PriorityNormal, due()))
+	svc.awaitStart(t)
+	clock.Advance(3 * time.Second)
+	health, reason := a.Health()
+	assert.Equal(t, protocol.HealthHealthy, health, reason)
+	require.NoError(t, a.HandleCommand(context.Background(), command("fast-host", domain.PriorityNormal, due())))
+	assert.Equal(t, protocol.OutcomeSucceeded, replies.await(t, "fast-host").Outcome)
+
+	svc.failWith("refused", fmt.Errorf("host slow:80: %w", &processes.CircuitOpenError{Until: due(), Cause: "host slow:80: calls hang", Target: "slow:80"}))
+	require.NoError(t, a.HandleCommand(context.Background(), command("refused", domain.PriorityNormal, due())))
+	r := replies.await(t, "refused")
+	assert.Equal(t, protocol.OutcomeUnavailable, r.Outcome)
+	assert.Equal(t, "slow:80", r.Target)
+	assert.Equal(t, "host slow:80: calls hang", r.Reason)
+	health, _ = a.Health()
+	assert.Equal(t, protocol.HealthHealthy, health)
+}

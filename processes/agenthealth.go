@@ -177,6 +177,9 @@ func (a *Agent) refreshLocked(now time.Time) bool {
 // service last answered has run longer than HangAfter. The caller holds
 // mu.
 func (a *Agent) checkHangLocked(now time.Time) {
+	if a.HealthByTarget {
+		return // the handler judges each target's hangs
+	}
 	// A scan looks at every call in flight: at most one per twentieth of
 	// the budget, which is precise enough.
 	if !a.st.hangOpen && now.Sub(a.st.lastScan) < a.HangAfter/20 {

@@ -17,6 +17,10 @@ var ErrCircuitOpen = errors.New("circuit breaker open")
 type CircuitOpenError struct {
 	Until time.Time
 	Cause string
+	// Target, when set, is the one target the handler refuses to call
+	// now (a host, for the built-in HTTP agent): the instance itself takes
+	// other work, and gives the command back naming it.
+	Target string
 }
 
 func (e *CircuitOpenError) Error() string {

@@ -239,3 +239,41 @@ func TestTheSchedulerGoesLiveOnlyOnceItKnowsTheAgents(t *testing.T) {
 	require.Eventually(t, func() bool { return s.Waiting()["worker"] == 2 }, 10*time.Second, 5*time.Millisecond)
 	assert.Len(t, rec.commands(), 1, "no more than the one instance takes")
 }
+
+// TestAnInstanceThatRefusesOneTargetKeepsGettingWork: an attempt given
+// back for one target (a host that hangs) waits a pause before it goes
+// again, and the instance that gave it back gets other work at once,
+// without waiting for a heartbeat.
+func TestAnInstanceThatRefusesOneTargetKeepsGettingWork(t *testing.T) {
+	store := embeddedStore(t)
+	start := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	clock := newFakeClock(start)
+	wf := oneStep("work", 10*time.Second, domain.CompensateOnExhausted)
+	dir := &directory{}
+	dir.set(worker("w-1", protocol.HealthHealthy, 4, 0, start))
+	history{t: t, store: store, now: start}.task("t-slow", wf, false)
+	rec := &holdingAgent{}
+	s := &processes.Scheduler{Store: store, Commands: rec, DeadLetters: dropLetters{}, Workflows: workflows{"work": wf},
+		Actor: "scheduler/test", Clock: clock, Logger: quiet(), Shards: 2, Agents: dir}
+	run(t, s.Run)
+	<-s.Ready()
+	slow := rec.await(t, 1)[0]
+	r := protocol.StepReply{TaskID: slow.TaskID, Step: slow.Step, Action: slow.Action, Attempt: slow.Attempt, Outcome: protocol.OutcomeUnavailable,
+		Reason: "host slow:80: calls hang", Instance: "w-1", Target: "slow:80"}
+	body, err := json.Marshal(r)
+	require.NoError(t, err)
+	require.NoError(t, s.HandleReply(context.Background(), processes.Inbound{Topic: protocol.RepliesTopic, Value: body}))
+	require.Eventually(t, func() bool { return count(eventTypes(t, store, slow.TaskID), domain.StepReturnedType) == 1 },
+		10*time.Second, 5*time.Millisecond)
+
+	history{t: t, store: store, now: start}.task("t-fast", wf, false)
+	fast := rec.await(t, 2)[1]
+	assert.Equal(t, "t-fast", fast.TaskID, "the instance takes other work with no new heartbeat")
+	assert.Equal(t, "w-1", fast.Route.Instance)
+	assert.Len(t, rec.commands(), 2, "the given-back attempt waits its pause")
+
+	clock.Advance(processes.DefaultReturnPause)
+	again := rec.await(t, 3)[2]
+	assert.Equal(t, "t-slow", again.TaskID)
+	assert.Equal(t, 1, again.Attempt, "a given-back attempt does not count")
+}

@@ -866,7 +866,8 @@ func (sh *shard) advance(ctx context.Context, t *domain.Task, causation string) 
 
 func (sh *shard) onReply(ctx context.Context, r protocol.StepReply, source string) error {
 	compensation := r.Action == protocol.ActionCompensate
-	if r.Outcome == protocol.OutcomeUnavailable {
+	if r.Outcome == protocol.OutcomeUnavailable && r.Target == "" {
+		// An instance that refused one target alone takes other work.
 		sh.s.capacity.returned(r.Instance)
 	}
 	var agent string
@@ -880,7 +881,7 @@ func (sh *shard) onReply(ctx context.Context, r protocol.StepReply, source strin
 			agent, dispatchedAt = t.Step(r.Step).Agent, l.DispatchedAt
 		}
 		d := sh.decision(t)
-		if s := t.Step(r.Step); r.Outcome == protocol.OutcomeUnavailable && s != nil && !sh.s.capacity.usable(s.Agent, d.Now) {
+		if s := t.Step(r.Step); r.Outcome == protocol.OutcomeUnavailable && s != nil && (r.Target != "" || !sh.s.capacity.usable(s.Agent, d.Now)) {
 			d.ReturnPause = DefaultReturnPause
 		}
 		return t.RecordReply(wf, r.Reply(), d)

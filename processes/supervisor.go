@@ -455,6 +455,11 @@ func (s *Supervisor) timeOut(ctx context.Context, a dueAttempt, now time.Time) {
 	case errors.Is(err, domain.ErrNotInFlight), err == nil && len(u.Events) == 0:
 		span.SetAttributes(AttrOutcome.String("answered"))
 		return // answered, or timed out already
+	case errors.Is(err, domain.ErrNotDue):
+		// The attempt was given back and dispatched again, with a later
+		// complete-by: that dispatch's own deadline times it out.
+		span.SetAttributes(AttrOutcome.String("dispatched again"))
+		return
 	case err != nil:
 		failSpan(span, err)
 		if ctx.Err() == nil {

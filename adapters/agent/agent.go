@@ -213,6 +213,12 @@ type Config struct {
 	// built-in HTTP agent keeps one per host): while one is open the
 	// instance is unhealthy.
 	Breakers func() BreakerState
+	// HealthByTarget says the handler judges the health of each of its
+	// targets itself, as saga's built-in HTTP agent does per host: calls
+	// that hang do not make the instance unhealthy, and a
+	// *processes.CircuitOpenError with a Target gives the command back for
+	// that target alone.
+	HealthByTarget bool
 	// PriorityAging is how long a command waits before it competes as if
 	// it had the next higher priority (domain.AgedRank); default
 	// domain.DefaultPriorityAging (2 s).
@@ -296,7 +302,7 @@ func New(name string, handler Handler, cfg Config) (*Agent, error) {
 	rt := &processes.Agent{Name: name, Replies: producer, DeadLetters: producer, Clock: processes.ClockFunc(cfg.Clock), Logger: cfg.Logger,
 		Backoff: cfg.Backoff, Handler: adapt(handler), Tracing: cfg.TracerProvider, Instance: cfg.Instance, Capacity: cfg.Capacity,
 		Aging: cfg.PriorityAging, GlobalLimit: cfg.GlobalLimit, RateLimit: cfg.RateLimit, Directory: cfg.Directory, HangAfter: cfg.HangAfter,
-		Breakers: cfg.Breakers, HeartbeatEvery: max(cfg.HeartbeatEvery, 0)}
+		Breakers: cfg.Breakers, HealthByTarget: cfg.HealthByTarget, HeartbeatEvery: max(cfg.HeartbeatEvery, 0)}
 	if cfg.HeartbeatEvery >= 0 {
 		rt.Heartbeats = kafka.NewHeartbeats(client, "saga/agent/"+name)
 	}

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	neturl "net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -112,6 +113,16 @@ type Config struct {
 	// name: the embedding program's own agents. They take precedence over
 	// a demo agent of the same name.
 	Agents map[string]agent.Handler
+	// HTTPAgentAllow is what the built-in HTTP agents may call
+	// (httpagent.EgressPolicy.Allow: host names, *.domain, addresses, CIDR
+	// prefixes, "loopback", "*"). With none, any address but link-local
+	// ones, saga's own listeners and, unless the engine runs its embedded
+	// Kafka and event store (a development setup), loopback ones.
+	HTTPAgentAllow []string
+	// SecretsDir holds the secrets ({{secret.NAME}}) of the HTTP agents
+	// this process runs, one file per secret; those not found there come
+	// from the environment, SAGA_SECRET_NAME (httpagent.Secrets).
+	SecretsDir string
 	// HTTPAgents are agents, besides domain.HTTPAgent, whose steps the
 	// built-in HTTP agent carries out (with the agents role), so that HTTP
 	// steps of different services can be scaled apart.
@@ -260,6 +271,9 @@ type App struct {
 	inProcess *inProcessCommands
 	// HTTPHandlers are the built-in HTTP agent's handlers, by agent.
 	HTTPHandlers map[string]*httpagent.Handler
+	// egress is the HTTP agents' egress policy; it refuses this process's
+	// listeners.
+	egress *httpagent.Egress
 	// AgentDirectory knows the agent instances from their heartbeats
 	// (with the scheduler or api role).
 	AgentDirectory *kafka.AgentDirectory
@@ -337,8 +351,18 @@ func Start(cfg Config) (*App, error) {
 	if problems != nil {
 		return nil, problems
 	}
+	if cfg.SecretsDir != "" {
+		if info, err := os.Stat(cfg.SecretsDir); err != nil || !info.IsDir() {
+			return nil, errors.Newf("secrets directory %s is not a directory", cfg.SecretsDir)
+		}
+	}
+	egress, err := httpagent.NewEgress(httpagent.EgressPolicy{Allow: cfg.HTTPAgentAllow,
+		AllowLoopback: len(cfg.HTTPAgentAllow) == 0 && len(cfg.KafkaBrokers) == 0 && cfg.EventStoreURL == ""})
+	if err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	a := &App{cfg: cfg, logger: cfg.Logger, clock: processes.ClockFunc(cfg.Clock), cancel: cancel, runCtx: ctx, errs: make(chan error, 16),
+	a := &App{egress: egress, cfg: cfg, logger: cfg.Logger, clock: processes.ClockFunc(cfg.Clock), cancel: cancel, runCtx: ctx, errs: make(chan error, 16),
 		Services: map[string]*demo.Service{}, AgentProcs: map[string]*agent.Agent{},
 		HTTPHandlers: map[string]*httpagent.Handler{}, Metrics: metrics.New()}
 	for _, start := range []func() error{a.startTracing, a.startEventStore, func() error { return a.registerWorkflows(ctx) },
@@ -383,6 +407,7 @@ func (a *App) startEventStore() error {
 			return err
 		}
 		a.esServer = srv
+		a.egress.AddOwn(srv.Addr())
 		a.EventStoreURL = fmt.Sprintf("esdb://%s?tls=false", srv.Addr())
 		if a.cfg.Secure {
 			if a.EventStoreURL, err = a.Secure.EventStoreURL(srv.Addr()); err != nil {
@@ -487,6 +512,9 @@ func (a *App) startKafka(ctx context.Context) error {
 		}
 		a.broker = broker
 		a.KafkaBrokers = broker.Addrs()
+		for _, addr := range a.KafkaBrokers {
+			a.egress.AddOwn(addr)
+		}
 	} else {
 		a.KafkaSecurity = a.cfg.KafkaSecurity
 	}
@@ -675,6 +703,7 @@ func (a *App) startAPI(ctx context.Context) error {
 		return errors.Wrap(err, "http api listen")
 	}
 	a.HTTPAddr = lis.Addr().String()
+	a.egress.AddOwn(a.HTTPAddr)
 	// Timeouts and a header limit, so that slow or hostile clients cannot
 	// hold connections and memory: bodies are small (1 MiB at most).
 	agents := agentsView{dir: a.AgentDirectory, registered: a.Workflows.Agents, adm: kadm.NewClient(a.client), now: a.cfg.Clock,
@@ -712,13 +741,15 @@ func (a *App) startAPI(ctx context.Context) error {
 // demo services with an HTTP agent in front of each.
 func (a *App) startAgents(ctx context.Context) error {
 	for name, handler := range a.cfg.Agents {
-		if err := a.startAgent(ctx, name, handler, 0, nil); err != nil {
+		if err := a.startAgent(ctx, name, handler, 0, nil, false); err != nil {
 			return err
 		}
 	}
-	client := httpagent.DefaultClient()
+	client := httpagent.NewClient(a.egress)
 	for _, name := range append([]string{domain.HTTPAgent}, a.cfg.HTTPAgents...) {
-		if err := a.startHTTPAgent(ctx, name, httpagent.Config{Client: client, Clock: a.cfg.Clock}); err != nil {
+		// Its steps call any host their definitions name: each host's
+		// health is judged apart, so that one that hangs holds no other.
+		if err := a.startHTTPAgent(ctx, name, httpagent.Config{Client: client, Clock: a.cfg.Clock, HealthByTarget: true}); err != nil {
 			return err
 		}
 	}
@@ -746,7 +777,18 @@ func (a *App) startAgents(ctx context.Context) error {
 			a.Services[agentName] = svc
 			url = svc.URL()
 		}
-		if err := a.startHTTPAgent(ctx, agentName, httpagent.Config{Client: client, BaseURL: url, Clock: a.cfg.Clock}); err != nil {
+		// The demo agent may call its service, wherever it is.
+		egress := a.egress
+		if u, err := neturl.Parse(url); err == nil && u.Host != "" {
+			port := u.Port()
+			if port == "" {
+				port = map[bool]string{true: "443", false: "80"}[u.Scheme == "https"]
+			}
+			if egress, err = a.egress.Also(net.JoinHostPort(u.Hostname(), port)); err != nil {
+				return errors.Wrapf(err, "demo service of %s", agentName)
+			}
+		}
+		if err := a.startHTTPAgent(ctx, agentName, httpagent.Config{Client: httpagent.NewClient(egress), BaseURL: url, Clock: a.cfg.Clock}); err != nil {
 			return err
 		}
 	}
@@ -754,21 +796,33 @@ func (a *App) startAgents(ctx context.Context) error {
 }
 
 // startHTTPAgent runs the built-in HTTP agent under a name; its handler
-// keeps a breaker per host, so the agent runtime keeps none.
+// keeps a breaker per host, so the agent runtime keeps none. With
+// cfg.HealthByTarget the handler also judges each host's hangs, with the
+// agent's latency budget, and the instance stays healthy; without it (an
+// agent of one service, BaseURL) the instance's health is its host's.
 func (a *App) startHTTPAgent(ctx context.Context, name string, cfg httpagent.Config) error {
 	cfg.TracerProvider = a.tracing
 	cfg.MaxRenderedBytes = a.cfg.MaxRenderedBytes
+	cfg.Secrets = &httpagent.Secrets{Dir: a.cfg.SecretsDir}
+	var probe agent.Config
+	a.cfg.AgentInstances.configure(name, &probe)
+	cfg.HangAfter = probe.HangAfter
 	h := httpagent.New(cfg)
 	a.HTTPHandlers[name] = h
+	breakers := h.BreakerState
+	if cfg.HealthByTarget {
+		breakers = nil
+	}
 	return a.startAgent(ctx, name, func(ctx context.Context, req agent.Request) (any, error) {
 		return h.Handle(ctx, req.Command())
-	}, -1, h.BreakerState)
+	}, -1, breakers, cfg.HealthByTarget)
 }
 
 // startAgent runs an agent through the Go agent SDK, as any program would.
-func (a *App) startAgent(ctx context.Context, name string, handler agent.Handler, breakerOpenFor time.Duration, breakers func() processes.BreakerState) error {
+func (a *App) startAgent(ctx context.Context, name string, handler agent.Handler, breakerOpenFor time.Duration, breakers func() processes.BreakerState,
+	healthByTarget bool) error {
 	cfg := agent.Config{Brokers: a.KafkaBrokers, KafkaOptions: a.kafkaOpts, Logger: a.logger, Clock: a.cfg.Clock, BreakerOpenFor: breakerOpenFor,
-		TracerProvider: a.tracing, Instance: a.agentInstance(name), Breakers: breakers}
+		TracerProvider: a.tracing, Instance: a.agentInstance(name), Breakers: breakers, HealthByTarget: healthByTarget}
 	a.cfg.AgentInstances.configure(name, &cfg)
 	cfg.Directory = a.directory()
 	ag, err := agent.New(name, handler, cfg)

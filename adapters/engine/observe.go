@@ -87,6 +87,7 @@ func (a *App) startMetrics() error {
 		return errors.Wrap(err, "metrics listen")
 	}
 	a.MetricsAddr = lis.Addr().String()
+	a.egress.AddOwn(a.MetricsAddr)
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", a.Metrics.Handler())
 	a.metricsHTTP = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, WriteTimeout: 30 * time.Second}

@@ -15,7 +15,16 @@
 // context does; processes.Agent sets its deadline from the command's
 // CompleteBy. Answers are classified by Classify: 2xx succeed, 408, 429, 5xx
 // and network errors are transient, other answers permanent. A Handler keeps
-// a circuit breaker per host and is safe for concurrent use.
+// a circuit breaker per host and is safe for concurrent use; with
+// Config.HealthByTarget it also judges each host's hangs, so that one host
+// that hangs holds no other.
+//
+// Redirects are followed only for a call that sets FollowRedirects, and
+// only on its own host. Every connection of the default client passes an
+// Egress policy (NewClient), checked against the address connected to.
+// Header values and bodies may name secrets, {{secret.NAME}}, which
+// Secrets resolves in the agent's process at call time; their values are
+// taken out of the results and errors the Handler returns.
 //
 // This package is internal to saga: its API may change in any release (see
 // docs/api.md for the public packages).

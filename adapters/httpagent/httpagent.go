@@ -75,6 +75,25 @@ type Config struct {
 	// the call carries in its traceparent header; default the global
 	// TracerProvider.
 	TracerProvider trace.TracerProvider
+	// HealthByTarget makes the handler judge each host's health itself
+	// (with processes.Agent.HealthByTarget): a host whose calls hang, or
+	// whose breaker is open, is refused with a processes.CircuitOpenError
+	// naming it, while calls to other hosts go on. Without it the agent
+	// judges the instance as a whole (BreakerState).
+	HealthByTarget bool
+	// HangAfter is, with HealthByTarget, a host's latency budget: once its
+	// oldest call in flight has run longer, and no call to it was answered
+	// meanwhile, its calls hang: refused for BreakerOpenFor, then one
+	// trial call goes through, whose answer ends the hang. Default
+	// processes.DefaultHangAfter.
+	HangAfter time.Duration
+	// Secrets resolves {{secret.NAME}} at call time; default the
+	// environment alone (Secrets{}).
+	Secrets *Secrets
+	// Egress, when set, is where the default client may connect (see
+	// NewClient); a given Client connects as its transport says. Nil
+	// allows any address.
+	Egress *Egress
 }
 
 // Defaults of Config.
@@ -85,6 +104,8 @@ const (
 	maxBreakers = 4096
 	// maxErrorBody bounds the part of an answer quoted in an error.
 	maxErrorBody = 512
+	// MaxRedirects bounds the redirects a call that follows them takes.
+	MaxRedirects = 10
 )
 
 // Handler is the built-in HTTP agent's step handler. It is safe for
@@ -95,18 +116,31 @@ type Handler struct {
 
 	mu       sync.Mutex
 	breakers map[string]*processes.Breaker
+	// hosts are the hosts with calls in flight or hanging, with
+	// HealthByTarget.
+	hosts map[string]*hostCalls
 }
 
 // New returns a Handler with cfg's defaults filled in.
 func New(cfg Config) *Handler {
 	if cfg.Client == nil {
-		cfg.Client = DefaultClient()
+		cfg.Client = NewClient(cfg.Egress)
 	}
+	// A copy, so that a caller's client keeps its own redirect policy.
+	client := *cfg.Client
+	client.CheckRedirect = checkRedirect
+	cfg.Client = &client
 	if cfg.BreakerOpenFor <= 0 {
 		cfg.BreakerOpenFor = DefaultBreakerOpenFor
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
+	}
+	if cfg.Secrets == nil {
+		cfg.Secrets = &Secrets{}
+	}
+	if cfg.HangAfter <= 0 {
+		cfg.HangAfter = processes.DefaultHangAfter
 	}
 	if cfg.MaxResponseBytes <= 0 {
 		cfg.MaxResponseBytes = domain.MaxResultBytes
@@ -118,16 +152,56 @@ func New(cfg Config) *Handler {
 	if cfg.TracerProvider == nil {
 		cfg.TracerProvider = otel.GetTracerProvider()
 	}
-	return &Handler{cfg: cfg, tracer: cfg.TracerProvider.Tracer(TracerName), breakers: map[string]*processes.Breaker{}}
+	return &Handler{cfg: cfg, tracer: cfg.TracerProvider.Tracer(TracerName), breakers: map[string]*processes.Breaker{}, hosts: map[string]*hostCalls{}}
 }
 
-// DefaultClient returns the client a Handler uses when given none: keep-alive
-// connections, up to 256 idle per host, and no timeout of its own.
-func DefaultClient() *http.Client {
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.MaxIdleConns = 1024
-	t.MaxIdleConnsPerHost = 256
-	return &http.Client{Transport: t}
+// DefaultClient returns a client with keep-alive connections, up to 256
+// idle per host, no timeout of its own and no egress policy:
+// NewClient(nil).
+func DefaultClient() *http.Client { return NewClient(nil) }
+
+// redirectsKey is the context key of whether a call follows redirects.
+type redirectsKey struct{}
+
+// checkRedirect is the Handler's redirect policy: a redirect is followed
+// only when the call's step allows it (HTTPCall.FollowRedirects), only to
+// the host (and port) it first called, from http to https at most, and at
+// most MaxRedirects times. A redirect not followed is the answer: a 3xx,
+// which fails the step for good unless the step classifies it otherwise.
+// Every connection, a redirect's too, passes the egress policy.
+func checkRedirect(req *http.Request, via []*http.Request) error {
+	first := via[0]
+	if follow, _ := first.Context().Value(redirectsKey{}).(bool); !follow {
+		return http.ErrUseLastResponse
+	}
+	switch {
+	case len(via) > MaxRedirects:
+		return errors.Wrapf(ErrRedirectRefused, "more than %d redirects", MaxRedirects)
+	case !sameHost(first.URL, req.URL):
+		return errors.Wrapf(ErrRedirectRefused, "to %s, another host than %s", req.URL.Host, first.URL.Host)
+	case first.URL.Scheme == "https" && req.URL.Scheme != "https":
+		return errors.Wrapf(ErrRedirectRefused, "from https to %s", req.URL.Scheme)
+	}
+	return nil
+}
+
+// sameHost reports whether b names the host and port of a, the default
+// port of the scheme counting as written.
+func sameHost(a, b *url.URL) bool {
+	port := func(u *url.URL) string {
+		if p := u.Port(); p != "" {
+			return p
+		}
+		if u.Scheme == "https" {
+			return "443"
+		}
+		return "80"
+	}
+	if !strings.EqualFold(a.Hostname(), b.Hostname()) {
+		return false
+	}
+	// From http to https on the default ports is the same host upgraded.
+	return port(a) == port(b) || (a.Scheme == "http" && b.Scheme == "https" && port(a) == "80" && port(b) == "443")
 }
 
 // Class is how an answer is treated.
@@ -204,14 +278,35 @@ func (e *RetryAfterError) RetryAfter() time.Duration { return e.Wait }
 // Handle carries out one command: it implements processes.StepHandler.
 // Template errors, invalid headers and permanent answers are returned as
 // processes.Permanent failures; any other error is transient.
-func (h *Handler) Handle(ctx context.Context, cmd protocol.ExecuteStep) (json.RawMessage, error) {
-	req, call, err := h.request(ctx, cmd)
+func (h *Handler) Handle(ctx context.Context, cmd protocol.ExecuteStep) (_ json.RawMessage, err error) {
+	secrets := &secretsUsed{lookup: h.cfg.Secrets.Lookup}
+	req, call, err := h.request(ctx, cmd, secrets)
 	if err != nil {
-		return nil, err
+		return nil, secrets.redactError(err)
 	}
-	breaker := h.breaker(req.URL.Host)
+	host := req.URL.Host
+	// The host's hangs first: a breaker lets its trial call through only
+	// to a call that is then made.
+	var hc *hostCall
+	if h.cfg.HealthByTarget {
+		var refused error
+		if hc, refused = h.callStarted(host); refused != nil {
+			return nil, refused
+		}
+	}
+	breaker := h.breaker(host)
 	if err := breaker.Allow(); err != nil {
-		return nil, errors.Wrapf(err, "host %s", req.URL.Host)
+		var open *processes.CircuitOpenError
+		if h.cfg.HealthByTarget && errors.As(err, &open) {
+			open.Target = host
+		}
+		if hc != nil {
+			h.callDropped(host, hc)
+		}
+		return nil, errors.Wrapf(err, "host %s", host)
+	}
+	if hc != nil {
+		defer func() { h.callEnded(host, hc, err, ctx.Err() == nil) }()
 	}
 	ctx, span := h.tracer.Start(ctx, req.Method, trace.WithSpanKind(trace.SpanKindClient))
 	if span.IsRecording() {
@@ -220,11 +315,14 @@ func (h *Handler) Handle(ctx context.Context, cmd protocol.ExecuteStep) (json.Ra
 			processes.AttrTaskID.String(cmd.TaskID), processes.AttrStep.String(cmd.Step), processes.AttrAction.String(cmd.Action))
 	}
 	defer span.End()
-	req = req.WithContext(ctx)
+	req = req.WithContext(context.WithValue(ctx, redirectsKey{}, call != nil && call.FollowRedirects))
 	// The call's own span when tracing is on; the span the handler runs
 	// in, or the command's traceparent (set by request), when it is off.
 	traceContext.Inject(ctx, propagation.HeaderCarrier(req.Header))
 	result, err := h.do(req, call)
+	// What the service says goes into events, logs and traces: never the
+	// secrets sent to it.
+	result, err = secrets.redactJSON(result), secrets.redactError(err)
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())
 	}
@@ -239,7 +337,7 @@ const TracerName = "github.com/sagaengine/saga/adapters/httpagent"
 var traceContext = propagation.TraceContext{}
 
 // request builds the request of a command.
-func (h *Handler) request(ctx context.Context, cmd protocol.ExecuteStep) (*http.Request, *domain.HTTPCall, error) {
+func (h *Handler) request(ctx context.Context, cmd protocol.ExecuteStep, secrets *secretsUsed) (*http.Request, *domain.HTTPCall, error) {
 	call := cmd.HTTP
 	var method, target string
 	var headers http.Header
@@ -257,9 +355,12 @@ func (h *Handler) request(ctx context.Context, cmd protocol.ExecuteStep) (*http.
 			method = http.MethodPost
 		}
 		var err error
+		// Secrets go in headers and bodies only (the definition was
+		// checked so; this holds for any command).
 		if target, err = render.Text(call.URL, domain.EscapeURLValue); err != nil {
 			return nil, nil, processes.Permanent(errors.Wrapf(err, "%s: render url", what))
 		}
+		render.ResolveSecrets(secrets.resolve)
 		headers = http.Header{}
 		for name, tmpl := range call.Headers {
 			if !validHeaderName(name) {
@@ -373,7 +474,12 @@ func (h *Handler) do(req *http.Request, call *domain.HTTPCall) (json.RawMessage,
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
-		return nil, errors.Wrapf(err, "%s", target)
+		err = errors.Wrapf(err, "%s", target)
+		if errors.Is(err, ErrEgressRefused) || errors.Is(err, ErrRedirectRefused) {
+			// Trying again would be refused again.
+			return nil, processes.Permanent(err)
+		}
+		return nil, err
 	}
 	defer resp.Body.Close()
 	trace.SpanFromContext(req.Context()).SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
@@ -395,6 +501,9 @@ func (h *Handler) do(req *http.Request, call *domain.HTTPCall) (json.RawMessage,
 	}
 	failure := error(&StatusError{Target: target, Status: resp.StatusCode, Body: truncate(strings.TrimSpace(string(body)), maxErrorBody)})
 	if class == Permanent {
+		if resp.StatusCode >= 300 && resp.StatusCode < 400 {
+			failure = errors.Wrap(failure, "redirect not followed (the step does not set followRedirects)")
+		}
 		return nil, processes.Permanent(failure)
 	}
 	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {

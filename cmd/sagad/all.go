@@ -135,6 +135,9 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	kafkaSecurity := kafka.RegisterFlags(fs)
 	var httpAgents listFlag
 	fs.Var(&httpAgents, "http-agent", "run the built-in HTTP agent also under this agent name, for HTTP steps that name it (repeatable; the agent \"http\" always runs)")
+	var httpAgentAllow listFlag
+	fs.Var(&httpAgentAllow, "http-agent-allow", "what the built-in HTTP agents may call: host names, *.domain, IP addresses, CIDR prefixes, loopback, or * for any address, each optionally with :PORT (repeatable, or comma-separated). Default: any address but link-local ones, saga's own listeners and, unless the embedded Kafka and event store run, loopback ones; those are refused unless an entry names them (saga's listeners by their port) [$SAGA_HTTP_AGENT_ALLOW]")
+	secretsDir := fs.String("secrets-dir", envOr("SAGA_SECRETS_DIR", ""), "directory of the secrets steps name as {{secret.NAME}}, one file NAME per secret, read by the HTTP agents of this process at every call; a secret with no file there comes from $SAGA_SECRET_NAME [$SAGA_SECRETS_DIR]")
 	services := serviceFlags{}
 	fs.Var(services, "demo-service", "let the demo agent AGENT call a demo service at URL instead of one in this process: AGENT=URL (repeatable)")
 	faults := faultFlags{}
@@ -148,6 +151,9 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	defaultHangAfter := fs.Duration("agent-hang-after-default", processes.DefaultHangAfter, "latency budget of the agents --agent-hang-after does not name")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if len(httpAgentAllow) == 0 {
+		httpAgentAllow = splitList(os.Getenv("SAGA_HTTP_AGENT_ALLOW"))
 	}
 	if *defaultCapacity < 1 || *defaultHangAfter <= 0 {
 		return errors.New("--agent-capacity-default must be at least 1 and --agent-hang-after-default positive")
@@ -178,7 +184,7 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 		EventStoreURL: esConnection, EventStoreListen: *esListen, HTTPListen: *httpListen, MetricsListen: *metricsListen,
 		Partitions: int32(*partitions), Instance: *instance, DemoAgents: *demoAgents, Faults: faults, Logger: logger,
 		Roles: roles, SupervisorInterval: *supervisorInterval, CheckpointEvery: *checkpointEvery, KafkaFsync: *kafkaFsync, DemoServiceURLs: services, CommandsThroughKafka: *commandsThroughKafka,
-		WorkflowDirs: workflowDirs, HTTPAgents: httpAgents, KafkaSyncTopics: append([]string{}, kafka.SplitBrokers(*kafkaSyncTopics)...),
+		WorkflowDirs: workflowDirs, HTTPAgents: httpAgents, HTTPAgentAllow: splitList(strings.Join(httpAgentAllow, ",")), SecretsDir: *secretsDir, KafkaSyncTopics: append([]string{}, kafka.SplitBrokers(*kafkaSyncTopics)...),
 		ReplyTopicPattern: *replyTopics, APITokensFile: *apiTokens, APITLSCert: *apiCert, APITLSKey: *apiKey,
 		Secure: *secureMode, KafkaSecurity: *kafkaSecurity, MaxOrderSize: *maxOrderSize, MaxRenderedBytes: *maxRendered, TaskViewBatch: *taskViewBatch,
 		KafkaRetention: &kafka.Retention{MaxAge: *retentionAge, MaxRecords: *retentionRecords, Interval: kafka.DefaultRetentionInterval},

@@ -155,6 +155,9 @@ type StepReply struct {
 	// made one, 0 when it made none; absent from agents that do not
 	// count).
 	Tries int `json:"tries,omitempty"`
+	// Target, with OutcomeUnavailable, names the one target (a host) the
+	// instance refuses to call now: the instance itself takes other work.
+	Target string `json:"target,omitempty"`
 	// TraceParent travels as the traceparent header, not in the body: the
 	// span of the agent's work on the command.
 	TraceParent string `json:"-"`
