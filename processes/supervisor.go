@@ -62,10 +62,14 @@ type Supervisor struct {
 	// global TracerProvider.
 	Tracing trace.TracerProvider
 
-	repo      *TaskRepository
-	mu        sync.Mutex
-	tasks     map[string]*domain.Task
-	deadlines dueHeap[deadline]
+	repo *TaskRepository
+	// interval, grace, checkpointName and checkpointEvery are the
+	// settings in effect (init).
+	interval, grace, checkpointEvery time.Duration
+	checkpointName                   string
+	mu                               sync.Mutex
+	tasks                            map[string]*domain.Task
+	deadlines                        dueHeap[deadline]
 	// failed holds the tasks in Error and the revision of their failure;
 	// alerted what this instance has alerted.
 	failed  map[string]*domain.Task
@@ -112,17 +116,21 @@ func (s *Supervisor) init() {
 		s.tasks, s.failed, s.alerted = map[string]*domain.Task{}, map[string]*domain.Task{}, map[string]int64{}
 		s.unsure = map[string]struct{}{}
 		s.ready = make(chan struct{})
-		if s.Interval <= 0 {
-			s.Interval = DefaultSupervisorInterval
+		// The settings in effect, defaults filled in, in fields of their
+		// own: the public ones are the caller's and are only read, so
+		// that Ready and Run may race.
+		s.interval, s.grace, s.checkpointName, s.checkpointEvery = s.Interval, s.Grace, s.CheckpointName, s.CheckpointEvery
+		if s.interval <= 0 {
+			s.interval = DefaultSupervisorInterval
 		}
-		if s.Grace == 0 {
-			s.Grace = DefaultSupervisorGrace
+		if s.grace == 0 {
+			s.grace = DefaultSupervisorGrace
 		}
-		if s.CheckpointName == "" {
-			s.CheckpointName = DefaultSupervisorCheckpoint
+		if s.checkpointName == "" {
+			s.checkpointName = DefaultSupervisorCheckpoint
 		}
-		if s.CheckpointEvery <= 0 {
-			s.CheckpointEvery = DefaultTaskCheckpointEvery
+		if s.checkpointEvery <= 0 {
+			s.checkpointEvery = DefaultTaskCheckpointEvery
 		}
 	})
 }
@@ -145,11 +153,11 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	from := domain.FromStart()
 	cps := &checkpointer{}
 	if s.Checkpoints != nil {
-		if cp, ok := resumePoint(ctx, s.Checkpoints, s.CheckpointName, s.Logger); ok {
+		if cp, ok := resumePoint(ctx, s.Checkpoints, s.checkpointName, s.Logger); ok {
 			s.resumeFrom(ctx, cp)
 			from = domain.AfterPosition(cp.Position)
 		}
-		cps = &checkpointer{every: s.CheckpointEvery, lastSave: time.Now(), snapshot: s.snapshot}
+		cps = &checkpointer{every: s.checkpointEvery, lastSave: time.Now(), snapshot: s.snapshot}
 		go cps.ticking(ctx)
 	}
 	errs := make(chan error, 1)
@@ -169,7 +177,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 			return cps.handled(ctx, it.Event.Position)
 		})
 	}()
-	timer := s.Clock.NewTimer(s.Interval)
+	timer := s.Clock.NewTimer(s.interval)
 	defer timer.Stop()
 	for {
 		select {
@@ -181,7 +189,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 			}
 			return errors.Wrap(err, "supervisor subscription")
 		case <-timer.C():
-			timer.Reset(s.Interval)
+			timer.Reset(s.interval)
 			select {
 			case <-s.ready:
 			default:
@@ -245,7 +253,7 @@ func (s *Supervisor) snapshot(_ context.Context, position uint64) (func(), error
 	}
 	s.mu.Unlock()
 	return func() {
-		if saveTaskCheckpoint(context.Background(), s.Checkpoints, s.CheckpointName, cp, s.Logger) {
+		if saveTaskCheckpoint(context.Background(), s.Checkpoints, s.checkpointName, cp, s.Logger) {
 			s.checkpoints.Add(1)
 		}
 	}, nil
@@ -395,7 +403,7 @@ func (s *Supervisor) scan(ctx context.Context) {
 	var due []dueAttempt
 	var alerts []*domain.Task
 	s.mu.Lock()
-	for len(s.deadlines) > 0 && !s.deadlines[0].at.Add(s.Grace).After(now) {
+	for len(s.deadlines) > 0 && !s.deadlines[0].at.Add(s.grace).After(now) {
 		d := heap.Pop(&s.deadlines).(deadline)
 		if t := s.tasks[d.taskID]; t != nil {
 			due = append(due, dueAttempt{task: t.Clone(), d: d})
