@@ -40,7 +40,7 @@ type config struct {
 	orders, concurrency, steps, warmup int
 	rate                               float64
 	brokers, data, jsonOut, svgOut     string
-	timelineOut, heapDir               string
+	timelineOut, heapDir, cpuDir       string
 	latency, duration, window          time.Duration
 	demoKeyRetention                   time.Duration
 	agentCapacity                      int
@@ -105,6 +105,7 @@ func main() {
 	flag.DurationVar(&c.duration, "duration", 0, "submit orders for this long instead of a number of them, e.g. 10m")
 	flag.DurationVar(&c.window, "window", 0, "report figures every window of this length (default 1m with --duration, else 5s)")
 	flag.StringVar(&c.timelineOut, "timeline-svg", "", "write the per-window figures over time to this SVG file")
+	flag.StringVar(&c.cpuDir, "cpu-profiles", "", "write a CPU profile of every window to this directory, to compare early and late windows (instead of --cpuprofile)")
 	flag.StringVar(&c.heapDir, "heap-profiles", "", "write a heap profile at the end of every window to this directory (embedded: the whole system)")
 	flag.DurationVar(&c.demoKeyRetention, "demo-key-retention", 5*time.Second, "how long the embedded demo services keep idempotency keys (orders finish within seconds; a real service keeps them for hours)")
 	flag.IntVar(&c.concurrency, "concurrency", 64, "orders in flight at once")
@@ -222,10 +223,16 @@ func run(ctx context.Context, c config) error {
 	} else {
 		fmt.Fprintf(os.Stderr, "submitting %d orders, %s, figures every %s\n", c.orders, pace(c), c.window)
 	}
-	if c.heapDir != "" {
-		if err := os.MkdirAll(c.heapDir, 0o755); err != nil {
+	for _, dir := range []string{c.heapDir, c.cpuDir} {
+		if dir == "" {
+			continue
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return err
 		}
+	}
+	if c.cpuDir != "" && c.cpuProfile != "" {
+		return errors.New("--cpu-profiles and --cpuprofile exclude each other")
 	}
 	if c.cpuProfile != "" {
 		f, err := os.Create(c.cpuProfile)
@@ -251,6 +258,8 @@ func run(ctx context.Context, c config) error {
 	cpu0 := processCPU()
 	start := time.Now()
 	rec := newRecorder(c.window, c.heapDir, demoKeys, os.Stderr)
+	rec.cpuDir = c.cpuDir
+	rec.startCPUProfile()
 	stopWindows, windowsDone := make(chan struct{}), make(chan struct{})
 	go func() { defer close(windowsDone); rec.run(stopWindows) }()
 	err = load(ctx, cl, c, "bench-"+run, rec, res.Outcomes)

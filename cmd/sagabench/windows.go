@@ -135,13 +135,17 @@ type recorder struct {
 	windows    []Window
 	finished   int
 
-	start    time.Time
-	period   time.Duration
-	lastAt   time.Time
-	lastCPU  time.Duration
-	lastGC   float64
-	lastRT   runtimeCounters
-	heapDir  string
+	start   time.Time
+	period  time.Duration
+	lastAt  time.Time
+	lastCPU time.Duration
+	lastGC  float64
+	lastRT  runtimeCounters
+	heapDir string
+	// cpuDir, when set, gets a CPU profile of each window; cpuFile is the
+	// current one's.
+	cpuDir   string
+	cpuFile  *os.File
 	demoKeys func() int
 	out      io.Writer
 	drainAt  time.Time
@@ -194,6 +198,7 @@ func (r *recorder) run(stop <-chan struct{}) {
 		select {
 		case <-stop:
 			r.closeWindow()
+			r.stopCPUProfile(-1)
 			return
 		case <-ticker.C:
 			r.closeWindow()
@@ -253,6 +258,40 @@ func (r *recorder) closeWindow() {
 	if r.heapDir != "" {
 		writeHeapProfile(filepath.Join(r.heapDir, fmt.Sprintf("heap-%03d.pb.gz", index)))
 	}
+	r.stopCPUProfile(index)
+	r.startCPUProfile()
+}
+
+// startCPUProfile starts profiling the next window, with --cpu-profiles.
+func (r *recorder) startCPUProfile() {
+	if r.cpuDir == "" {
+		return
+	}
+	f, err := os.CreateTemp(r.cpuDir, "window-*.tmp")
+	if err == nil {
+		err = pprof.StartCPUProfile(f)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "sagabench: cpu profile:", err)
+		return
+	}
+	r.cpuFile = f
+}
+
+// stopCPUProfile ends the window's profile and names it after window
+// index; a negative index discards it (a profile of no window).
+func (r *recorder) stopCPUProfile(index int) {
+	if r.cpuFile == nil {
+		return
+	}
+	pprof.StopCPUProfile()
+	_ = r.cpuFile.Close()
+	if index < 0 {
+		_ = os.Remove(r.cpuFile.Name())
+	} else {
+		_ = os.Rename(r.cpuFile.Name(), filepath.Join(r.cpuDir, fmt.Sprintf("cpu-%03d.pb.gz", index)))
+	}
+	r.cpuFile = nil
 }
 
 // steady compares the first and the last full, steady windows: those of
