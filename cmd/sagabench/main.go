@@ -127,7 +127,15 @@ func main() {
 	flag.BoolVar(&c.secure, "secure", false, "run the embedded system in secure mode (TLS and SASL/SCRAM on Kafka, TLS and users on the event store)")
 	mix := flag.String("priority-mix", "", "give the orders priorities in these shares, e.g. high=10,normal=60,low=30, and report latency per priority")
 	c.security = kafka.RegisterFlags(flag.CommandLine)
+	replot := flag.String("replot", "", "draw --timeline-svg again from this result JSON, without running anything")
 	flag.Parse()
+	if *replot != "" {
+		if err := replotResult(*replot, c); err != nil {
+			fmt.Fprintln(os.Stderr, "sagabench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if c.window <= 0 {
 		c.window = 5 * time.Second
 		if c.duration > 0 {
@@ -315,6 +323,23 @@ func run(ctx context.Context, c config) error {
 		}
 	}
 	return nil
+}
+
+// replotResult draws the timeline of a result JSON written earlier (the
+// latency histogram needs the run's own latencies, which JSON does not keep).
+func replotResult(path string, c config) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var res Result
+	if err := json.Unmarshal(b, &res); err != nil {
+		return errors.Wrapf(err, "read %s", path)
+	}
+	if c.timelineOut == "" {
+		return errors.New("--replot needs --timeline-svg")
+	}
+	return os.WriteFile(c.timelineOut, []byte(timelineSVG(&res)), 0o644)
 }
 
 func pace(c config) string {

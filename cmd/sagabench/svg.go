@@ -151,8 +151,8 @@ func timelineSVG(r *Result) string {
 		for si, s := range p.lines {
 			var pts []string
 			for _, win := range ws {
-				if win.Orders == 0 && win.Draining {
-					continue
+				if win.Draining || win.EndSeconds-win.StartSeconds < 0.5*(ws[0].EndSeconds-ws[0].StartSeconds) {
+					continue // the tail, or a stretch too short to plot as a rate
 				}
 				pts = append(pts, fmt.Sprintf("%.1f,%.1f", x((win.StartSeconds+win.EndSeconds)/2), y(s.value(win))))
 			}

@@ -220,7 +220,9 @@ func (r *recorder) closeWindow() {
 	now, cpu, gc, rt := time.Now(), processCPU(), gcCPUSeconds(), readRuntimeCounters()
 	r.mu.Lock()
 	h, n := r.cur, r.curOrders
-	draining := !r.drainAt.IsZero() && now.Sub(r.drainAt) > r.period/20
+	// A window is the run's tail if submission stopped well before its
+	// end: the one the deadline falls at the end of is still whole.
+	draining := !r.drainAt.IsZero() && r.drainAt.Before(r.lastAt.Add(r.period*19/20))
 	r.cur, r.curOrders = histogram{}, 0
 	r.mu.Unlock()
 	secs := now.Sub(r.lastAt).Seconds()
