@@ -8,6 +8,8 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/sagaengine/saga/domain/protocol"
 )
 
 // Retention is how much of each partition the embedded broker keeps.
@@ -36,6 +38,13 @@ type Retention struct {
 	// MaxRecords keeps at most this many records per partition. Zero sets
 	// no limit on the count.
 	MaxRecords int64
+	// RederivedMaxRecords, when above zero, is MaxRecords for the topics
+	// saga re-derives from the event store (commands, replies, agent
+	// heartbeats): written without fsync and kept only for inspection, so
+	// they need not cost the broker as much memory as orders and statuses.
+	// The 10 minutes of a 256-in-flight run through Kafka held ~45 MB of
+	// kfake's index for them at 50,000 records a partition.
+	RederivedMaxRecords int64
 	// Interval is the time between two passes. Zero means
 	// DefaultRetentionInterval.
 	Interval time.Duration
@@ -47,11 +56,28 @@ const DefaultRetentionInterval = time.Minute
 // DefaultRetention is what the embedded broker keeps unless told otherwise:
 // Kafka's default age of seven days, and at most 50,000 records per
 // partition (at saga's ~8 statuses per task, the statuses of the last
-// 25,000 tasks on a 4-partition status topic).
-var DefaultRetention = Retention{MaxAge: 7 * 24 * time.Hour, MaxRecords: 50_000, Interval: DefaultRetentionInterval}
+// 25,000 tasks on a 4-partition status topic),
+// and 10,000 records per partition of the topics saga re-derives.
+var DefaultRetention = Retention{MaxAge: 7 * 24 * time.Hour, MaxRecords: 50_000, RederivedMaxRecords: 10_000, Interval: DefaultRetentionInterval}
+
+// rederived reports whether saga re-derives topic's records from the event
+// store: commands, replies and agent heartbeats.
+func rederived(topic string) bool {
+	return strings.HasPrefix(topic, protocol.CommandTopicPrefix) || topic == protocol.RepliesTopic || topic == protocol.AgentsTopic
+}
+
+// maxRecords is the count of records r keeps per partition of topic.
+func (r Retention) maxRecords(topic string) int64 {
+	if r.RederivedMaxRecords > 0 && rederived(topic) {
+		return r.RederivedMaxRecords
+	}
+	return r.MaxRecords
+}
 
 // Enabled reports whether the retention removes anything at all.
-func (r Retention) Enabled() bool { return r.MaxAge > 0 || r.MaxRecords > 0 }
+func (r Retention) Enabled() bool {
+	return r.MaxAge > 0 || r.MaxRecords > 0 || r.RederivedMaxRecords > 0
+}
 
 // retentionSegmentBytes is the segment size of the embedded broker. kfake
 // frees a trimmed batch's index entry at once but deletes a segment file only
@@ -74,10 +100,10 @@ type partitionCut struct {
 
 // newStart is the log start offset the retention asks for: the later of what
 // the count and the age allow, but never past a group's committed offset.
-func (p partitionCut) newStart(r Retention) int64 {
+func (p partitionCut) newStart(r Retention, topic string) int64 {
 	to := p.start
-	if r.MaxRecords > 0 && p.end-r.MaxRecords > to {
-		to = p.end - r.MaxRecords
+	if n := r.maxRecords(topic); n > 0 && p.end-n > to {
+		to = p.end - n
 	}
 	if r.MaxAge > 0 && p.afterAge > to {
 		to = p.afterAge
@@ -198,7 +224,7 @@ func applyRetention(ctx context.Context, adm *kadm.Client, r Retention, now time
 	var removed int64
 	for topic, partitions := range cuts {
 		for partition, c := range partitions {
-			to := c.newStart(r)
+			to := c.newStart(r, topic)
 			if to <= c.start {
 				continue
 			}

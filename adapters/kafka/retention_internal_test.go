@@ -24,6 +24,21 @@ func TestPartitionCutNewStart(t *testing.T) {
 		"a group behind the log start": {partitionCut{start: 50, end: 100, afterAge: -1, committed: 20}, Retention{MaxRecords: 10}, 20},
 		"disabled":                     {partitionCut{start: 0, end: 100, afterAge: -1, committed: -1}, Retention{}, 0},
 	} {
-		assert.Equal(t, c.want, c.cut.newStart(c.r), name)
+		assert.Equal(t, c.want, c.cut.newStart(c.r, "saga.status"), name)
 	}
+}
+
+// TestRederivedTopicsKeepFewerRecords: commands, replies and heartbeats,
+// which saga re-derives from the event store, are cut to their own count;
+// other topics to MaxRecords; a group still holds either back.
+func TestRederivedTopicsKeepFewerRecords(t *testing.T) {
+	r := Retention{MaxRecords: 50, RederivedMaxRecords: 10}
+	cut := partitionCut{start: 0, end: 100, afterAge: -1, committed: -1}
+	for topic, want := range map[string]int64{"saga.cmd.payment": 90, "saga.cmd.payment.high": 90, "saga.replies": 90, "saga.agents": 90,
+		"saga.orders": 50, "saga.status": 50, "shop.payments": 50} {
+		assert.Equal(t, want, cut.newStart(r, topic), topic)
+	}
+	held := partitionCut{start: 0, end: 100, afterAge: -1, committed: 20}
+	assert.Equal(t, int64(20), held.newStart(r, "saga.cmd.payment"), "a group that has not consumed holds commands back")
+	assert.Equal(t, int64(50), cut.newStart(Retention{MaxRecords: 50}, "saga.replies"), "no count of their own: MaxRecords")
 }

@@ -115,6 +115,7 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	kafkaSyncTopics := fs.String("kafka-sync-topics", strings.Join(kafka.DefaultSyncTopics, ","), "topics (or prefix*) the embedded Kafka acknowledges only once fsynced, with group commit; \"*\" all, \"\" none, !topic or !prefix* excepted (statuses are fsynced by the status publisher's sync barriers)")
 	retentionAge := fs.Duration("kafka-retention-age", kafka.DefaultRetention.MaxAge, "the embedded Kafka removes records older than this (0: any age is kept); records a consumer group has not consumed are always kept")
 	retentionRecords := fs.Int64("kafka-retention-records", kafka.DefaultRetention.MaxRecords, "the embedded Kafka keeps at most this many records per partition (0: no limit); records a consumer group has not consumed are always kept")
+	rederivedRecords := fs.Int64("kafka-retention-rederived-records", kafka.DefaultRetention.RederivedMaxRecords, "the same for the topics saga re-derives from the event store (commands, replies, heartbeats); 0: --kafka-retention-records")
 	demoAgents := fs.Bool("demo-agents", true, "run the demo remote services and their agents")
 	commandsThroughKafka := fs.Bool("commands-through-kafka", envBool("SAGA_COMMANDS_THROUGH_KAFKA"), "send every command and reply through Kafka; off: a command the scheduler routes to an agent instance of this process is handed to it directly, and its reply comes back so, with no Kafka hop [$SAGA_COMMANDS_THROUGH_KAFKA]")
 	rolesFlag := fs.String("roles", envOr("SAGA_ROLES", "all"), "parts to run, comma-separated: submitter, scheduler, supervisor, agents, api, status, or all [$SAGA_ROLES]")
@@ -187,7 +188,8 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 		WorkflowDirs: workflowDirs, HTTPAgents: httpAgents, HTTPAgentAllow: splitList(strings.Join(httpAgentAllow, ",")), SecretsDir: *secretsDir, KafkaSyncTopics: append([]string{}, kafka.SplitBrokers(*kafkaSyncTopics)...),
 		ReplyTopicPattern: *replyTopics, APITokensFile: *apiTokens, APITLSCert: *apiCert, APITLSKey: *apiKey,
 		Secure: *secureMode, KafkaSecurity: *kafkaSecurity, MaxOrderSize: *maxOrderSize, MaxRenderedBytes: *maxRendered, TaskViewBatch: *taskViewBatch,
-		KafkaRetention: &kafka.Retention{MaxAge: *retentionAge, MaxRecords: *retentionRecords, Interval: kafka.DefaultRetentionInterval},
+		KafkaRetention: &kafka.Retention{MaxAge: *retentionAge, MaxRecords: *retentionRecords, RederivedMaxRecords: *rederivedRecords,
+			Interval: kafka.DefaultRetentionInterval},
 		AgentInstances: engine.AgentInstances{Capacity: capacity, DefaultCapacity: *defaultCapacity, RateLimit: rates, GlobalLimit: globalLimits,
 			HangAfter: hangAfter, DefaultHangAfter: *defaultHangAfter},
 	})
