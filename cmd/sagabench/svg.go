@@ -124,13 +124,20 @@ func timelineSVG(r *Result) string {
 		b.WriteString("</svg>\n")
 		return b.String()
 	}
+	// The tail and stretches too short to read as a rate are not drawn.
+	var shown []Window
+	for _, win := range ws {
+		if !win.Draining && win.EndSeconds-win.StartSeconds >= 0.5*(ws[0].EndSeconds-ws[0].StartSeconds) {
+			shown = append(shown, win)
+		}
+	}
 	end := ws[len(ws)-1].EndSeconds
 	x := func(sec float64) float64 { return left + sec/end*(w-left-right) }
 	for pi, p := range panels {
 		y0 := top + float64(pi)*(panelH+gap) + 10
 		peak := p.limit
 		for _, s := range p.lines {
-			for _, win := range ws {
+			for _, win := range shown {
 				peak = math.Max(peak, s.value(win))
 			}
 		}
@@ -142,7 +149,7 @@ func timelineSVG(r *Result) string {
 		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" font-weight="bold">%s</text>`+"\n", left, y0-4, p.title)
 		fmt.Fprintf(&b, `<line x1="%.0f" y1="%.0f" x2="%.0f" y2="%.0f" stroke="black"/>`+"\n", left, y0+panelH, w-right, y0+panelH)
 		fmt.Fprintf(&b, `<line x1="%.0f" y1="%.0f" x2="%.0f" y2="%.0f" stroke="black"/>`+"\n", left, y0, left, y0+panelH)
-		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" text-anchor="end">%.3g</text>`+"\n", left-4, y0+8, peak)
+		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" text-anchor="end">%s</text>`+"\n", left-4, y0+8, axisNumber(peak))
 		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" text-anchor="end">0</text>`+"\n", left-4, y0+panelH)
 		if p.limit > 0 {
 			fmt.Fprintf(&b, `<line x1="%.0f" y1="%.1f" x2="%.0f" y2="%.1f" stroke="#888" stroke-dasharray="4 3"/><text x="%.0f" y="%.1f" fill="#888" text-anchor="end">soft limit %.0f</text>`+"\n",
@@ -150,10 +157,7 @@ func timelineSVG(r *Result) string {
 		}
 		for si, s := range p.lines {
 			var pts []string
-			for _, win := range ws {
-				if win.Draining || win.EndSeconds-win.StartSeconds < 0.5*(ws[0].EndSeconds-ws[0].StartSeconds) {
-					continue // the tail, or a stretch too short to plot as a rate
-				}
+			for _, win := range shown {
 				pts = append(pts, fmt.Sprintf("%.1f,%.1f", x((win.StartSeconds+win.EndSeconds)/2), y(s.value(win))))
 			}
 			fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>`+"\n", s.color, strings.Join(pts, " "))
@@ -189,4 +193,12 @@ func timeTicks(end float64) []float64 {
 		out = append(out, t)
 	}
 	return out
+}
+
+// axisNumber writes an axis's top value: whole above 100, else 3 digits.
+func axisNumber(v float64) string {
+	if v >= 100 {
+		return fmt.Sprintf("%.0f", v)
+	}
+	return fmt.Sprintf("%.3g", v)
 }
