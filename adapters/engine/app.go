@@ -88,6 +88,11 @@ type Config struct {
 	EventStoreURL    string
 	EventStoreListen string
 	HTTPListen       string
+	// HTTPAllowedHosts are the names, besides localhost, IP addresses and
+	// the host of HTTPListen, by which the HTTP API may be reached (see
+	// httpapi.AllowedHosts; "*" any). Without API tokens they are always
+	// checked; with tokens, only when set.
+	HTTPAllowedHosts []string
 	// EventStoreIndexMemtable is how many stream-index entries the embedded
 	// event store keeps in memory before it writes an index table and its
 	// checkpoint; 0 means the store's default. Tests set it small so that
@@ -660,6 +665,10 @@ func (a *App) startAPI(ctx context.Context) error {
 			return err
 		}
 	}
+	hosts, err := httpapi.ParseAllowedHosts(strings.Join(a.cfg.HTTPAllowedHosts, ","), listenOr(a.cfg.HTTPListen, httpapi.DefaultListen))
+	if err != nil {
+		return err
+	}
 	lis, err := net.Listen("tcp", listenOr(a.cfg.HTTPListen, httpapi.DefaultListen))
 	if err != nil {
 		return errors.Wrap(err, "http api listen")
@@ -678,7 +687,7 @@ func (a *App) startAPI(ctx context.Context) error {
 		Metrics: a.Metrics.Registry, Context: ctx, Agents: agents})
 	mounts := append([]httpapi.Mount{{Pattern: console.Pattern, Handler: ui},
 		{Pattern: "GET /ui", Handler: http.RedirectHandler(console.Pattern, http.StatusMovedPermanently)}}, httpapi.AgentsAPI(agents)...)
-	a.http = &http.Server{Handler: httpapi.Handler(a.Tasks, a.Operator, registering{a.Workflows, a}, a, a, tokens, mounts...),
+	a.http = &http.Server{Handler: httpapi.HandlerWithHosts(hosts, a.Tasks, a.Operator, registering{a.Workflows, a}, a, a, tokens, mounts...),
 		ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second,
 		IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
 	a.run("http api", func() error {

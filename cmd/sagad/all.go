@@ -101,6 +101,7 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	kafkaListen := fs.String("kafka-listen", kafka.DefaultListen, "address of the embedded Kafka broker")
 	esListen := fs.String("eventstore-listen", "127.0.0.1:2113", "address of the embedded event store")
 	httpListen := fs.String("http-listen", "127.0.0.1:8080", "address of the HTTP API")
+	httpAllowedHosts := fs.String("http-allowed-hosts", envOr("SAGA_HTTP_ALLOWED_HOSTS", ""), "names (comma-separated) by which the HTTP API may be reached besides localhost, IP addresses and --http-listen's host; .example.com allows subdomains, * any name. Other Host headers get 421, which stops DNS rebinding; checked always without --api-tokens-file, with it only when set [$SAGA_HTTP_ALLOWED_HOSTS]")
 	debugListen := fs.String("debug-listen", envOr("SAGA_DEBUG_LISTEN", ""), "serve Go's profiling endpoints (/debug/pprof/) on this address, apart from the API; off by default [$SAGA_DEBUG_LISTEN]")
 	metricsListen := fs.String("metrics-listen", envOr("SAGA_METRICS_LISTEN", ""), "serve /metrics on this address too, for processes that run without the api role; off by default [$SAGA_METRICS_LISTEN]")
 	brokers := fs.String("kafka-brokers", envOr("SAGA_KAFKA_BROKERS", ""), "use these Kafka brokers (comma-separated) and start no embedded broker [$SAGA_KAFKA_BROKERS]")
@@ -172,7 +173,7 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	started := time.Now()
 	a, err := engine.Start(engine.Config{
 		DataDir: *data, KafkaBrokers: kafka.SplitBrokers(*brokers), KafkaListen: *kafkaListen,
-		EventStoreURL: esConnection, EventStoreListen: *esListen, HTTPListen: *httpListen, MetricsListen: *metricsListen,
+		EventStoreURL: esConnection, EventStoreListen: *esListen, HTTPListen: *httpListen, HTTPAllowedHosts: kafka.SplitBrokers(*httpAllowedHosts), MetricsListen: *metricsListen,
 		Partitions: int32(*partitions), Instance: *instance, DemoAgents: *demoAgents, Faults: faults, Logger: logger,
 		Roles: roles, SupervisorInterval: *supervisorInterval, CheckpointEvery: *checkpointEvery, KafkaFsync: *kafkaFsync, DemoServiceURLs: services, CommandsThroughKafka: *commandsThroughKafka,
 		WorkflowDirs: workflowDirs, HTTPAgents: httpAgents, KafkaSyncTopics: append([]string{}, kafka.SplitBrokers(*kafkaSyncTopics)...),
