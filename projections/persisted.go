@@ -23,6 +23,9 @@ var ErrBadCursor = errors.New("invalid page cursor")
 const (
 	DefaultPageSize = 100
 	MaxPageSize     = 1000
+	// DefaultPageBytes bounds the tasks' JSON on a page: a page of
+	// MaxPageSize tasks of a few steps each is about 1 MiB.
+	DefaultPageBytes = 4 << 20
 )
 
 // DefaultBatchSize bounds the events StoredTasks folds per commit.
@@ -49,6 +52,10 @@ type TaskQuery struct {
 	Reason string
 	// Limit is the page size: DefaultPageSize when 0, at most MaxPageSize.
 	Limit int
+	// MaxBytes bounds the size of a page's tasks (their JSON): the page
+	// ends before the task that would pass it, but holds at least one;
+	// DefaultPageBytes when 0.
+	MaxBytes int
 	// Cursor continues after the page that returned it.
 	Cursor string
 	// Raw asks for the tasks as their stored JSON (TaskPage.Raw, each a
@@ -130,7 +137,8 @@ type TaskStore interface {
 	Commit(ctx context.Context, tasks []*protocol.TaskView, position uint64) error
 	// Get returns one task.
 	Get(ctx context.Context, id string) (*protocol.TaskView, bool, error)
-	// List returns a page of tasks.
+	// List returns a page of tasks, each its protocol.TaskView.Summary
+	// (no results: Get has them), bounded by q.Limit and q.MaxBytes.
 	List(ctx context.Context, q TaskQuery) (TaskPage, error)
 	// Counts returns how many tasks are in each state.
 	Counts(ctx context.Context) (map[domain.TaskState]int, error)

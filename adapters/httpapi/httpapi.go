@@ -2,7 +2,9 @@
 // task projection.
 //
 //	GET  /api/tasks/{id}          one task (a protocol.TaskView), 404 if unknown
-//	GET  /api/tasks               a page of tasks (a protocol.TaskList), newest first: ?state=S, &workflow=W,
+//	GET  /api/tasks               a page of tasks (a protocol.TaskList: summaries without
+//	                              results, at most projections.DefaultPageBytes of them),
+//	                              newest first: ?state=S, &workflow=W,
 //	                              &priority=high|normal|low,
 //	                              &step=S (tasks at that step), &reason=R (a substring),
 //	                              &since=T, &until=T (RFC 3339), &limit=N (100; at most
