@@ -75,10 +75,13 @@ func (a *App) check(ctx context.Context, name string) error {
 		}
 		select {
 		case <-a.Tasks.Ready():
-			return nil
 		default:
 			return errors.New("catching up")
 		}
+		if err := a.Tasks.Failure(); err != nil {
+			return errors.Wrap(err, "the task view cannot keep up; it retries from its checkpoint")
+		}
+		return nil
 	case checkEventStore:
 		if a.esServer != nil {
 			if err := a.esServer.Health(); err != nil {
