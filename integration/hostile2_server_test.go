@@ -2,6 +2,7 @@ package integration_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,10 +17,15 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/sagaengine/saga/adapters/agent"
 	"github.com/sagaengine/saga/adapters/demo"
 	"github.com/sagaengine/saga/adapters/engine"
+	"github.com/sagaengine/saga/adapters/kafka"
 	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/domain/protocol"
 )
 
 // apiRequest sends a request to the system's API with the given Host and
@@ -173,4 +179,105 @@ func fillDisk(t *testing.T, dir string) string {
 			return path
 		}
 	}
+}
+
+// lowFileLimit lowers the process's soft RLIMIT_NOFILE for the test, as
+// `ulimit -n` does for a child; it is restored after.
+func lowFileLimit(t *testing.T, limit uint64) {
+	t.Helper()
+	var old syscall.Rlimit
+	require.NoError(t, syscall.Getrlimit(syscall.RLIMIT_NOFILE, &old))
+	if old.Max < limit {
+		t.Skipf("the hard file limit %d is below %d", old.Max, limit)
+	}
+	low := old
+	low.Cur = limit
+	require.NoError(t, syscall.Setrlimit(syscall.RLIMIT_NOFILE, &low))
+	t.Cleanup(func() { _ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old) })
+}
+
+// topicNames lists the broker's topics through a fresh client (a client
+// answers a listing from its metadata cache for a while).
+func (s *system) topicNames() []string {
+	s.t.Helper()
+	client, err := kgo.NewClient(kgo.SeedBrokers(s.app.KafkaBrokers...))
+	require.NoError(s.t, err)
+	defer client.Close()
+	listed, err := kadm.NewClient(client).ListTopics(ctx(s.t, 10*time.Second))
+	require.NoError(s.t, err)
+	return listed.Names()
+}
+
+// TestHostile2DistinctReplyTopicsLeaveTheEngineServing replays orders that
+// each name a new reply topic, under a low file limit (1024; each topic
+// holds 2 descriptors per partition written in the embedded broker). They created a
+// topic each, refused orders too, until the process ran out of descriptors:
+// the Kafka listener stopped without a word, fsyncs failed, /readyz stayed
+// green and good orders got no answer. Now refused orders create no topic;
+// past the cap the broker creates none and /readyz says so; good orders
+// are served throughout; and once the reply topics are idle they are
+// deleted and new ones are created again.
+func TestHostile2DistinctReplyTopicsLeaveTheEngineServing(t *testing.T) {
+	lowFileLimit(t, 1024)
+	// Go agents, not the demo's HTTP services, whose connections would
+	// take the descriptors this test is about.
+	agents := map[string]agent.Handler{}
+	for _, name := range demo.Workflow().Agents() {
+		agents[name] = func(context.Context, agent.Request) (any, error) { return map[string]bool{"ok": true}, nil }
+	}
+	s := startSystem(t, engine.Config{Agents: agents, KafkaRetention: &kafka.Retention{Interval: 100 * time.Millisecond, IdleReplyTopicAfter: 2 * time.Second}})
+	client := s.producer()
+	send := func(prefix string, n int, order func(i int) map[string]any) []string {
+		ids := orderIDs(prefix, n)
+		recs := make([]*kgo.Record, n)
+		for i, id := range ids {
+			body, err := json.Marshal(order(i))
+			require.NoError(t, err)
+			recs[i] = &kgo.Record{Topic: protocol.OrdersTopic, Key: []byte(id), Value: body}
+		}
+		require.NoError(t, client.ProduceSync(ctx(t, 60*time.Second), recs...).FirstErr())
+		return ids
+	}
+	refused := send("refused", 200, func(i int) map[string]any {
+		return map[string]any{"orderId": fmt.Sprintf("refused-%04d", i), "workflow": "no-such-workflow", "replyTo": fmt.Sprintf("reply.refused-%d", i)}
+	})
+	distinct := send("distinct", 600, func(i int) map[string]any {
+		return map[string]any{"orderId": fmt.Sprintf("distinct-%04d", i), "items": []map[string]any{{"sku": "book", "qty": 1}},
+			"replyTo": fmt.Sprintf("reply.distinct-%d", i)}
+	})
+	s.awaitTerminal(distinct, 120*time.Second)
+	require.Eventually(t, func() bool { return s.app.Submitter.Stats().Rejected >= int64(len(refused)) }, 60*time.Second, 10*time.Millisecond)
+	var createdByRefused []string
+	replyTopics := 0
+	for _, name := range s.topicNames() {
+		if strings.HasPrefix(name, "reply.refused-") {
+			createdByRefused = append(createdByRefused, name)
+		}
+		if strings.HasPrefix(name, "reply.distinct-") {
+			replyTopics++
+		}
+	}
+	assert.Empty(t, createdByRefused, "refused orders created reply topics")
+	assert.Less(t, replyTopics, len(distinct), "the cap stopped the reply topics")
+
+	good := orderIDs("good", 5)
+	s.publishOrders(good)
+	for _, id := range good {
+		s.awaitStatus(protocol.StatusTopic, id, domain.StateProcessed)
+	}
+	select {
+	case err := <-s.app.Failed():
+		t.Fatalf("the process stopped: %v", err)
+	default:
+	}
+
+	// The reply topics go idle and are deleted: room again, and ready.
+	require.Eventually(t, func() bool {
+		code, _ := s.readyz()
+		return code == http.StatusOK
+	}, 60*time.Second, 50*time.Millisecond, "ready once idle reply topics are deleted")
+	after := send("after", 1, func(int) map[string]any {
+		return map[string]any{"orderId": "after-0000", "items": []map[string]any{{"sku": "book", "qty": 1}}, "replyTo": "reply.after"}
+	})
+	s.awaitStatus("reply.after", after[0], domain.StateProcessed)
 }

@@ -69,6 +69,10 @@ type Config struct {
 	// partition, never removing what a consumer group has not consumed;
 	// nil means kafka.DefaultRetention, a zero Retention keeps everything.
 	KafkaRetention *kafka.Retention
+	// KafkaMaxTopics caps the topics clients may make the embedded broker
+	// create (kafka.BrokerConfig.MaxTopics): 0 derives it from the fd
+	// limit, a negative number sets none.
+	KafkaMaxTopics int
 	// KafkaSecurity is how every Kafka client of the engine (producers,
 	// consumers, agents, the lease, topic creation) connects to
 	// KafkaBrokers: TLS and SASL. With Secure and the embedded broker, the
@@ -474,6 +478,7 @@ func (a *App) startKafka(ctx context.Context) error {
 		brokerCfg := kafka.BrokerConfig{
 			Listen: listenOr(a.cfg.KafkaListen, kafka.DefaultListen), DataDir: filepath.Join(a.cfg.DataDir, "kafka"),
 			Partitions: a.cfg.Partitions, Topics: a.Topics(), Fsync: a.cfg.KafkaFsync, SyncTopics: a.cfg.KafkaSyncTopics, Retention: a.cfg.KafkaRetention, Logger: a.logger,
+			MaxTopics: a.cfg.KafkaMaxTopics,
 		}
 		if a.cfg.Secure {
 			if err := a.secureBroker(&brokerCfg); err != nil {
@@ -556,7 +561,15 @@ func (a *App) startProcesses(ctx context.Context) error {
 			replyTopics.Pattern = pattern
 		}
 		producer := a.newProducer("submitter")
-		a.Submitter = &processes.Submitter{Store: a.Store, DeadLetters: producer, Rejections: producer, Workflows: a.Workflows,
+		// A refused order's status goes only to a reply topic that exists
+		// (its caller waits on it): naming a new one creates nothing.
+		rejectClient, err := kafka.NewClientForExistingTopics(a.KafkaBrokers, a.kafkaOpts...)
+		if err != nil {
+			return err
+		}
+		a.clients = append(a.clients, rejectClient)
+		rejections := kafka.NewProducer(rejectClient, "saga/submitter/"+a.cfg.Instance, a.logger)
+		a.Submitter = &processes.Submitter{Store: a.Store, DeadLetters: producer, Rejections: rejections, Workflows: a.Workflows,
 			Actor: "submitter/" + cfg.Instance, Clock: a.clock, Logger: a.logger, MaxOrderSize: cfg.MaxOrderSize, ReplyTopics: replyTopics,
 			Tracing: a.tracing}
 		if a.Scheduler != nil {

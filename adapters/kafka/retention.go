@@ -39,7 +39,16 @@ type Retention struct {
 	// Interval is the time between two passes. Zero means
 	// DefaultRetentionInterval.
 	Interval time.Duration
+	// IdleReplyTopicAfter deletes a reply topic (reply.*, saga.reply.*)
+	// whose log end has not moved for this long and on which no consumer
+	// group has records left to read: each topic holds file descriptors
+	// for as long as it exists. Zero keeps them.
+	IdleReplyTopicAfter time.Duration
 }
+
+// DefaultIdleReplyTopicAfter is how long a reply topic may stay idle before
+// the embedded broker deletes it: a day, long after an order's last status.
+const DefaultIdleReplyTopicAfter = 24 * time.Hour
 
 // DefaultRetentionInterval is the time between two retention passes.
 const DefaultRetentionInterval = time.Minute
@@ -48,10 +57,13 @@ const DefaultRetentionInterval = time.Minute
 // Kafka's default age of seven days, and at most 50,000 records per
 // partition (at saga's ~8 statuses per task, the statuses of the last
 // 25,000 tasks on a 4-partition status topic).
-var DefaultRetention = Retention{MaxAge: 7 * 24 * time.Hour, MaxRecords: 50_000, Interval: DefaultRetentionInterval}
+var DefaultRetention = Retention{MaxAge: 7 * 24 * time.Hour, MaxRecords: 50_000, Interval: DefaultRetentionInterval,
+	IdleReplyTopicAfter: DefaultIdleReplyTopicAfter}
 
 // Enabled reports whether the retention removes anything at all.
-func (r Retention) Enabled() bool { return r.MaxAge > 0 || r.MaxRecords > 0 }
+func (r Retention) Enabled() bool {
+	return r.MaxAge > 0 || r.MaxRecords > 0 || r.IdleReplyTopicAfter > 0
+}
 
 // retentionSegmentBytes is the segment size of the embedded broker. kfake
 // frees a trimmed batch's index entry at once but deletes a segment file only

@@ -115,6 +115,8 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	kafkaSyncTopics := fs.String("kafka-sync-topics", strings.Join(kafka.DefaultSyncTopics, ","), "topics (or prefix*) the embedded Kafka acknowledges only once fsynced, with group commit; \"*\" all, \"\" none, !topic or !prefix* excepted (statuses are fsynced by the status publisher's sync barriers)")
 	retentionAge := fs.Duration("kafka-retention-age", kafka.DefaultRetention.MaxAge, "the embedded Kafka removes records older than this (0: any age is kept); records a consumer group has not consumed are always kept")
 	retentionRecords := fs.Int64("kafka-retention-records", kafka.DefaultRetention.MaxRecords, "the embedded Kafka keeps at most this many records per partition (0: no limit); records a consumer group has not consumed are always kept")
+	maxTopics := fs.Int("kafka-max-topics", 0, "the embedded Kafka creates at most this many topics in all (each holds file descriptors while it exists); past it, a topic a client names (an order's new reply topic) is refused and /readyz says so. 0: derived from the fd limit (RLIMIT_NOFILE), -1: no cap")
+	idleReplyTopics := fs.Duration("kafka-idle-reply-topic-after", kafka.DefaultIdleReplyTopicAfter, "the embedded Kafka deletes a reply topic (reply.*, saga.reply.*) that received nothing for this long and that no consumer group has left to read (0: keep them)")
 	demoAgents := fs.Bool("demo-agents", true, "run the demo remote services and their agents")
 	commandsThroughKafka := fs.Bool("commands-through-kafka", envBool("SAGA_COMMANDS_THROUGH_KAFKA"), "send every command and reply through Kafka; off: a command the scheduler routes to an agent instance of this process is handed to it directly, and its reply comes back so, with no Kafka hop [$SAGA_COMMANDS_THROUGH_KAFKA]")
 	rolesFlag := fs.String("roles", envOr("SAGA_ROLES", "all"), "parts to run, comma-separated: submitter, scheduler, supervisor, agents, api, status, or all [$SAGA_ROLES]")
@@ -146,6 +148,9 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	defaultHangAfter := fs.Duration("agent-hang-after-default", processes.DefaultHangAfter, "latency budget of the agents --agent-hang-after does not name")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *maxTopics < -1 || *idleReplyTopics < 0 {
+		return errors.New("--kafka-max-topics must be -1, 0 or positive and --kafka-idle-reply-topic-after not negative")
 	}
 	if *defaultCapacity < 1 || *defaultHangAfter <= 0 {
 		return errors.New("--agent-capacity-default must be at least 1 and --agent-hang-after-default positive")
@@ -179,7 +184,8 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 		WorkflowDirs: workflowDirs, HTTPAgents: httpAgents, KafkaSyncTopics: append([]string{}, kafka.SplitBrokers(*kafkaSyncTopics)...),
 		ReplyTopicPattern: *replyTopics, APITokensFile: *apiTokens, APITLSCert: *apiCert, APITLSKey: *apiKey,
 		Secure: *secureMode, KafkaSecurity: *kafkaSecurity, MaxOrderSize: *maxOrderSize, TaskViewBatch: *taskViewBatch,
-		KafkaRetention: &kafka.Retention{MaxAge: *retentionAge, MaxRecords: *retentionRecords, Interval: kafka.DefaultRetentionInterval},
+		KafkaRetention: &kafka.Retention{MaxAge: *retentionAge, MaxRecords: *retentionRecords, Interval: kafka.DefaultRetentionInterval,
+			IdleReplyTopicAfter: *idleReplyTopics}, KafkaMaxTopics: *maxTopics,
 		AgentInstances: engine.AgentInstances{Capacity: capacity, DefaultCapacity: *defaultCapacity, RateLimit: rates, GlobalLimit: globalLimits,
 			HangAfter: hangAfter, DefaultHangAfter: *defaultHangAfter},
 	})
