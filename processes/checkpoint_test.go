@@ -127,6 +127,8 @@ type history struct {
 	now   time.Time
 	// priority is that of the tasks written; empty for normal.
 	priority domain.Priority
+	// replyTo is the reply topic of the tasks written.
+	replyTo string
 }
 
 // task writes a task of wf, with its first dispatch if dispatch, then the
@@ -135,7 +137,7 @@ func (h history) task(id string, wf *domain.Workflow, dispatch bool, replies ...
 	t := domain.NewTask(id)
 	d := domain.Decision{Now: h.now, Actor: "history"}
 	events := []domain.Event{domain.TaskSubmitted{TaskID: id, Workflow: wf.Name, WorkflowVersion: wf.Version, Steps: wf.StepNames(),
-		Order: json.RawMessage(`{}`), SubmittedAt: h.now, Priority: h.priority}}
+		Order: json.RawMessage(`{}`), SubmittedAt: h.now, Priority: h.priority, ReplyTo: h.replyTo}}
 	t.Apply(events[0])
 	decide := func(more []domain.Event) {
 		for _, e := range more {
@@ -304,6 +306,54 @@ func TestFollowersResumeFromTheirCheckpointReadingOnlyUnfinishedTasks(t *testing
 }
 
 type statusSink struct{ published atomic.Int64 }
+
+// forgettingSink is a statusSink that records the reply topics it is told
+// to forget.
+type forgettingSink struct {
+	statusSink
+	mu        sync.Mutex
+	forgotten []string
+}
+
+func (s *forgettingSink) ForgetReplyTopics(topics []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.forgotten = append(s.forgotten, topics...)
+}
+
+func (s *forgettingSink) topics() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.forgotten...)
+}
+
+// TestStatusPublisherForgetsTheReplyTopicsOfFinishedTasks: once a task's
+// statuses are flushed and it is finished, the sink is told to forget its
+// reply topic (its Kafka client would name it in every metadata refresh,
+// and create it again after the broker deleted it once idle); a topic an
+// unfinished task names is kept.
+func TestStatusPublisherForgetsTheReplyTopicsOfFinishedTasks(t *testing.T) {
+	srv, err := esdbserver.Start(esdbserver.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir()})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Close() })
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	raw, err := eventstore.Dial(fmt.Sprintf("esdb://%s?tls=false", srv.Addr()), logger)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = raw.Close() })
+	work := oneStep("work", time.Minute, domain.CompensateOnExhausted)
+	ok := domain.Reply{Attempt: 1, Succeeded: true, Result: json.RawMessage(`{}`)}
+	history{t: t, store: raw, now: time.Now(), replyTo: "reply.done"}.task("done-1", work, true, ok)
+	history{t: t, store: raw, now: time.Now(), replyTo: "reply.shared"}.task("done-2", work, true, ok)
+	history{t: t, store: raw, now: time.Now(), replyTo: "reply.shared"}.task("running-1", work, true)
+
+	c, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sink := &forgettingSink{}
+	p := &processes.StatusPublisher{Store: raw, Checkpoints: raw, Sink: sink, Logger: logger, Name: "status"}
+	go func() { _ = p.Run(c) }()
+	require.Eventually(t, func() bool { return len(sink.topics()) > 0 }, 30*time.Second, 10*time.Millisecond)
+	assert.Equal(t, []string{"reply.done"}, sink.topics(), "reply.shared is still named by a running task")
+}
 
 func (s *statusSink) PublishStatus(context.Context, protocol.TaskStatus) { s.published.Add(1) }
 func (s *statusSink) Flush(context.Context) error                        { return nil }

@@ -207,3 +207,13 @@ type StatusSink interface {
 	// could not be delivered.
 	Flush(ctx context.Context) error
 }
+
+// ReplyTopicForgetter is a StatusSink that keeps something per reply topic
+// (a Kafka client keeps each topic's metadata, and refreshes it for as long
+// as it knows the topic, which makes a broker that auto-creates topics
+// create a deleted one again). The status publisher tells it, after a
+// flush, the reply topics of the tasks that finished and that no
+// unfinished task it follows names.
+type ReplyTopicForgetter interface {
+	ForgetReplyTopics(topics []string)
+}

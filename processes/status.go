@@ -44,6 +44,9 @@ type StatusPublisher struct {
 	tasks                        map[string]*domain.Task
 	heldTasks                    atomic.Int64
 	published, skipped, resolved atomic.Int64
+	// finished are the reply topics of the tasks that finished since the
+	// last checkpoint, for a ReplyTopicForgetter sink.
+	finished map[string]struct{}
 }
 
 // Held is what the publisher holds in memory: the tasks it folds, those
@@ -113,6 +116,7 @@ func (p *StatusPublisher) round(ctx context.Context) error {
 		if err := p.Sink.Flush(ctx); err != nil {
 			return errors.Mark(errors.Wrap(err, "flush statuses"), errFlush)
 		}
+		p.forgetFinishedReplyTopics()
 		if err := p.Checkpoints.SaveCheckpoint(ctx, p.Name, pending); err != nil {
 			return err
 		}
@@ -188,10 +192,39 @@ func (p *StatusPublisher) publish(ctx context.Context, e domain.RecordedEvent) e
 	}
 	if t.State == domain.StateProcessed || t.State == domain.StateCompensated {
 		delete(p.tasks, id)
+		if t.ReplyTo != "" {
+			if p.finished == nil {
+				p.finished = map[string]struct{}{}
+			}
+			p.finished[t.ReplyTo] = struct{}{}
+		}
 	} else {
 		p.tasks[id] = t
 	}
 	return nil
+}
+
+// forgetFinishedReplyTopics tells a ReplyTopicForgetter sink, once every
+// status is flushed, the reply topics of the finished tasks that no task
+// still followed names, so that the sink's client stops refreshing them and
+// the broker can delete them once idle (a topic costs it file descriptors).
+func (p *StatusPublisher) forgetFinishedReplyTopics() {
+	forgetter, ok := p.Sink.(ReplyTopicForgetter)
+	if !ok || len(p.finished) == 0 {
+		p.finished = nil
+		return
+	}
+	for _, t := range p.tasks {
+		delete(p.finished, t.ReplyTo)
+	}
+	topics := make([]string, 0, len(p.finished))
+	for topic := range p.finished {
+		topics = append(topics, topic)
+	}
+	p.finished = nil
+	if len(topics) > 0 {
+		forgetter.ForgetReplyTopics(topics)
+	}
 }
 
 // unreadable forgets a task whose events cannot be folded.

@@ -25,7 +25,9 @@ type Submitter struct {
 	DeadLetters DeadLetters
 	Workflows   WorkflowSelector
 	// Rejections, when set, tells the caller of a refused order through its
-	// reply topic (a status "rejected"), besides the dead letter.
+	// reply topic (a status "rejected"), besides the dead letter. It should
+	// send only to reply topics that exist (the caller waits on its topic):
+	// an order that is refused must not create one.
 	Rejections StatusSink
 	Actor      string
 	Clock      Clock
@@ -206,7 +208,12 @@ func (s *Submitter) reject(ctx context.Context, msg Inbound, replyTo string, rea
 	}
 	s.Rejections.PublishStatus(ctx, protocol.TaskStatus{OrderID: id, Status: protocol.StatusRejected, Reason: truncateReason(reason.Error()),
 		Time: s.Clock.Now(), ReplyTo: replyTo, TraceParent: outgoingTraceParent(ctx, msg.Headers[protocol.HeaderTraceParent])})
-	return errors.Wrap(s.Rejections.Flush(ctx), "tell the caller of a rejected order")
+	err := s.Rejections.Flush(ctx)
+	if forgetter, ok := s.Rejections.(ReplyTopicForgetter); ok && err == nil {
+		// Nothing else goes there: the sink need not know the topic.
+		forgetter.ForgetReplyTopics([]string{replyTo})
+	}
+	return errors.Wrap(err, "tell the caller of a rejected order")
 }
 
 // maxCausationID bounds a CloudEvents id kept as a causation id.

@@ -23,6 +23,9 @@ var ErrBadCursor = errors.New("invalid page cursor")
 const (
 	DefaultPageSize = 100
 	MaxPageSize     = 1000
+	// DefaultPageBytes bounds the tasks' JSON on a page: a page of
+	// MaxPageSize tasks of a few steps each is about 1 MiB.
+	DefaultPageBytes = 4 << 20
 )
 
 // DefaultBatchSize bounds the events StoredTasks folds per commit.
@@ -49,6 +52,10 @@ type TaskQuery struct {
 	Reason string
 	// Limit is the page size: DefaultPageSize when 0, at most MaxPageSize.
 	Limit int
+	// MaxBytes bounds the size of a page's tasks (their JSON): the page
+	// ends before the task that would pass it, but holds at least one;
+	// DefaultPageBytes when 0.
+	MaxBytes int
 	// Cursor continues after the page that returned it.
 	Cursor string
 	// Raw asks for the tasks as their stored JSON (TaskPage.Raw, each a
@@ -130,7 +137,8 @@ type TaskStore interface {
 	Commit(ctx context.Context, tasks []*protocol.TaskView, position uint64) error
 	// Get returns one task.
 	Get(ctx context.Context, id string) (*protocol.TaskView, bool, error)
-	// List returns a page of tasks.
+	// List returns a page of tasks, each its protocol.TaskView.Summary
+	// (no results: Get has them), bounded by q.Limit and q.MaxBytes.
 	List(ctx context.Context, q TaskQuery) (TaskPage, error)
 	// Counts returns how many tasks are in each state.
 	Counts(ctx context.Context) (map[domain.TaskState]int, error)
@@ -155,8 +163,15 @@ type StoredTasks struct {
 	// a negative number none.
 	CacheTasks int
 
+	// RetryAfter is how long Follow waits after a failed run before it
+	// runs again; default DefaultRetryAfter.
+	RetryAfter time.Duration
+
 	// cache holds tasks as last committed; only Run's goroutine uses it.
 	cache map[string]*domain.Task
+	// failure is the error of the last failed run, until the view commits
+	// or catches up again.
+	failure atomic.Pointer[error]
 
 	applied, skipped atomic.Int64
 	readyOnce        sync.Once
@@ -181,6 +196,48 @@ func (v *StoredTasks) Skipped() int64 { return v.skipped.Load() }
 
 // Position is the store position of the last event committed.
 func (v *StoredTasks) Position() uint64 { return v.position.Load() }
+
+// DefaultRetryAfter is how long StoredTasks.Follow waits between runs.
+const DefaultRetryAfter = time.Second
+
+// Failure is the error that stopped the view's last run (a commit the
+// store refused: a full disk, say) while Follow waits to run again and
+// until the view commits or catches up again; nil while all is well.
+func (v *StoredTasks) Failure() error {
+	if err := v.failure.Load(); err != nil {
+		return *err
+	}
+	return nil
+}
+
+// Follow runs the view (Run) until ctx ends. A run that fails is run again
+// after RetryAfter, from the view's checkpoint, so that the view recovers by
+// itself once its store can write again (space freed on a full disk);
+// meanwhile Failure says why it is behind and it serves what it committed.
+func (v *StoredTasks) Follow(ctx context.Context, source EventSubscriber) error {
+	wait := v.RetryAfter
+	if wait <= 0 {
+		wait = DefaultRetryAfter
+	}
+	for {
+		err := v.Run(ctx, source)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err == nil {
+			err = errors.New("task view stopped")
+		}
+		v.failure.Store(&err)
+		if v.Logger != nil {
+			v.Logger.Warn("task view is behind: it runs again from its checkpoint", "after", wait, "err", err.Error())
+		}
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
 
 // Run follows the event store from the view's checkpoint until ctx ends.
 func (v *StoredTasks) Run(ctx context.Context, source EventSubscriber) error {
@@ -228,6 +285,7 @@ func (v *StoredTasks) Run(ctx context.Context, source EventSubscriber) error {
 				if err := v.flush(ctx, b); err != nil {
 					return err
 				}
+				v.failure.Store(nil)
 				v.readyOnce.Do(func() { close(v.ready) })
 				continue
 			}
@@ -318,6 +376,7 @@ func (v *StoredTasks) flush(ctx context.Context, b *viewBatch) error {
 		clear(v.cache)
 		return errors.Wrap(err, "commit the task view")
 	}
+	v.failure.Store(nil)
 	v.remember(b.tasks)
 	v.applied.Add(applied)
 	v.skipped.Add(skipped)

@@ -3,6 +3,7 @@ package projections_test
 import (
 	"context"
 	"encoding/json"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -136,4 +137,47 @@ func TestStoredTasksFoldsCachedTasksAsStoredOnes(t *testing.T) {
 	require.Error(t, runView(t, view, history), "the commit failed")
 	require.NoError(t, runView(t, view, history))
 	assert.Equal(t, string(uncached.rows["o-1"]), string(store.rows["o-1"]), "after a failed commit the view goes on from its checkpoint to the same row")
+}
+
+// fullDisk is a memStore whose commits fail while full is set.
+type fullDisk struct {
+	*memStore
+	full atomic.Bool
+}
+
+func (f *fullDisk) Commit(ctx context.Context, tasks []*protocol.TaskView, position uint64) error {
+	if f.full.Load() {
+		return errors.New("database or disk is full (13)")
+	}
+	return f.memStore.Commit(ctx, tasks, position)
+}
+
+// TestFollowSaysWhyItIsBehindAndCatchesUpOnceItCanWrite: commits refused
+// (a full disk) do not stop the view; it says why it is behind, retries
+// from its checkpoint, and catches up once commits succeed again.
+func TestFollowSaysWhyItIsBehindAndCatchesUpOnceItCanWrite(t *testing.T) {
+	history := oneByOne(audittest.History())
+	store := &fullDisk{memStore: &memStore{rows: map[string][]byte{}}}
+	store.full.Store(true)
+	view := projections.NewStoredTasks(store, nil)
+	view.BatchSize, view.RetryAfter = 1, time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- view.Follow(ctx, history) }()
+	require.Eventually(t, func() bool { return view.Failure() != nil }, 10*time.Second, time.Millisecond)
+	assert.Contains(t, view.Failure().Error(), "disk is full")
+	select {
+	case err := <-done:
+		t.Fatalf("the view stopped: %v", err)
+	default:
+	}
+
+	store.full.Store(false)
+	last := history[len(history)-1].Position
+	require.Eventually(t, func() bool { return view.Position() == last && view.Failure() == nil }, 10*time.Second, time.Millisecond)
+	cancel()
+	require.NoError(t, <-done)
+	whole := &memStore{rows: map[string][]byte{}}
+	require.NoError(t, runView(t, projections.NewStoredTasks(whole, nil), history))
+	assert.Equal(t, string(whole.rows["o-1"]), string(store.rows["o-1"]), "the row is the one of a view that never failed")
 }

@@ -70,6 +70,10 @@ type Config struct {
 	// partition, never removing what a consumer group has not consumed;
 	// nil means kafka.DefaultRetention, a zero Retention keeps everything.
 	KafkaRetention *kafka.Retention
+	// KafkaMaxTopics caps the topics clients may make the embedded broker
+	// create (kafka.BrokerConfig.MaxTopics): 0 derives it from the fd
+	// limit, a negative number sets none.
+	KafkaMaxTopics int
 	// KafkaSecurity is how every Kafka client of the engine (producers,
 	// consumers, agents, the lease, topic creation) connects to
 	// KafkaBrokers: TLS and SASL. With Secure and the embedded broker, the
@@ -89,6 +93,11 @@ type Config struct {
 	EventStoreURL    string
 	EventStoreListen string
 	HTTPListen       string
+	// HTTPAllowedHosts are the names, besides localhost, IP addresses and
+	// the host of HTTPListen, by which the HTTP API may be reached (see
+	// httpapi.AllowedHosts; "*" any). Without API tokens they are always
+	// checked; with tokens, only when set.
+	HTTPAllowedHosts []string
 	// EventStoreIndexMemtable is how many stream-index entries the embedded
 	// event store keeps in memory before it writes an index table and its
 	// checkpoint; 0 means the store's default. Tests set it small so that
@@ -500,6 +509,7 @@ func (a *App) startKafka(ctx context.Context) error {
 		brokerCfg := kafka.BrokerConfig{
 			Listen: listenOr(a.cfg.KafkaListen, kafka.DefaultListen), DataDir: filepath.Join(a.cfg.DataDir, "kafka"),
 			Partitions: a.cfg.Partitions, Topics: a.Topics(), Fsync: a.cfg.KafkaFsync, SyncTopics: a.cfg.KafkaSyncTopics, Retention: a.cfg.KafkaRetention, Logger: a.logger,
+			MaxTopics: a.cfg.KafkaMaxTopics,
 		}
 		if a.cfg.Secure {
 			if err := a.secureBroker(&brokerCfg); err != nil {
@@ -589,7 +599,15 @@ func (a *App) startProcesses(ctx context.Context) error {
 			replyTopics.Pattern = pattern
 		}
 		producer := a.newProducer("submitter")
-		a.Submitter = &processes.Submitter{Store: a.Store, DeadLetters: producer, Rejections: producer, Workflows: a.Workflows,
+		// A refused order's status goes only to a reply topic that exists
+		// (its caller waits on it): naming a new one creates nothing.
+		rejectClient, err := kafka.NewClientForExistingTopics(a.KafkaBrokers, a.kafkaOpts...)
+		if err != nil {
+			return err
+		}
+		a.clients = append(a.clients, rejectClient)
+		rejections := kafka.NewProducer(rejectClient, "saga/submitter/"+a.cfg.Instance, a.logger)
+		a.Submitter = &processes.Submitter{Store: a.Store, DeadLetters: producer, Rejections: rejections, Workflows: a.Workflows,
 			Actor: "submitter/" + cfg.Instance, Clock: a.clock, Logger: a.logger, MaxOrderSize: cfg.MaxOrderSize, ReplyTopics: replyTopics,
 			Tracing: a.tracing}
 		if a.Scheduler != nil {
@@ -698,6 +716,10 @@ func (a *App) startAPI(ctx context.Context) error {
 			return err
 		}
 	}
+	hosts, err := httpapi.ParseAllowedHosts(strings.Join(a.cfg.HTTPAllowedHosts, ","), listenOr(a.cfg.HTTPListen, httpapi.DefaultListen))
+	if err != nil {
+		return err
+	}
 	lis, err := net.Listen("tcp", listenOr(a.cfg.HTTPListen, httpapi.DefaultListen))
 	if err != nil {
 		return errors.Wrap(err, "http api listen")
@@ -717,7 +739,7 @@ func (a *App) startAPI(ctx context.Context) error {
 		Metrics: a.Metrics.Registry, Context: ctx, Agents: agents})
 	mounts := append([]httpapi.Mount{{Pattern: console.Pattern, Handler: ui},
 		{Pattern: "GET /ui", Handler: http.RedirectHandler(console.Pattern, http.StatusMovedPermanently)}}, httpapi.AgentsAPI(agents)...)
-	a.http = &http.Server{Handler: httpapi.Handler(a.Tasks, a.Operator, registering{a.Workflows, a}, a, a, tokens, mounts...),
+	a.http = &http.Server{Handler: httpapi.HandlerWithHosts(hosts, a.Tasks, a.Operator, registering{a.Workflows, a}, a, a, tokens, mounts...),
 		ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second,
 		IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
 	a.run("http api", func() error {

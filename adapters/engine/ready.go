@@ -11,6 +11,7 @@ import (
 	"github.com/cockroachdb/errors"
 
 	"github.com/sagaengine/saga/adapters/httpapi"
+	"github.com/sagaengine/saga/adapters/kafka"
 )
 
 // readyTimeout bounds each readiness check that asks a server.
@@ -27,9 +28,15 @@ const (
 	checkEventStore = "eventstore"
 	checkKafka      = "kafka"
 	checkFollowers  = "followers"
+	checkResources  = "resources"
 )
 
-var readinessChecks = []string{checkProjection, checkEventStore, checkKafka, checkFollowers}
+var readinessChecks = []string{checkProjection, checkEventStore, checkKafka, checkFollowers, checkResources}
+
+// fdsReadyFraction is the share of the process's file descriptor limit
+// past which readiness fails: out of descriptors, listeners cannot accept
+// and files cannot be opened.
+const fdsReadyFraction = 0.9
 
 // readyFailures counts failed readiness checks, by check.
 var readyFailures = func() map[string]*atomic.Int64 {
@@ -44,7 +51,8 @@ var readyFailures = func() map[string]*atomic.Int64 {
 // event store answers (and the embedded one accepts writes, and no
 // subscription to $all has failed in place for subscriptionFailingAfter),
 // the Kafka broker answers, and no follower of the shared subscription is
-// stalled.
+// stalled, and the process has file descriptors to spare and the embedded
+// broker room for topics (kafka.ErrTopicCap).
 // The checks that ask a server run concurrently, each within readyTimeout.
 func (a *App) Readiness(ctx context.Context) []httpapi.Check {
 	results := make([]httpapi.Check, len(readinessChecks))
@@ -75,10 +83,13 @@ func (a *App) check(ctx context.Context, name string) error {
 		}
 		select {
 		case <-a.Tasks.Ready():
-			return nil
 		default:
 			return errors.New("catching up")
 		}
+		if err := a.Tasks.Failure(); err != nil {
+			return errors.Wrap(err, "the task view cannot keep up; it retries from its checkpoint")
+		}
+		return nil
 	case checkEventStore:
 		if a.esServer != nil {
 			if err := a.esServer.Health(); err != nil {
@@ -106,6 +117,15 @@ func (a *App) check(ctx context.Context, name string) error {
 	case checkFollowers:
 		if stalled := a.followers.Stalled(); len(stalled) > 0 {
 			return errors.Newf("stalled: %s", strings.Join(stalled, ", "))
+		}
+	case checkResources:
+		if open, limit := kafka.OpenFiles(); open >= 0 && limit > 0 && float64(open) >= fdsReadyFraction*float64(limit) {
+			return errors.Newf("%d of %d file descriptors open (RLIMIT_NOFILE): raise the limit or find what holds them", open, limit)
+		}
+		if a.broker != nil {
+			if _, _, err := a.broker.TopicCapacity(); err != nil {
+				return errors.Wrap(err, "new reply topics are refused until idle ones are deleted (--kafka-max-topics, --kafka-idle-reply-topic-after)")
+			}
 		}
 	}
 	return nil

@@ -118,7 +118,10 @@ func (v *TaskView) start(ctx context.Context, name string, source projections.Ev
 	v.app.run("task view "+name, func() error {
 		defer close(r.done)
 		defer db.Close()
-		return r.view.Run(runCtx, source)
+		// A commit refused (a full disk) makes the view report it in
+		// readiness and run again from its checkpoint: it must not stop
+		// the process.
+		return r.view.Follow(runCtx, source)
 	})
 	return r, nil
 }
@@ -155,6 +158,10 @@ func (v *TaskView) List(ctx context.Context, q projections.TaskQuery) (projectio
 func (v *TaskView) Counts(ctx context.Context) (map[domain.TaskState]int, error) {
 	return v.current.Load().view.Counts(ctx)
 }
+
+// Failure says why the view in use is behind (a commit its file refused),
+// while it retries; nil while it keeps up.
+func (v *TaskView) Failure() error { return v.current.Load().view.Failure() }
 
 // Applied counts the events the view in use folded in since it started.
 func (v *TaskView) Applied() int64 { return v.current.Load().view.Applied() }

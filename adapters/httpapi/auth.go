@@ -161,9 +161,14 @@ func (t *Tokens) Identify(secret string) (Token, bool) {
 }
 
 // guard checks every request before the API's handlers:
+//   - without tokens, or with hosts configured, the Host header must be
+//     allowed by hosts (421), but for /healthz and /readyz, which probes
+//     reach by any name: a page on a name rebound to the API's address
+//     reads and acts on nothing;
 //   - a POST must say Content-Type: application/json (415), which a
 //     cross-origin form or text/plain request cannot, and must come from no
-//     other origin than the API's own (403): browsers' simple requests
+//     other origin than the API's own, by an allowed name when hosts are
+//     checked (403): browsers' simple requests
 //     cannot act; the console's login form is the one form allowed;
 //   - with tokens on, every request but /healthz, /readyz, the login and
 //     the console's static files needs a valid bearer token or session
@@ -172,16 +177,22 @@ func (t *Tokens) Identify(secret string) (Token, bool) {
 //     cookie also needs CSRFHeader (403).
 //
 // No CORS headers are ever sent, so browsers keep other origins out.
-func guard(tokens *Tokens, next http.Handler) http.Handler {
+func guard(tokens *Tokens, hosts AllowedHosts, next http.Handler) http.Handler {
+	checkHosts := hosts.checksHosts(tokens)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		open := r.URL.Path == "/healthz" || r.URL.Path == "/readyz" || r.URL.Path == LoginPath || strings.HasPrefix(r.URL.Path, "/ui/static/")
+		probe := r.URL.Path == "/healthz" || r.URL.Path == "/readyz"
+		open := probe || r.URL.Path == LoginPath || strings.HasPrefix(r.URL.Path, "/ui/static/")
 		acts := r.Method != http.MethodGet && r.Method != http.MethodHead
-		if acts && r.URL.Path != "/healthz" && r.URL.Path != "/readyz" {
+		if checkHosts && !probe && !hosts.Allows(r.Host) {
+			refuseHost(w, r.Host)
+			return
+		}
+		if acts && !probe {
 			if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); r.URL.Path != LoginPath && (err != nil || mt != "application/json") {
 				writeError(w, http.StatusUnsupportedMediaType, "a request that acts must send Content-Type: application/json")
 				return
 			}
-			if origin := r.Header.Get("Origin"); origin != "" && !sameOrigin(origin, r.Host) {
+			if origin := r.Header.Get("Origin"); origin != "" && !(checkHosts && hosts.allowsOrigin(origin, r.Host) || !checkHosts && sameOrigin(origin, r.Host)) {
 				writeError(w, http.StatusForbidden, "requests from another origin are refused")
 				return
 			}

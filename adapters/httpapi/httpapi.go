@@ -2,7 +2,9 @@
 // task projection.
 //
 //	GET  /api/tasks/{id}          one task (a protocol.TaskView), 404 if unknown
-//	GET  /api/tasks               a page of tasks (a protocol.TaskList), newest first: ?state=S, &workflow=W,
+//	GET  /api/tasks               a page of tasks (a protocol.TaskList: summaries without
+//	                              results, at most projections.DefaultPageBytes of them),
+//	                              newest first: ?state=S, &workflow=W,
 //	                              &priority=high|normal|low,
 //	                              &step=S (tasks at that step), &reason=R (a substring),
 //	                              &since=T, &until=T (RFC 3339), &limit=N (100; at most
@@ -202,7 +204,16 @@ func writeTaskList(w http.ResponseWriter, l rawTaskList) {
 // and acting needs an operator's; see guard.
 //
 // Mounts add handlers behind the same guard (the console at /ui/).
+//
+// It allows the default hosts (AllowedHosts's zero value);
+// HandlerWithHosts takes a list.
 func Handler(tasks Tasks, ops Operations, workflows Workflows, metrics Metrics, ready Readiness, tokens *Tokens, mounts ...Mount) http.Handler {
+	return HandlerWithHosts(AllowedHosts{}, tasks, ops, workflows, metrics, ready, tokens, mounts...)
+}
+
+// HandlerWithHosts is Handler with the names the API may be reached by
+// (see AllowedHosts and guard).
+func HandlerWithHosts(hosts AllowedHosts, tasks Tasks, ops Operations, workflows Workflows, metrics Metrics, ready Readiness, tokens *Tokens, mounts ...Mount) http.Handler {
 	mux := http.NewServeMux()
 	for _, m := range mounts {
 		mux.Handle(m.Pattern, m.Handler)
@@ -303,7 +314,7 @@ func Handler(tasks Tasks, ops Operations, workflows Workflows, metrics Metrics, 
 			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "catching up"})
 		}
 	})
-	return guard(tokens, mux)
+	return guard(tokens, hosts, mux)
 }
 
 // Mount is a handler served under the API's guard at a ServeMux pattern.

@@ -291,3 +291,58 @@ func TestPostsNeedJSONEvenWithoutTokens(t *testing.T) {
 	resp.Body.Close()
 	assert.Equal(t, http.StatusUnsupportedMediaType, resp.StatusCode)
 }
+
+// TestHostAllowListStopsDNSRebinding plays a page on a name rebound to the
+// API's address: its requests carry that name as Host and as Origin, and
+// must neither read nor act.
+func TestHostAllowListStopsDNSRebinding(t *testing.T) {
+	recorded := &ops{}
+	srv := httptest.NewServer(httpapi.Handler(newView(t), recorded, nil, checks{}, checks{}, nil))
+	defer srv.Close()
+	port := srv.URL[strings.LastIndex(srv.URL, ":")+1:]
+	do := func(method, path, host, origin string) int {
+		req, err := http.NewRequest(method, srv.URL+path, strings.NewReader(`{"by":"page"}`))
+		require.NoError(t, err)
+		req.Host = host
+		req.Header.Set("Content-Type", "application/json")
+		if origin != "" {
+			req.Header.Set("Origin", origin)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	rebound := "rebind.attacker.example:" + port
+	cancel := "/api/tasks/o-1/cancel"
+	assert.Equal(t, http.StatusMisdirectedRequest, do(http.MethodPost, cancel, rebound, "http://"+rebound))
+	assert.Equal(t, http.StatusMisdirectedRequest, do(http.MethodPost, cancel, rebound, ""))
+	assert.Equal(t, http.StatusMisdirectedRequest, do(http.MethodGet, "/api/tasks", rebound, ""))
+	assert.Equal(t, http.StatusOK, do(http.MethodGet, "/readyz", rebound, ""), "probes answer by any name")
+	assert.Equal(t, http.StatusForbidden, do(http.MethodPost, cancel, "localhost:"+port, "http://localhost:3000"), "another port is another origin")
+	assert.Empty(t, recorded.by, "nothing refused reached the operators' actions")
+
+	assert.Equal(t, http.StatusOK, do(http.MethodGet, "/api/tasks", "localhost:"+port, ""))
+	assert.Equal(t, http.StatusOK, do(http.MethodGet, "/api/tasks", "[::1]:"+port, ""))
+	assert.Equal(t, http.StatusAccepted, do(http.MethodPost, cancel, "127.0.0.1:"+port, "http://127.0.0.1:"+port))
+	assert.Equal(t, http.StatusAccepted, do(http.MethodPost, cancel, "LocalHost:"+port, "http://localhost:"+port))
+	assert.Len(t, recorded.by, 2)
+}
+
+func TestAllowedHostsAreConfigured(t *testing.T) {
+	hosts, err := httpapi.ParseAllowedHosts("saga.example.com, .internal.example", "saga-0:8080")
+	require.NoError(t, err)
+	for host, allowed := range map[string]bool{
+		"saga.example.com": true, "SAGA.example.com:443": true, "a.internal.example": true, "internal.example:80": true,
+		"saga-0:8080": true, "localhost": true, "10.1.2.3:8080": true, "[fe80::1]:8080": true,
+		"evil.example": false, "saga.example.com.evil.example": false, "xinternal.example": false, "": false,
+	} {
+		assert.Equal(t, allowed, hosts.Allows(host), host)
+	}
+	assert.True(t, hosts.Explicit())
+	anyHost, err := httpapi.ParseAllowedHosts("*", "")
+	require.NoError(t, err)
+	assert.True(t, anyHost.Allows("whatever.example"))
+	_, err = httpapi.ParseAllowedHosts("http://saga.example.com", "")
+	require.ErrorIs(t, err, httpapi.ErrAllowedHosts)
+}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -100,6 +101,14 @@ type BrokerConfig struct {
 	// Users, when set, makes the broker require SASL authentication of
 	// every client. They are superusers: saga's clients need every topic.
 	Users []SASLUser
+	// MaxTopics caps the topics clients may make the broker create by
+	// naming them (auto-creation: an order's new reply topic): each costs
+	// file descriptors for as long as it exists. Past it the broker answers
+	// that the topic does not exist, counts and logs the refusal, and
+	// TopicCapacity reports ErrTopicCap; saga's own topics are never
+	// refused. 0 means DefaultMaxTopics for the process's fd limit, a
+	// negative number no cap.
+	MaxTopics int
 	// Retention bounds what the broker keeps of each partition; nil means
 	// DefaultRetention, a zero Retention keeps everything. See Retention
 	// for why no unconsumed record of a consumer group is removed.
@@ -147,6 +156,12 @@ type Broker struct {
 	logger       *slog.Logger
 	// stopRetention stops the retention loop and waits for it.
 	stopRetention func()
+	// topics caps auto-created topics; nil without a cap.
+	topics *topicCap
+	// idle is what retention passes know of reply topics' activity; only
+	// the retention loop (or RetainOnce) uses it.
+	idleMu sync.Mutex
+	idle   idleTopics
 }
 
 // StartBroker starts the embedded broker.
@@ -177,7 +192,14 @@ func StartBroker(cfg BrokerConfig) (*Broker, error) {
 	if err != nil {
 		return nil, errors.Wrapf(err, "kafka listen port %q", portText)
 	}
-	b := &Broker{logger: cfg.Logger}
+	b := &Broker{logger: cfg.Logger, idle: idleTopics{ends: map[string]int64{}, since: map[string]time.Time{}}}
+	if cfg.MaxTopics == 0 {
+		_, limit := OpenFiles()
+		cfg.MaxTopics = DefaultMaxTopics(limit, cfg.Partitions)
+	}
+	if cfg.MaxTopics > 0 {
+		b.topics = newTopicCap(cfg.MaxTopics, cfg.Logger)
+	}
 	ok := false
 	defer func() {
 		if !ok {
@@ -267,6 +289,16 @@ func StartBroker(cfg BrokerConfig) (*Broker, error) {
 			return nil, err
 		}
 	}
+	if b.topics != nil {
+		if err := b.countTopics(); err != nil {
+			return nil, err
+		}
+		b.topics.install(cluster)
+	}
+	if cfg.Retention.IdleReplyTopicAfter > 0 {
+		nameProducedTopicIDs(cluster)
+	}
+	b.listener.logger = cfg.Logger
 	b.listener.openToClients()
 	if cfg.Retention.Enabled() {
 		b.startRetention(*cfg.Retention, cfg.Logger)
@@ -338,15 +370,41 @@ func (b *Broker) startRetention(r Retention, logger *slog.Logger) {
 }
 
 // RetainOnce runs one retention pass with r now and reports the number of
-// records removed. The broker runs passes by itself; this is for tests and
-// tools.
+// records removed; with r.IdleReplyTopicAfter it also deletes the reply
+// topics idle that long (as seen by the passes so far). The broker runs
+// passes by itself; this is for tests and tools.
 func (b *Broker) RetainOnce(ctx context.Context, r Retention) (int64, error) {
 	client, err := b.internalClient()
 	if err != nil {
 		return 0, errors.Wrap(err, "kafka client for retention")
 	}
 	defer client.Close()
-	return applyRetention(ctx, kadm.NewClient(client), r, time.Now(), b.logger)
+	adm := kadm.NewClient(client)
+	removed, err := applyRetention(ctx, adm, r, time.Now(), b.logger)
+	if err != nil || r.IdleReplyTopicAfter <= 0 {
+		return removed, err
+	}
+	b.idleMu.Lock()
+	defer b.idleMu.Unlock()
+	_, err = b.deleteIdleReplyTopics(ctx, adm, &b.idle, r.IdleReplyTopicAfter, time.Now())
+	return removed, errors.Wrap(err, "delete idle reply topics")
+}
+
+// countTopics tells the cap the topics the broker holds at start.
+func (b *Broker) countTopics() error {
+	client, err := b.internalClient()
+	if err != nil {
+		return errors.Wrap(err, "kafka client to count topics")
+	}
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	listed, err := kadm.NewClient(client).ListTopics(ctx)
+	if err != nil {
+		return errors.Wrap(err, "list the embedded kafka's topics")
+	}
+	b.topics.reset(listed.Names())
+	return nil
 }
 
 // topicMatcher matches topics against names and "prefix*" patterns.

@@ -27,16 +27,31 @@ func SplitBrokers(list string) []string {
 // No linger: on loopback a request costs less than waiting would, and the
 // records produced while a request is in flight still share the next one.
 func NewClient(brokers []string, opts ...kgo.Opt) (*kgo.Client, error) {
+	return newClient(brokers, true, opts...)
+}
+
+// NewClientForExistingTopics is NewClient for a client that must not create
+// topics by naming them: a produce to a topic that does not exist fails at
+// once (UNKNOWN_TOPIC_OR_PARTITION) instead. The submitter tells the caller
+// of a refused order through it, so that an order naming a new reply topic
+// creates none.
+func NewClientForExistingTopics(brokers []string, opts ...kgo.Opt) (*kgo.Client, error) {
+	return newClient(brokers, false, append([]kgo.Opt{kgo.UnknownTopicRetries(0)}, opts...)...)
+}
+
+func newClient(brokers []string, autoCreate bool, opts ...kgo.Opt) (*kgo.Client, error) {
 	base := []kgo.Opt{
 		kgo.SeedBrokers(brokers...),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.ProducerLinger(0),
-		kgo.AllowAutoTopicCreation(),
 		kgo.ProducerBatchMaxBytes(MaxRecordBytes + 1<<20),
 		// Keyed records go to the partition of their key's murmur2 hash,
 		// as with franz-go's default; a command routed to an agent
 		// instance goes to that instance's partition (routeTo).
 		kgo.RecordPartitioner(routedPartitioner{kgo.StickyKeyPartitioner(nil)}),
+	}
+	if autoCreate {
+		base = append(base, kgo.AllowAutoTopicCreation())
 	}
 	client, err := kgo.NewClient(append(base, opts...)...)
 	return client, errors.Wrapf(err, "kafka client for %v", brokers)

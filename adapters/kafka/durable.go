@@ -788,6 +788,11 @@ type brokerListener struct {
 	openOnce sync.Once
 	closed   chan struct{}
 	once     sync.Once
+	// logger hears accept errors; acceptFailures counts them, lastLog
+	// paces the log (acceptNetwork's goroutine only).
+	logger         *slog.Logger
+	acceptFailures atomic.Int64
+	lastLog        time.Time
 }
 
 type acceptResult struct {
@@ -824,10 +829,30 @@ func (l *brokerListener) Accept() (net.Conn, error) {
 }
 
 // acceptNetwork hands the network's connections to Accept until the
-// listener is closed.
+// listener is closed. An error other than the listener's closing (EMFILE:
+// the process is out of file descriptors) is logged and the accept tried
+// again after a pause, as net/http does: handed to kfake, it would stop
+// the broker's accept loop for good, without a word.
 func (l *brokerListener) acceptNetwork() {
+	var pause time.Duration
 	for {
 		conn, err := l.Listener.Accept()
+		if err != nil && !errors.Is(err, net.ErrClosed) {
+			pause = min(max(2*pause, 5*time.Millisecond), time.Second)
+			l.acceptFailures.Add(1)
+			if l.logger != nil && time.Since(l.lastLog) >= 10*time.Second {
+				l.lastLog = time.Now()
+				l.logger.Error("kafka listener cannot accept a connection; it tries again", "err", err.Error(), "after", pause,
+					"failures", l.acceptFailures.Load())
+			}
+			select {
+			case <-time.After(pause):
+				continue
+			case <-l.closed:
+				return
+			}
+		}
+		pause = 0
 		select {
 		case l.accepted <- acceptResult{conn, err}:
 		case <-l.closed:

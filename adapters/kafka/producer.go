@@ -276,3 +276,14 @@ func (p *Producer) Flush(ctx context.Context) error {
 }
 
 var _ processes.StatusSink = (*Producer)(nil)
+
+// ForgetReplyTopics drops the client's metadata of reply topics no status
+// is pending for (processes.ReplyTopicForgetter): a client refreshes every
+// topic it knows, and its refresh would make a broker that auto-creates
+// topics create again a reply topic deleted once idle. A status sent to one
+// later loads it again.
+func (p *Producer) ForgetReplyTopics(topics []string) {
+	p.client.PurgeTopicsFromClient(topics...)
+}
+
+var _ processes.ReplyTopicForgetter = (*Producer)(nil)

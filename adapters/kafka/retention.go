@@ -48,7 +48,16 @@ type Retention struct {
 	// Interval is the time between two passes. Zero means
 	// DefaultRetentionInterval.
 	Interval time.Duration
+	// IdleReplyTopicAfter deletes a reply topic (reply.*, saga.reply.*)
+	// whose log end has not moved for this long and on which no consumer
+	// group has records left to read: each topic holds file descriptors
+	// for as long as it exists. Zero keeps them.
+	IdleReplyTopicAfter time.Duration
 }
+
+// DefaultIdleReplyTopicAfter is how long a reply topic may stay idle before
+// the embedded broker deletes it: a day, long after an order's last status.
+const DefaultIdleReplyTopicAfter = 24 * time.Hour
 
 // DefaultRetentionInterval is the time between two retention passes.
 const DefaultRetentionInterval = time.Minute
@@ -56,9 +65,10 @@ const DefaultRetentionInterval = time.Minute
 // DefaultRetention is what the embedded broker keeps unless told otherwise:
 // Kafka's default age of seven days, and at most 50,000 records per
 // partition (at saga's ~8 statuses per task, the statuses of the last
-// 25,000 tasks on a 4-partition status topic),
-// and 10,000 records per partition of the topics saga re-derives.
-var DefaultRetention = Retention{MaxAge: 7 * 24 * time.Hour, MaxRecords: 50_000, RederivedMaxRecords: 10_000, Interval: DefaultRetentionInterval}
+// 25,000 tasks on a 4-partition status topic), 10,000 records per
+// partition of the topics saga re-derives, and idle reply topics for a day.
+var DefaultRetention = Retention{MaxAge: 7 * 24 * time.Hour, MaxRecords: 50_000, RederivedMaxRecords: 10_000,
+	Interval: DefaultRetentionInterval, IdleReplyTopicAfter: DefaultIdleReplyTopicAfter}
 
 // rederived reports whether saga re-derives topic's records from the event
 // store: commands, replies and agent heartbeats.
@@ -76,7 +86,7 @@ func (r Retention) maxRecords(topic string) int64 {
 
 // Enabled reports whether the retention removes anything at all.
 func (r Retention) Enabled() bool {
-	return r.MaxAge > 0 || r.MaxRecords > 0 || r.RederivedMaxRecords > 0
+	return r.MaxAge > 0 || r.MaxRecords > 0 || r.RederivedMaxRecords > 0 || r.IdleReplyTopicAfter > 0
 }
 
 // retentionSegmentBytes is the segment size of the embedded broker. kfake

@@ -3,8 +3,9 @@
 // that the embedded mode stays one binary with no C toolchain.
 //
 // A row per task holds the task's state as the API shows it (the JSON of a
-// protocol.TaskView, passed on as stored), with columns for what queries
-// filter and order on; a table of counts by state is kept in step with the
+// protocol.TaskView, passed on as stored) and its summary as a list shows
+// it (protocol.TaskView.Summary: without the steps' results), with columns
+// for what queries filter and order on; a table of counts by state is kept in step with the
 // rows, and the checkpoint (the event-store position the rows are folded up
 // to) is written in the same transaction as the rows it covers. The file is
 // a disposable read model: deleted, it is rebuilt from the event store.
@@ -42,6 +43,7 @@ CREATE TABLE IF NOT EXISTS tasks (
 	state        TEXT NOT NULL,
 	submitted_at INTEGER NOT NULL,
 	updated_at   INTEGER NOT NULL,
+	summary      BLOB,
 	body         BLOB NOT NULL
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS tasks_by_submission ON tasks (submitted_at, id);
@@ -51,17 +53,21 @@ CREATE TABLE IF NOT EXISTS counts (state TEXT PRIMARY KEY, n INTEGER NOT NULL) W
 CREATE TABLE IF NOT EXISTS checkpoint (id INTEGER PRIMARY KEY CHECK (id = 0), position INTEGER NOT NULL);
 `
 
-// SchemaVersion is the format of the rows this build writes: 1, the JSON
-// of protocol.TaskView. A change to the view that an older row cannot be
+// SchemaVersion is the format of the rows this build writes: 2, the JSON
+// of protocol.TaskView and of its Summary (1 had no summary: Open adds the
+// column, and List summarises a row without one as it reads it). A change to the view that an older row cannot be
 // read as (a field renamed, a meaning changed) must raise it, so that files
 // of the old format are rebuilt rather than misread.
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 // readable are the formats this build reads: 0 is a file written before
 // the format was recorded, whose rows were domain.Task's JSON, which
 // protocol.TaskView kept field for field (protocol's
-// TestTaskViewKeepsTheJSONOfBefore); Open stamps it with SchemaVersion.
-var readable = map[int]bool{0: true, SchemaVersion: true}
+// TestTaskViewKeepsTheJSONOfBefore); 1 had no summaries. Open stamps both
+// with SchemaVersion once it has added the summary column. A build of
+// format 1 refuses a file of format 2, so it never writes a body without
+// its summary.
+var readable = map[int]bool{0: true, 1: true, SchemaVersion: true}
 
 // ErrSchemaVersion is returned by Open for a file whose rows have a format
 // this build cannot read (one written by a later or a much older build).
@@ -141,6 +147,15 @@ func checkSchema(db *sql.DB, path string) error {
 	}
 	if _, err := db.Exec(schema); err != nil {
 		return errors.Wrapf(err, "create the task view's tables in %s", path)
+	}
+	var summaries int
+	if err := db.QueryRow(`SELECT count(*) FROM pragma_table_info('tasks') WHERE name = 'summary'`).Scan(&summaries); err != nil {
+		return errors.Wrapf(err, "read the columns of task view %s", path)
+	}
+	if summaries == 0 {
+		if _, err := db.Exec(`ALTER TABLE tasks ADD COLUMN summary BLOB`); err != nil {
+			return errors.Wrapf(err, "add summaries to task view %s", path)
+		}
 	}
 	// PRAGMA takes no parameters; SchemaVersion is a constant.
 	_, err := db.Exec(`PRAGMA user_version = ` + strconv.Itoa(SchemaVersion))
@@ -223,9 +238,9 @@ func (d *DB) Commit(ctx context.Context, tasks []*protocol.TaskView, position ui
 		return errors.Wrap(err, "prepare the task view's read")
 	}
 	defer readState.Close()
-	upsert, err := tx.PrepareContext(ctx, `INSERT INTO tasks (id, workflow, state, submitted_at, updated_at, body) VALUES (?, ?, ?, ?, ?, ?)
+	upsert, err := tx.PrepareContext(ctx, `INSERT INTO tasks (id, workflow, state, submitted_at, updated_at, summary, body) VALUES (?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO UPDATE SET workflow = excluded.workflow, state = excluded.state, submitted_at = excluded.submitted_at,
-		updated_at = excluded.updated_at, body = excluded.body`)
+		updated_at = excluded.updated_at, summary = excluded.summary, body = excluded.body`)
 	if err != nil {
 		return errors.Wrap(err, "prepare the task view's write")
 	}
@@ -245,7 +260,11 @@ func (d *DB) Commit(ctx context.Context, tasks []*protocol.TaskView, position ui
 		if err != nil {
 			return errors.Wrapf(err, "encode task %s", t.ID)
 		}
-		if _, err := upsert.ExecContext(ctx, t.ID, t.Workflow, string(t.State), t.SubmittedAt.UnixNano(), t.UpdatedAt.UnixNano(), body); err != nil {
+		summary, err := json.Marshal(t.Summary())
+		if err != nil {
+			return errors.Wrapf(err, "encode the summary of task %s", t.ID)
+		}
+		if _, err := upsert.ExecContext(ctx, t.ID, t.Workflow, string(t.State), t.SubmittedAt.UnixNano(), t.UpdatedAt.UnixNano(), summary, body); err != nil {
 			return errors.Wrapf(err, "store task %s", t.ID)
 		}
 	}
@@ -301,13 +320,19 @@ func decodeCursor(s string) (cursor, error) {
 }
 
 // List implements projections.TaskStore: newest submission first, ties by
-// id, the cursor continuing strictly after the last row of a page.
+// id, the cursor continuing strictly after the last row of a page. The rows
+// are the tasks' summaries, without results, and a page ends early, with a
+// cursor, once its rows reach q.MaxBytes.
 func (d *DB) List(ctx context.Context, q projections.TaskQuery) (projections.TaskPage, error) {
 	limit := q.Limit
 	if limit <= 0 {
 		limit = projections.DefaultPageSize
 	}
 	limit = min(limit, projections.MaxPageSize)
+	maxBytes := q.MaxBytes
+	if maxBytes <= 0 {
+		maxBytes = projections.DefaultPageBytes
+	}
 	var where []string
 	var args []any
 	if q.State != "" {
@@ -322,24 +347,25 @@ func (d *DB) List(ctx context.Context, q projections.TaskQuery) (projections.Tas
 	if !q.Until.IsZero() {
 		where, args = append(where, "submitted_at < ?"), append(args, q.Until.UnixNano())
 	}
-	// Step and reason are read from the row's JSON: no index, so they cost
-	// a scan of the rows the other filters leave. The body is a BLOB, which
-	// SQLite's JSON functions would take for JSONB: it is cast to text.
+	// Step and reason are read from the row's summary (its body in a row
+	// stored without one): no index, so they cost a scan of the rows the
+	// other filters leave. The summary is a BLOB, which SQLite's JSON
+	// functions would take for JSONB: it is cast to text.
 	if q.Step != "" {
 		states := make([]string, len(projections.ActiveStepStates))
 		for i, st := range projections.ActiveStepStates {
 			states[i] = "'" + string(st) + "'"
 		}
-		where = append(where, `EXISTS (SELECT 1 FROM json_each(CAST(body AS TEXT), '$.steps') WHERE json_extract(value, '$.name') = ?
+		where = append(where, `EXISTS (SELECT 1 FROM json_each(CAST(coalesce(summary, body) AS TEXT), '$.steps') WHERE json_extract(value, '$.name') = ?
 			AND json_extract(value, '$.state') IN (`+strings.Join(states, ", ")+`))`)
 		args = append(args, q.Step)
 	}
 	if q.Priority != "" {
 		// Rows stored before priorities have none: they are normal.
-		where, args = append(where, "coalesce(json_extract(CAST(body AS TEXT), '$.priority'), 'normal') = ?"), append(args, string(q.Priority))
+		where, args = append(where, "coalesce(json_extract(CAST(coalesce(summary, body) AS TEXT), '$.priority'), 'normal') = ?"), append(args, string(q.Priority))
 	}
 	if q.Reason != "" {
-		where, args = append(where, "instr(lower(json_extract(CAST(body AS TEXT), '$.reason')), lower(?)) > 0"), append(args, q.Reason)
+		where, args = append(where, "instr(lower(json_extract(CAST(coalesce(summary, body) AS TEXT), '$.reason')), lower(?)) > 0"), append(args, q.Reason)
 	}
 	if q.Cursor != "" {
 		c, err := decodeCursor(q.Cursor)
@@ -353,7 +379,9 @@ func (d *DB) List(ctx context.Context, q projections.TaskQuery) (projections.Tas
 		// the index (3 ms at any depth).
 		where, args = append(where, "(submitted_at, id) < (?, ?)"), append(args, c.submitted, c.id)
 	}
-	query := `SELECT id, submitted_at, body FROM tasks`
+	// A row stored without a summary (format 1) gives its body, summarised
+	// here.
+	query := `SELECT id, submitted_at, summary, CASE WHEN summary IS NULL THEN body END FROM tasks`
 	if len(where) > 0 {
 		query += ` WHERE ` + strings.Join(where, " AND ")
 	}
@@ -370,16 +398,24 @@ func (d *DB) List(ctx context.Context, q projections.TaskQuery) (projections.Tas
 	// of 1,000 rows is about 1 MB), the caller's when it gives one.
 	raw := q.RawBuffer[:0]
 	var ends []int
+	size := 0
 	for n := 0; rows.Next(); n++ {
-		var body sql.RawBytes
+		var body, full sql.RawBytes
 		var row cursor
-		if err := rows.Scan(&row.id, &row.submitted, &body); err != nil {
+		if err := rows.Scan(&row.id, &row.submitted, &body, &full); err != nil {
 			return projections.TaskPage{}, errors.Wrap(err, "read a task row")
 		}
-		if n == limit {
+		if body == nil {
+			var err error
+			if body, err = summarise(full); err != nil {
+				return projections.TaskPage{}, errors.Wrapf(err, "summarise task %s", row.id)
+			}
+		}
+		if n == limit || n > 0 && size+len(body) > maxBytes {
 			page.NextCursor = last.encode()
 			break
 		}
+		size += len(body)
 		last = row
 		if q.Raw {
 			if raw == nil {
@@ -405,6 +441,15 @@ func (d *DB) List(ctx context.Context, q projections.TaskQuery) (projections.Tas
 	}
 	page.RawBuffer = raw
 	return page, nil
+}
+
+// summarise makes the summary of a row stored without one.
+func summarise(body []byte) ([]byte, error) {
+	var t protocol.TaskView
+	if err := json.Unmarshal(body, &t); err != nil {
+		return nil, errors.Wrap(err, "decode a task row")
+	}
+	return json.Marshal(t.Summary())
 }
 
 // Counts implements projections.TaskStore.

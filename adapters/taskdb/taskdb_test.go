@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -289,7 +290,10 @@ func TestOpenReadsTheFileOfTheBuildBefore(t *testing.T) {
 	assert.Equal(t, domain.StepStateRetrying, got.Steps[0].Compensation.State)
 	page, err := db.List(ctx, projections.TaskQuery{Raw: true})
 	require.NoError(t, err)
-	assert.JSONEq(t, string(row), string(page.Raw[0]), "the API passes the old row on as it is")
+	summary, err := json.Marshal(want.Summary())
+	require.NoError(t, err)
+	assert.JSONEq(t, string(summary), string(page.Raw[0]), "the API lists the old row's summary")
+	assert.Nil(t, want.Summary().Steps[0].Result)
 	pos, ok, err := db.Checkpoint(ctx)
 	require.NoError(t, err)
 	assert.True(t, ok)
@@ -390,4 +394,65 @@ func BenchmarkListPage(b *testing.B) {
 			continue
 		}
 	}
+}
+
+// TestListLeavesResultsOutAndBoundsPagesInBytes replays tasks of 99 steps
+// with 60 KiB results each (6 MB a task): a page of them lists the steps
+// without their results, Get still has them, and a page with a byte bound
+// ends early with a cursor that walks every task.
+func TestListLeavesResultsOutAndBoundsPagesInBytes(t *testing.T) {
+	ctx := context.Background()
+	db := open(t)
+	result, err := json.Marshal(map[string]string{"blob": strings.Repeat("x", 60<<10)})
+	require.NoError(t, err)
+	var tasks []*protocol.TaskView
+	for i := range 12 {
+		v := task(fmt.Sprintf("big-%02d", i), "order", domain.StateProcessed, t0.Add(time.Duration(i)*time.Second))
+		for s := range 99 {
+			v.Steps = append(v.Steps, &protocol.StepView{Name: fmt.Sprintf("s%d", s), LegView: protocol.LegView{State: domain.StepStateProcessed}, Result: result})
+		}
+		tasks = append(tasks, v)
+	}
+	require.NoError(t, db.Commit(ctx, tasks, 1))
+
+	page, err := db.List(ctx, projections.TaskQuery{Raw: true, Limit: 1000})
+	require.NoError(t, err)
+	require.Len(t, page.Raw, 12)
+	size := 0
+	for _, row := range page.Raw {
+		size += len(row)
+		var v protocol.TaskView
+		require.NoError(t, json.Unmarshal(row, &v))
+		require.Len(t, v.Steps, 99)
+		assert.Nil(t, v.Steps[0].Result, "a list carries no results")
+		assert.Equal(t, len(result), v.Steps[0].ResultBytes, "only their sizes")
+	}
+	assert.Less(t, size, 1<<20, "12 tasks of 6 MB list in less than 1 MiB")
+	decoded, err := db.List(ctx, projections.TaskQuery{Limit: 10})
+	require.NoError(t, err)
+	require.Len(t, decoded.Tasks, 10)
+	assert.Nil(t, decoded.Tasks[0].Steps[0].Result)
+	got, ok, err := db.Get(ctx, "big-00")
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.JSONEq(t, string(result), string(got.Steps[98].Result), "the task itself keeps its results")
+
+	one := len(page.Raw[0])
+	seen := 0
+	q := projections.TaskQuery{Raw: true, Limit: 1000, MaxBytes: 3*one + one/2}
+	for {
+		p, err := db.List(ctx, q)
+		require.NoError(t, err)
+		require.NotEmpty(t, p.Raw)
+		assert.LessOrEqual(t, len(p.Raw), 3, "a page ends at its byte bound")
+		seen += len(p.Raw)
+		if p.NextCursor == "" {
+			break
+		}
+		q.Cursor = p.NextCursor
+	}
+	assert.Equal(t, 12, seen, "and the cursor walks every task")
+	p, err := db.List(ctx, projections.TaskQuery{Raw: true, MaxBytes: 1})
+	require.NoError(t, err)
+	assert.Len(t, p.Raw, 1, "a page holds one task whatever its bound")
 }

@@ -102,6 +102,7 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	kafkaListen := fs.String("kafka-listen", kafka.DefaultListen, "address of the embedded Kafka broker")
 	esListen := fs.String("eventstore-listen", "127.0.0.1:2113", "address of the embedded event store")
 	httpListen := fs.String("http-listen", "127.0.0.1:8080", "address of the HTTP API")
+	httpAllowedHosts := fs.String("http-allowed-hosts", envOr("SAGA_HTTP_ALLOWED_HOSTS", ""), "names (comma-separated) by which the HTTP API may be reached besides localhost, IP addresses and --http-listen's host; .example.com allows subdomains, * any name. Other Host headers get 421, which stops DNS rebinding; checked always without --api-tokens-file, with it only when set [$SAGA_HTTP_ALLOWED_HOSTS]")
 	debugListen := fs.String("debug-listen", envOr("SAGA_DEBUG_LISTEN", ""), "serve Go's profiling endpoints (/debug/pprof/) on this address, apart from the API; off by default [$SAGA_DEBUG_LISTEN]")
 	metricsListen := fs.String("metrics-listen", envOr("SAGA_METRICS_LISTEN", ""), "serve /metrics on this address too, for processes that run without the api role; off by default [$SAGA_METRICS_LISTEN]")
 	brokers := fs.String("kafka-brokers", envOr("SAGA_KAFKA_BROKERS", ""), "use these Kafka brokers (comma-separated) and start no embedded broker [$SAGA_KAFKA_BROKERS]")
@@ -116,6 +117,8 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	retentionAge := fs.Duration("kafka-retention-age", kafka.DefaultRetention.MaxAge, "the embedded Kafka removes records older than this (0: any age is kept); records a consumer group has not consumed are always kept")
 	retentionRecords := fs.Int64("kafka-retention-records", kafka.DefaultRetention.MaxRecords, "the embedded Kafka keeps at most this many records per partition (0: no limit); records a consumer group has not consumed are always kept")
 	rederivedRecords := fs.Int64("kafka-retention-rederived-records", kafka.DefaultRetention.RederivedMaxRecords, "the same for the topics saga re-derives from the event store (commands, replies, heartbeats); 0: --kafka-retention-records")
+	maxTopics := fs.Int("kafka-max-topics", 0, "the embedded Kafka creates at most this many topics in all (each holds file descriptors while it exists); past it, a topic a client names (an order's new reply topic) is refused and /readyz says so. 0: derived from the fd limit (RLIMIT_NOFILE), -1: no cap")
+	idleReplyTopics := fs.Duration("kafka-idle-reply-topic-after", kafka.DefaultIdleReplyTopicAfter, "the embedded Kafka deletes a reply topic (reply.*, saga.reply.*) that received nothing for this long and that no consumer group has left to read (0: keep them)")
 	demoAgents := fs.Bool("demo-agents", true, "run the demo remote services and their agents")
 	commandsThroughKafka := fs.Bool("commands-through-kafka", envBool("SAGA_COMMANDS_THROUGH_KAFKA"), "send every command and reply through Kafka; off: a command the scheduler routes to an agent instance of this process is handed to it directly, and its reply comes back so, with no Kafka hop [$SAGA_COMMANDS_THROUGH_KAFKA]")
 	rolesFlag := fs.String("roles", envOr("SAGA_ROLES", "all"), "parts to run, comma-separated: submitter, scheduler, supervisor, agents, api, status, or all [$SAGA_ROLES]")
@@ -156,6 +159,9 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	if len(httpAgentAllow) == 0 {
 		httpAgentAllow = splitList(os.Getenv("SAGA_HTTP_AGENT_ALLOW"))
 	}
+	if *maxTopics < -1 || *idleReplyTopics < 0 {
+		return errors.New("--kafka-max-topics must be -1, 0 or positive and --kafka-idle-reply-topic-after not negative")
+	}
 	if *defaultCapacity < 1 || *defaultHangAfter <= 0 {
 		return errors.New("--agent-capacity-default must be at least 1 and --agent-hang-after-default positive")
 	}
@@ -182,14 +188,14 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	started := time.Now()
 	a, err := engine.Start(engine.Config{
 		DataDir: *data, KafkaBrokers: kafka.SplitBrokers(*brokers), KafkaListen: *kafkaListen,
-		EventStoreURL: esConnection, EventStoreListen: *esListen, HTTPListen: *httpListen, MetricsListen: *metricsListen,
+		EventStoreURL: esConnection, EventStoreListen: *esListen, HTTPListen: *httpListen, HTTPAllowedHosts: kafka.SplitBrokers(*httpAllowedHosts), MetricsListen: *metricsListen,
 		Partitions: int32(*partitions), Instance: *instance, DemoAgents: *demoAgents, Faults: faults, Logger: logger,
 		Roles: roles, SupervisorInterval: *supervisorInterval, CheckpointEvery: *checkpointEvery, KafkaFsync: *kafkaFsync, DemoServiceURLs: services, CommandsThroughKafka: *commandsThroughKafka,
 		WorkflowDirs: workflowDirs, HTTPAgents: httpAgents, HTTPAgentAllow: splitList(strings.Join(httpAgentAllow, ",")), SecretsDir: *secretsDir, KafkaSyncTopics: append([]string{}, kafka.SplitBrokers(*kafkaSyncTopics)...),
 		ReplyTopicPattern: *replyTopics, APITokensFile: *apiTokens, APITLSCert: *apiCert, APITLSKey: *apiKey,
 		Secure: *secureMode, KafkaSecurity: *kafkaSecurity, MaxOrderSize: *maxOrderSize, MaxRenderedBytes: *maxRendered, TaskViewBatch: *taskViewBatch,
 		KafkaRetention: &kafka.Retention{MaxAge: *retentionAge, MaxRecords: *retentionRecords, RederivedMaxRecords: *rederivedRecords,
-			Interval: kafka.DefaultRetentionInterval},
+			Interval: kafka.DefaultRetentionInterval, IdleReplyTopicAfter: *idleReplyTopics}, KafkaMaxTopics: *maxTopics,
 		AgentInstances: engine.AgentInstances{Capacity: capacity, DefaultCapacity: *defaultCapacity, RateLimit: rates, GlobalLimit: globalLimits,
 			HangAfter: hangAfter, DefaultHangAfter: *defaultHangAfter},
 	})

@@ -8,8 +8,9 @@ import (
 )
 
 // TaskView is a task as saga's HTTP API shows it (GET /api/tasks/{id}, and
-// every task of GET /api/tasks): the state folded from its events, per step
-// its execution and compensation, without the order's body.
+// every task of GET /api/tasks as its Summary): the state folded from its
+// events, per step its execution and compensation, without the order's
+// body.
 // docs/task.schema.json is its schema; like the messages, it only grows.
 // The task view (a read model) stores each task as this JSON and the API
 // passes it on as stored.
@@ -47,9 +48,13 @@ type StepView struct {
 	Name  string `json:"name"`
 	Agent string `json:"agent,omitempty"`
 	LegView
-	// Result is what the step's agent returned when it succeeded.
-	Result       json.RawMessage `json:"result,omitempty"`
-	Compensation *LegView        `json:"compensation,omitempty"`
+	// Result is what the step's agent returned when it succeeded. A list of
+	// tasks (GET /api/tasks) leaves it out and says its size in
+	// ResultBytes; GET /api/tasks/{id} carries it.
+	Result json.RawMessage `json:"result,omitempty"`
+	// ResultBytes, in a list of tasks, is the size of the Result left out.
+	ResultBytes  int      `json:"resultBytes,omitempty"`
+	Compensation *LegView `json:"compensation,omitempty"`
 }
 
 // LegView is the progress of a step's execution or of its compensation.
@@ -84,8 +89,25 @@ type LegView struct {
 	Instance string `json:"instance,omitempty"`
 }
 
+// Summary is the task as a list shows it: the steps' results left out
+// (each step's ResultBytes says how large it was), so that a page's size
+// is bounded by its tasks' steps, not by what agents returned. It shares
+// nothing mutable with v but the times.
+func (v *TaskView) Summary() *TaskView {
+	s := *v
+	if v.Steps != nil {
+		s.Steps = make([]*StepView, len(v.Steps))
+	}
+	for i, step := range v.Steps {
+		c := *step
+		c.ResultBytes, c.Result = len(step.Result), nil
+		s.Steps[i] = &c
+	}
+	return &s
+}
+
 // TaskList is the answer of GET /api/tasks: a page of tasks, newest
-// submission first.
+// submission first, each its Summary (without the steps' results).
 type TaskList struct {
 	Tasks []*TaskView `json:"tasks"`
 	// Count is the number of tasks on this page.

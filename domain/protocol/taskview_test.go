@@ -99,5 +99,22 @@ func TestTaskViewCarriesEveryFieldOfATask(t *testing.T) {
 
 	var view protocol.TaskView
 	fill(reflect.ValueOf(&view).Elem())
+	view.Steps[0].ResultBytes = 0 // only a Summary, which a list shows, sets it
 	assert.Equal(t, &view, protocol.ViewOf(view.Task()), "and every field of the view comes from the task")
+}
+
+// TestSummaryLeavesResultsOut: a list shows tasks without their steps'
+// results, only their sizes, and the task it summarises keeps them.
+func TestSummaryLeavesResultsOut(t *testing.T) {
+	var view protocol.TaskView
+	fill(reflect.ValueOf(&view).Elem())
+	view.Steps[0].ResultBytes = 0
+	summary := view.Summary()
+	assert.Nil(t, summary.Steps[0].Result)
+	assert.Equal(t, len(`{"x":1}`), summary.Steps[0].ResultBytes)
+	assert.JSONEq(t, `{"x":1}`, string(view.Steps[0].Result), "the task keeps its result")
+	assert.Zero(t, view.Steps[0].ResultBytes)
+	summary.Steps[0].Result = view.Steps[0].Result
+	summary.Steps[0].ResultBytes = 0
+	assert.Equal(t, &view, summary, "and nothing else changes")
 }
