@@ -209,6 +209,10 @@ func (b *Broker) RefusedTopics() int64 {
 	return b.topics.refused.Load()
 }
 
+// neverWrittenGrace multiplies the idle time after which a reply topic that
+// never held a record is deleted.
+const neverWrittenGrace = 10
+
 // idleTopics remembers, across retention passes, since when each reply
 // topic's log end has not moved.
 type idleTopics struct {
@@ -277,7 +281,15 @@ func (b *Broker) deleteIdleReplyTopics(ctx context.Context, adm *kadm.Client, id
 			idle.ends[name], idle.since[name] = end, now
 			continue
 		}
-		if now.Sub(idle.since[name]) >= idleAfter {
+		wait := idleAfter
+		if end == 0 {
+			// Never written yet: a producer's metadata request creates a
+			// topic before its first record lands, which on a busy
+			// machine can be seconds later; deleting it in between
+			// would fail those records. So an empty topic waits longer.
+			wait = neverWrittenGrace * idleAfter
+		}
+		if now.Sub(idle.since[name]) >= wait {
 			deletable = append(deletable, name)
 		}
 	}
