@@ -75,20 +75,27 @@ func (s *system) readyz() (int, map[string]string) {
 // awaitStatus reads topic until it carries a status of order in state.
 func (s *system) awaitStatus(topic, order string, state domain.TaskState) {
 	s.t.Helper()
+	require.True(s.t, s.statusArrives(topic, order, state, 30*time.Second), "no %s status of %s on %s", state, order, topic)
+}
+
+// statusArrives reads topic for up to wait and reports whether it carried a
+// status of order in state.
+func (s *system) statusArrives(topic, order string, state domain.TaskState, wait time.Duration) bool {
+	s.t.Helper()
 	client, err := kgo.NewClient(kgo.SeedBrokers(s.app.KafkaBrokers...), kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	require.NoError(s.t, err)
 	defer client.Close()
-	c := ctx(s.t, 30*time.Second)
-	for {
-		fetches := client.PollFetches(c)
-		require.NoError(s.t, c.Err(), "no %s status of %s on %s", state, order, topic)
-		for _, r := range fetches.Records() {
+	c, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	for c.Err() == nil {
+		for _, r := range client.PollFetches(c).Records() {
 			if st, err := protocol.ParseTaskStatus(r.Value); err == nil && st.OrderID == order && st.State == state {
-				return
+				return true
 			}
 		}
 	}
+	return false
 }
 
 // Item 4: one follower of the shared subscription that fails, and one that

@@ -287,26 +287,7 @@ func TestHostile2DistinctReplyTopicsLeaveTheEngineServing(t *testing.T) {
 		send(id, 1, func(int) map[string]any {
 			return map[string]any{"orderId": id, "items": []map[string]any{{"sku": "book", "qty": 1}}, "replyTo": topic}
 		})
-		answered = statusArrives(t, s.app.KafkaBrokers, topic, id, domain.StateProcessed, 20*time.Second)
+		answered = s.statusArrives(topic, id, domain.StateProcessed, 20*time.Second)
 	}
 	assert.True(t, answered, "a new caller's reply topic gets its statuses once idle ones are deleted")
-}
-
-// statusArrives reads topic for up to wait and reports whether it carried a
-// status of order in state.
-func statusArrives(t *testing.T, brokers []string, topic, order string, state domain.TaskState, wait time.Duration) bool {
-	t.Helper()
-	client, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	require.NoError(t, err)
-	defer client.Close()
-	c, cancel := context.WithTimeout(context.Background(), wait)
-	defer cancel()
-	for c.Err() == nil {
-		for _, r := range client.PollFetches(c).Records() {
-			if st, err := protocol.ParseTaskStatus(r.Value); err == nil && st.OrderID == order && st.State == state {
-				return true
-			}
-		}
-	}
-	return false
 }

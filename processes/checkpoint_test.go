@@ -333,13 +333,7 @@ func (s *forgettingSink) topics() []string {
 // and create it again after the broker deleted it once idle); a topic an
 // unfinished task names is kept.
 func TestStatusPublisherForgetsTheReplyTopicsOfFinishedTasks(t *testing.T) {
-	srv, err := esdbserver.Start(esdbserver.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir()})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = srv.Close() })
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	raw, err := eventstore.Dial(fmt.Sprintf("esdb://%s?tls=false", srv.Addr()), logger)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = raw.Close() })
+	raw, logger := embeddedStore(t), quiet()
 	work := oneStep("work", time.Minute, domain.CompensateOnExhausted)
 	ok := domain.Reply{Attempt: 1, Succeeded: true, Result: json.RawMessage(`{}`)}
 	history{t: t, store: raw, now: time.Now(), replyTo: "reply.done"}.task("done-1", work, true, ok)
