@@ -174,6 +174,18 @@ func (a *App) registerMetrics() {
 				Help: "Writes the embedded event store refused: disk full or after a disk failure.",
 				Read: func(emit func(float64, ...string)) { emit(float64(store.Stats().Refused)) }})
 	}
+	if a.broker != nil {
+		broker := a.broker
+		m.Register(metrics.Family{Name: "saga_kafka_topics", Type: gauge,
+			Help: "Topics the embedded Kafka holds; each costs file descriptors while it exists.",
+			Read: func(emit func(float64, ...string)) { topics, _, _ := broker.TopicCapacity(); emit(float64(topics)) }},
+			metrics.Family{Name: "saga_kafka_reply_topics_evicted_total", Type: counter,
+				Help: "Reply topics the embedded Kafka auto-created for statuses and deleted, oldest first, to make room at its topic cap.",
+				Read: func(emit func(float64, ...string)) { emit(float64(broker.EvictedTopics())) }},
+			metrics.Family{Name: "saga_kafka_topic_creations_refused_total", Type: counter,
+				Help: "Topic creations the embedded Kafka refused at its topic cap, with nothing it could delete to make room.",
+				Read: func(emit func(float64, ...string)) { emit(float64(broker.RefusedTopics())) }})
+	}
 	if a.client != nil && len(a.groups) > 0 {
 		groups := slices.Clone(a.groups)
 		m.WatchLag(kadm.NewClient(a.client), func() []string { return groups })

@@ -1,6 +1,7 @@
 package kafka
 
 import (
+	"container/list"
 	"context"
 	"log/slog"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -18,8 +20,9 @@ import (
 )
 
 // ErrTopicCap is returned by Broker.TopicCapacity when the embedded broker
-// holds as many topics as it may: topics a client would have created
-// (an order's new reply topic) are refused until idle ones are deleted.
+// holds as many topics as it may and none of them can make room: topics a
+// client would have created (an order's new reply topic) are refused until
+// idle ones are deleted.
 var ErrTopicCap = errors.New("the embedded kafka holds as many topics as its cap allows")
 
 // fdsPerPartition is what a partition of the embedded broker costs in file
@@ -52,33 +55,87 @@ func ReplyTopic(topic string) bool {
 	return strings.HasPrefix(topic, "reply.") || strings.HasPrefix(topic, domain.ReplyTopicPrefix)
 }
 
-// topicCap bounds the topics clients make the embedded broker create by
-// naming them (auto-creation in Metadata requests): past max, the request is
-// answered as if auto-creation were off, so the client hears
-// UNKNOWN_TOPIC_OR_PARTITION, and the refusal is counted and logged. Saga's
-// own topics (saga.*, but saga.reply.*) are never refused.
+// topicCap bounds the topics clients make the embedded broker create.
+//
+// Two kinds of reply topic reach it. A caller that waits for its statuses
+// creates its reply topic first (CreateTopics, as the Go client and sagactl
+// do): that topic is the caller's, and stays until it deletes it or
+// retention finds it idle. A reply topic that does not exist when saga's
+// status publisher first writes to it is created by that write
+// (auto-creation in a Metadata request): no caller had prepared it, and it
+// is kept as a cache entry. At the cap, a new topic takes the place of the
+// oldest such auto-created reply topic, which is deleted; only when none is
+// left is the request answered as if auto-creation were off, so the client
+// hears UNKNOWN_TOPIC_OR_PARTITION, and the refusal is counted and logged.
+// A flood of orders naming distinct reply topics therefore costs at most
+// the cap in file descriptors and never shuts out a caller's own topic.
+// Saga's own topics (saga.*, but saga.reply.*) are never refused.
 type topicCap struct {
 	max    int
 	logger *slog.Logger
 
-	mu      sync.Mutex
-	names   map[string]struct{}
-	lastLog time.Time
+	mu sync.Mutex
+	// names holds every topic the broker has, each with its place in
+	// evictable, or nil for a topic that is not evictable.
+	names map[string]*list.Element
+	// evictable lists the reply topics created by auto-creation, oldest
+	// first.
+	evictable             *list.List
+	lastLog, lastEvictLog time.Time
 
-	refused atomic.Int64
+	refused, evicted atomic.Int64
 }
 
 func newTopicCap(max int, logger *slog.Logger) *topicCap {
-	return &topicCap{max: max, logger: logger, names: map[string]struct{}{}}
+	return &topicCap{max: max, logger: logger, names: map[string]*list.Element{}, evictable: list.New()}
 }
 
-// reset replaces the known topics with those the broker lists.
+// autoCreatedReply reports whether a topic of this name that the broker
+// creates by auto-creation may later be evicted to make room.
+func autoCreatedReply(name string) bool {
+	return ReplyTopic(name) && !domain.ReservedTopic(name)
+}
+
+// addLocked records a topic the broker now has; auto says auto-creation
+// made it. An evictable topic is placed as the newest, or as the oldest
+// when oldest is set (a topic found already there, of unknown age).
+func (c *topicCap) addLocked(name string, auto, oldest bool) {
+	if _, ok := c.names[name]; ok {
+		return
+	}
+	if !auto || !autoCreatedReply(name) {
+		c.names[name] = nil
+		return
+	}
+	if oldest {
+		c.names[name] = c.evictable.PushFront(name)
+		return
+	}
+	c.names[name] = c.evictable.PushBack(name)
+}
+
+func (c *topicCap) forgetLocked(name string) {
+	if e := c.names[name]; e != nil {
+		c.evictable.Remove(e)
+	}
+	delete(c.names, name)
+}
+
+// reset replaces the known topics with those the broker lists. A reply
+// topic found that was not known (after a restart) counts as auto-created
+// and older than every known one.
 func (c *topicCap) reset(names []string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.names = make(map[string]struct{}, len(names))
+	listed := make(map[string]bool, len(names))
 	for _, n := range names {
-		c.names[n] = struct{}{}
+		listed[n] = true
+		c.addLocked(n, true, true)
+	}
+	for n := range c.names {
+		if !listed[n] {
+			c.forgetLocked(n)
+		}
 	}
 }
 
@@ -86,81 +143,165 @@ func (c *topicCap) reset(names []string) {
 func (c *topicCap) forget(name string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	delete(c.names, name)
+	c.forgetLocked(name)
 }
 
-// count is how many topics the broker holds, and its cap.
-func (c *topicCap) count() (int, int) {
+// count is how many topics the broker holds, its cap, and how many of
+// them could be evicted to make room.
+func (c *topicCap) count() (topics, max, evictable int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.names), c.max
+	return len(c.names), c.max, c.evictable.Len()
+}
+
+// unnamedVictimSearch bounds how many of the oldest evictable topics
+// evictLocked looks through for one the request does not name.
+const unnamedVictimSearch = 64
+
+// evictLocked deletes the oldest evictable topic, preferring one the
+// request being decided does not name (named), and reports whether it made
+// room and whether the topic it deleted was named.
+func (c *topicCap) evictLocked(named map[string]bool, remove func(string) error) (ok, wasNamed bool) {
+	for c.evictable.Len() > 0 {
+		victim := c.evictable.Front()
+		looked := 0
+		for e := victim; e != nil && looked < unnamedVictimSearch; e, looked = e.Next(), looked+1 {
+			if !named[e.Value.(string)] {
+				victim = e
+				break
+			}
+		}
+		name := victim.Value.(string)
+		err := remove(name)
+		c.forgetLocked(name)
+		if err != nil && !errors.Is(err, kerr.UnknownTopicOrPartition) {
+			c.logger.Warn("kafka could not delete a reply topic to make room", "topic", name, "err", err.Error())
+			continue
+		}
+		c.evicted.Add(1)
+		if time.Since(c.lastEvictLog) >= time.Minute {
+			c.lastEvictLog = time.Now()
+			c.logger.Info("kafka deleted the oldest reply topics saga created for statuses to make room for new ones (--kafka-max-topics); a caller that creates its reply topic before it submits keeps it",
+				"topics", len(c.names), "cap", c.max, "deleted", name, "deleted_total", c.evicted.Load())
+		}
+		return true, named[name]
+	}
+	return false, false
 }
 
 // admit decides a Metadata request: it lets the broker auto-create the
-// unknown topics it names while they fit under the cap. When one does not,
-// it turns auto-creation off for the request and creates the others itself
-// (create), so that one refused topic does not hold up another a client
-// names in the same request. exists says whether the broker has a topic
-// (one created meanwhile by CreateTopics).
-func (c *topicCap) admit(req *kmsg.MetadataRequest, exists func(string) bool, create func(string) error) {
+// unknown topics it names while they fit under the cap, evicting the
+// oldest auto-created reply topics to make room. When one still does not
+// fit, it turns auto-creation off for the request and creates the others
+// itself (create), so that one refused topic does not hold up another a
+// client names in the same request. exists says whether the broker has a
+// topic (one created meanwhile by CreateTopics); remove deletes one.
+func (c *topicCap) admit(req *kmsg.MetadataRequest, exists func(string) bool, create, remove func(string) error) {
 	if !req.AllowAutoTopicCreation || c.max <= 0 {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var fresh []string
+	named := make(map[string]bool, len(req.Topics))
 	for _, t := range req.Topics {
 		if t.Topic == nil {
 			continue
 		}
 		name := *t.Topic
+		named[name] = true
 		if _, ok := c.names[name]; ok {
 			continue
 		}
 		if exists(name) {
-			c.names[name] = struct{}{}
+			c.addLocked(name, true, true)
 			continue
 		}
 		fresh = append(fresh, name)
 	}
-	room := c.max - len(c.names)
 	var refused, admitted []string
+	// selfCreate: the broker must not auto-create for this request, either
+	// because a topic it names is refused, or because one it names was
+	// deleted to make room and would be created again.
+	selfCreate := false
 	for _, name := range fresh {
-		if domain.ReservedTopic(name) || room > 0 {
-			room--
+		if domain.ReservedTopic(name) || len(c.names)+len(admitted) < c.max {
 			admitted = append(admitted, name)
 			continue
 		}
+		if ok, wasNamed := c.evictLocked(named, remove); ok {
+			selfCreate = selfCreate || wasNamed
+			admitted = append(admitted, name)
+			continue
+		}
+		selfCreate = true
 		refused = append(refused, name)
 	}
-	if len(refused) > 0 {
-		req.AllowAutoTopicCreation = false
+	if !selfCreate {
 		for _, name := range admitted {
-			if err := create(name); err != nil {
-				c.logger.Warn("kafka could not create a topic", "topic", name, "err", err.Error())
-				continue
-			}
-			c.names[name] = struct{}{}
-		}
-		c.refused.Add(int64(len(refused)))
-		if time.Since(c.lastLog) >= time.Minute {
-			c.lastLog = time.Now()
-			c.logger.Warn("kafka refused to create topics: it holds as many as its cap (--kafka-max-topics); idle reply topics are deleted by retention",
-				"topics", len(c.names), "cap", c.max, "refused", refused[0], "refused_total", c.refused.Load())
+			c.addLocked(name, true, false)
 		}
 		return
 	}
-	for _, name := range fresh {
-		c.names[name] = struct{}{}
+	req.AllowAutoTopicCreation = false
+	for _, name := range admitted {
+		if err := create(name); err != nil {
+			c.logger.Warn("kafka could not create a topic", "topic", name, "err", err.Error())
+			continue
+		}
+		c.addLocked(name, true, false)
+	}
+	if len(refused) == 0 {
+		return
+	}
+	c.refused.Add(int64(len(refused)))
+	if time.Since(c.lastLog) >= time.Minute {
+		c.lastLog = time.Now()
+		c.logger.Warn("kafka refused to create topics: it holds as many as its cap (--kafka-max-topics) and none it may delete to make room; idle reply topics are deleted by retention",
+			"topics", len(c.names), "cap", c.max, "refused", refused[0], "refused_total", c.refused.Load())
 	}
 }
 
-// install makes cluster ask the cap before every Metadata request.
+// created decides a CreateTopics request: the topics a client creates
+// itself are its own and are never evicted, but they make room by evicting
+// auto-created reply topics when the broker is at its cap. Past the cap
+// with nothing to evict they are still created, as before the cap: a
+// client that may create topics is trusted with them (secure mode's
+// authentication decides who may).
+func (c *topicCap) created(req *kmsg.CreateTopicsRequest, exists func(string) bool, remove func(string) error) {
+	if c.max <= 0 || req.ValidateOnly {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	named := make(map[string]bool, len(req.Topics))
+	for _, t := range req.Topics {
+		named[t.Topic] = true
+	}
+	for _, t := range req.Topics {
+		if _, ok := c.names[t.Topic]; ok || exists(t.Topic) {
+			continue
+		}
+		if !domain.ReservedTopic(t.Topic) && len(c.names) >= c.max {
+			c.evictLocked(named, remove)
+		}
+		c.addLocked(t.Topic, false, false)
+	}
+}
+
+// install makes cluster ask the cap before every Metadata and CreateTopics
+// request.
 func (c *topicCap) install(cluster *kfake.Cluster) {
+	exists := func(topic string) bool { return cluster.TopicInfo(topic) != nil }
 	cluster.ControlKey(int16(kmsg.Metadata), func(r kmsg.Request) (kmsg.Response, error, bool) {
 		if req, ok := r.(*kmsg.MetadataRequest); ok {
-			c.admit(req, func(topic string) bool { return cluster.TopicInfo(topic) != nil },
-				func(topic string) error { return cluster.CreateTopic(topic, -1, nil) })
+			c.admit(req, exists, func(topic string) error { return cluster.CreateTopic(topic, -1, nil) }, cluster.DeleteTopic)
+		}
+		return nil, nil, false
+	})
+	cluster.ControlKey(int16(kmsg.CreateTopics), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		if req, ok := r.(*kmsg.CreateTopicsRequest); ok {
+			c.created(req, exists, cluster.DeleteTopic)
 		}
 		return nil, nil, false
 	})
@@ -188,17 +329,27 @@ func nameProducedTopicIDs(cluster *kfake.Cluster) {
 }
 
 // TopicCapacity reports how many topics the broker holds and its cap (0:
-// none), and ErrTopicCap when it is full, with how many creations it has
+// none), and ErrTopicCap when it is full and holds no auto-created reply
+// topic it could delete to make room, with how many creations it has
 // refused.
 func (b *Broker) TopicCapacity() (topics, max int, err error) {
 	if b.topics == nil {
 		return 0, 0, nil
 	}
-	topics, max = b.topics.count()
-	if max > 0 && topics >= max {
+	topics, max, evictable := b.topics.count()
+	if max > 0 && topics >= max && evictable == 0 {
 		return topics, max, errors.Wrapf(ErrTopicCap, "%d topics, cap %d; %d creations refused", topics, max, b.topics.refused.Load())
 	}
 	return topics, max, nil
+}
+
+// EvictedTopics counts the auto-created reply topics deleted to make room
+// for new topics at the cap.
+func (b *Broker) EvictedTopics() int64 {
+	if b.topics == nil {
+		return 0
+	}
+	return b.topics.evicted.Load()
 }
 
 // RefusedTopics counts the topic creations the cap refused.

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // TestAnEmptyReplyTopicWaitsLongerBeforeItIsDeleted: a reply topic that
@@ -58,4 +59,47 @@ func TestAnEmptyReplyTopicWaitsLongerBeforeItIsDeleted(t *testing.T) {
 	require.NoError(t, err)
 	empty, _ = exists()
 	assert.False(t, empty, "an empty reply topic is deleted once the longer wait is over")
+}
+
+// TestEvictingATopicTheRequestNamesStopsItsAutoCreation: when the only
+// topic that can make room is one the Metadata request itself names, it is
+// deleted, and the broker must not create it again by auto-creation behind
+// the cap's back, so the cap creates the new topic itself and turns
+// auto-creation off for the request. Topics a caller created are never
+// deleted.
+func TestEvictingATopicTheRequestNamesStopsItsAutoCreation(t *testing.T) {
+	c := newTopicCap(3, slog.New(slog.DiscardHandler))
+	c.reset([]string{"saga.status"})
+	var created, removed []string
+	exists := func(string) bool { return false }
+	create := func(name string) error { created = append(created, name); return nil }
+	remove := func(name string) error { removed = append(removed, name); return nil }
+	topics := func(names ...string) *kmsg.MetadataRequest {
+		req := kmsg.NewPtrMetadataRequest()
+		req.AllowAutoTopicCreation = true
+		for _, n := range names {
+			rt := kmsg.NewMetadataRequestTopic()
+			rt.Topic = kmsg.StringPtr(n)
+			req.Topics = append(req.Topics, rt)
+		}
+		return req
+	}
+	c.created(&kmsg.CreateTopicsRequest{Topics: []kmsg.CreateTopicsRequestTopic{{Topic: "reply.mine"}}}, exists, remove)
+	req := topics("reply.a")
+	c.admit(req, exists, create, remove)
+	assert.True(t, req.AllowAutoTopicCreation, "room left: the broker creates it")
+
+	req = topics("reply.a", "reply.b")
+	c.admit(req, exists, create, remove)
+	assert.Equal(t, []string{"reply.a"}, removed, "reply.a is the only auto-created topic")
+	assert.False(t, req.AllowAutoTopicCreation, "reply.a is named: auto-creation would bring it back")
+	assert.Equal(t, []string{"reply.b"}, created)
+
+	req = topics("reply.c")
+	c.admit(req, exists, create, remove)
+	assert.Equal(t, []string{"reply.a", "reply.b"}, removed)
+	assert.True(t, req.AllowAutoTopicCreation, "reply.b was not named: the broker creates reply.c")
+	topicsHeld, _, evictable := c.count()
+	assert.Equal(t, 3, topicsHeld)
+	assert.Equal(t, 1, evictable, "reply.c; reply.mine is its caller's")
 }

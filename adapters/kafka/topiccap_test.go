@@ -16,12 +16,52 @@ import (
 	"github.com/sagaengine/saga/domain/protocol"
 )
 
-// TestTopicCapRefusesNewReplyTopicsAndIdleOnesAreDeleted names one new
-// reply topic per produce, as orders with distinct replyTo do: past the
-// cap the broker creates none (the produce fails, UNKNOWN_TOPIC_OR_PARTITION)
-// and TopicCapacity says so, while saga's own topics are still created and
-// the topics that exist still take records; once the idle reply topics are
-// deleted, new ones are created again.
+// TestTopicCapMakesRoomWithTheOldestAutoCreatedReplyTopics names one new
+// reply topic per produce, as orders with distinct replyTo do: at the cap
+// each new one takes the place of the oldest reply topic the broker
+// auto-created, so the topics stay at the cap and every produce lands,
+// while a reply topic a caller created itself (CreateTopics, as the Go
+// client and sagactl do before they submit) is never deleted to make room.
+func TestTopicCapMakesRoomWithTheOldestAutoCreatedReplyTopics(t *testing.T) {
+	b, err := kafka.StartBroker(kafka.BrokerConfig{
+		Listen: "127.0.0.1:0", DataDir: t.TempDir(), Partitions: 1, MaxTopics: 5, Retention: &kafka.Retention{},
+		Topics: []string{protocol.OrdersTopic, protocol.StatusTopic}, Logger: slog.New(slog.DiscardHandler),
+	})
+	require.NoError(t, err)
+	t.Cleanup(b.Close)
+	ctx := testContext(t)
+	_, err = kadm.NewClient(newClient(t, b)).CreateTopic(ctx, 1, 1, nil, "reply.mine")
+	require.NoError(t, err)
+	client := newClient(t, b, kgo.UnknownTopicRetries(0))
+	for i := range 10 {
+		topic := fmt.Sprintf("reply.c%d", i)
+		require.NoError(t, client.ProduceSync(ctx, &kgo.Record{Topic: topic, Value: []byte("status")}).FirstErr(),
+			"%s is created in the place of an older auto-created one", topic)
+		// As saga's status publisher does once a task has finished: the
+		// client's metadata refreshes no longer name the topic.
+		client.PurgeTopicsFromClient(topic)
+	}
+	topics, max, err := b.TopicCapacity()
+	require.NoError(t, err, "an auto-created reply topic can still make room")
+	assert.Equal(t, 5, topics)
+	assert.Equal(t, 5, max)
+	assert.Equal(t, int64(8), b.EvictedTopics(), "ten created where two fit: reply.c0 to reply.c7 deleted")
+	assert.Zero(t, b.RefusedTopics())
+
+	listed := listTopics(t, b)
+	assert.True(t, listed.Has("reply.mine"), "a reply topic its caller created stays")
+	assert.True(t, listed.Has("reply.c9"))
+	assert.True(t, listed.Has("reply.c8"))
+	assert.False(t, listed.Has("reply.c0"), "the oldest auto-created reply topic made room")
+	assert.True(t, listed.Has(protocol.OrdersTopic), "saga's own topics stay")
+}
+
+// TestTopicCapRefusesNewReplyTopicsAndIdleOnesAreDeleted fills the cap with
+// topics callers created themselves, which nothing evicts: past it the
+// broker creates no reply topic a produce names (the produce fails,
+// UNKNOWN_TOPIC_OR_PARTITION) and TopicCapacity says so, while saga's own
+// topics are still created and the topics that exist still take records;
+// once the idle reply topics are deleted, new ones are created again.
 func TestTopicCapRefusesNewReplyTopicsAndIdleOnesAreDeleted(t *testing.T) {
 	b, err := kafka.StartBroker(kafka.BrokerConfig{
 		Listen: "127.0.0.1:0", DataDir: t.TempDir(), Partitions: 1, MaxTopics: 5, Retention: &kafka.Retention{},
@@ -30,36 +70,23 @@ func TestTopicCapRefusesNewReplyTopicsAndIdleOnesAreDeleted(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(b.Close)
 	ctx := testContext(t)
+	mine := []string{"reply.c0", "reply.c1", "reply.c2"}
+	_, err = kadm.NewClient(newClient(t, b)).CreateTopics(ctx, 1, 1, nil, mine...)
+	require.NoError(t, err)
 	client := newClient(t, b, kgo.UnknownTopicRetries(0))
-	var created, refused int
-	for i := range 10 {
+	for i := 3; i < 10; i++ {
 		err := client.ProduceSync(ctx, &kgo.Record{Topic: fmt.Sprintf("reply.c%d", i), Value: []byte("status")}).FirstErr()
-		if err != nil {
-			require.ErrorIs(t, err, kerr.UnknownTopicOrPartition)
-			refused++
-			continue
-		}
-		created++
+		require.ErrorIs(t, err, kerr.UnknownTopicOrPartition, "reply.c%d is refused: the cap holds only topics callers created", i)
 	}
-	assert.Equal(t, 3, created, "five topics: the two seeded and three reply topics")
-	assert.Equal(t, 7, refused)
 	topics, max, err := b.TopicCapacity()
 	require.ErrorIs(t, err, kafka.ErrTopicCap)
 	assert.Equal(t, 5, topics)
 	assert.Equal(t, 5, max)
 	assert.GreaterOrEqual(t, b.RefusedTopics(), int64(7))
+	assert.Zero(t, b.EvictedTopics())
 	require.NoError(t, client.ProduceSync(ctx, &kgo.Record{Topic: protocol.AlertsTopic, Value: []byte("a")}).FirstErr(), "saga's own topics are never refused")
 	require.NoError(t, client.ProduceSync(ctx, &kgo.Record{Topic: "reply.c0", Value: []byte("status")}).FirstErr(), "existing topics take records")
-
-	// A fresh client each time: a client answers a listing from its
-	// metadata cache for a while.
-	listTopics := func() kadm.TopicDetails {
-		listed, err := kadm.NewClient(newClient(t, b)).ListTopics(ctx)
-		require.NoError(t, err)
-		return listed
-	}
-	listed := listTopics()
-	assert.False(t, listed.Has("reply.c9"), "a refused topic was not created")
+	assert.False(t, listTopics(t, b).Has("reply.c9"), "a refused topic was not created")
 
 	// The client is done with its reply topics (saga's status publisher
 	// forgets those of finished tasks): its metadata refreshes no longer
@@ -70,12 +97,20 @@ func TestTopicCapRefusesNewReplyTopicsAndIdleOnesAreDeleted(t *testing.T) {
 	require.NoError(t, err)
 	_, err = b.RetainOnce(ctx, idle) // and that they have not moved
 	require.NoError(t, err)
-	listed = listTopics()
+	listed := listTopics(t, b)
 	assert.False(t, listed.Has("reply.c0"), "an idle reply topic is deleted")
 	assert.True(t, listed.Has(protocol.OrdersTopic), "other topics stay")
 	_, _, err = b.TopicCapacity()
 	require.NoError(t, err)
 	require.NoError(t, client.ProduceSync(ctx, &kgo.Record{Topic: "reply.c9", Value: []byte("status")}).FirstErr(), "there is room again")
+}
+
+// listTopics lists the broker's topics with a fresh client: a client
+// answers a listing from its metadata cache for a while.
+func listTopics(t *testing.T, b *kafka.Broker) kadm.TopicDetails {
+	listed, err := kadm.NewClient(newClient(t, b)).ListTopics(testContext(t))
+	require.NoError(t, err)
+	return listed
 }
 
 func TestDefaultMaxTopicsFollowsTheFileLimit(t *testing.T) {
