@@ -48,6 +48,10 @@ type Submitter struct {
 	// Tracing starts the submission spans; nil means the global
 	// TracerProvider.
 	Tracing trace.TracerProvider
+	// Intake, when set, is asked before each new task: it holds the order
+	// back while the engine has as many unfinished tasks as it may
+	// (UnfinishedLimit). Refused orders are dead-lettered without waiting.
+	Intake IntakeGate
 
 	accepted, duplicates, rejected atomic.Int64
 }
@@ -127,6 +131,11 @@ func (s *Submitter) handleOrder(ctx context.Context, msg Inbound) (string, error
 	}
 	submitted := domain.Submit(order, wf, tp, s.Clock.Now())
 	meta := domain.EventMetadata{CausationID: causation(msg), Actor: s.Actor, TraceParent: tp}
+	if s.Intake != nil {
+		if err := s.Intake.AwaitRoom(ctx); err != nil {
+			return "", errors.Wrapf(err, "order %s waits for room", order.ID)
+		}
+	}
 	err = s.create(ctx, order.ID, meta, submitted)
 	switch {
 	case errors.Is(err, domain.ErrTaskExists):

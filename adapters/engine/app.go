@@ -155,6 +155,11 @@ type Config struct {
 	WorkflowDirs []string
 	// MaxOrderSize bounds an order message; default 1 MiB.
 	MaxOrderSize int
+	// MaxUnfinishedTasks bounds the unfinished tasks this process's
+	// scheduler holds: past it, the submitter leaves new orders in Kafka
+	// until tasks finish (processes.UnfinishedLimit). 0 means
+	// processes.DefaultMaxUnfinishedTasks, a negative number no bound.
+	MaxUnfinishedTasks int
 	// MaxRenderedBytes bounds what the templates of one HTTP step render
 	// to in the built-in HTTP agents; default domain.DefaultMaxRenderedBytes.
 	MaxRenderedBytes int
@@ -614,6 +619,10 @@ func (a *App) startProcesses(ctx context.Context) error {
 			// The scheduler of this process records each task it owns
 			// with its first dispatch, in the append that creates it.
 			a.Submitter.Starter = a.Scheduler
+			if cfg.MaxUnfinishedTasks >= 0 {
+				a.Submitter.Intake = &processes.UnfinishedLimit{Max: cfg.MaxUnfinishedTasks, Logger: a.logger,
+					Unfinished: a.Scheduler.Unfinished}
+			}
 		}
 		if err := a.Submitter.Validate(); err != nil {
 			return err

@@ -125,6 +125,8 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	supervisorInterval := fs.Duration("supervisor-interval", processes.DefaultSupervisorInterval, "how often the supervisor looks for attempts past their complete-by")
 	checkpointEvery := fs.Duration("checkpoint-every", processes.DefaultTaskCheckpointEvery,
 		"how often the scheduler and supervisor save the checkpoint they resume from (position and unfinished tasks)")
+	maxUnfinished := fs.Int("max-unfinished-tasks", processes.DefaultMaxUnfinishedTasks,
+		"the scheduler holds at most this many unfinished tasks; past it new orders wait in Kafka until tasks finish, so a backlog or a flood of orders costs no memory. -1: no bound")
 	maxOrderSize := fs.Int("max-order-size", processes.DefaultMaxOrderSize,
 		"largest order body accepted, in bytes; a larger order is dead-lettered (its TaskSubmitted event must also fit the event store's largest event)")
 	maxRendered := fs.Int("max-rendered-size", domain.DefaultMaxRenderedBytes,
@@ -162,6 +164,9 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	if *maxTopics < -1 || *idleReplyTopics < 0 {
 		return errors.New("--kafka-max-topics must be -1, 0 or positive and --kafka-idle-reply-topic-after not negative")
 	}
+	if *maxUnfinished < -1 || *maxUnfinished == 0 {
+		return errors.New("--max-unfinished-tasks must be -1 or positive")
+	}
 	if *defaultCapacity < 1 || *defaultHangAfter <= 0 {
 		return errors.New("--agent-capacity-default must be at least 1 and --agent-hang-after-default positive")
 	}
@@ -193,7 +198,7 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 		Roles: roles, SupervisorInterval: *supervisorInterval, CheckpointEvery: *checkpointEvery, KafkaFsync: *kafkaFsync, DemoServiceURLs: services, CommandsThroughKafka: *commandsThroughKafka,
 		WorkflowDirs: workflowDirs, HTTPAgents: httpAgents, HTTPAgentAllow: splitList(strings.Join(httpAgentAllow, ",")), SecretsDir: *secretsDir, KafkaSyncTopics: append([]string{}, kafka.SplitBrokers(*kafkaSyncTopics)...),
 		ReplyTopicPattern: *replyTopics, APITokensFile: *apiTokens, APITLSCert: *apiCert, APITLSKey: *apiKey,
-		Secure: *secureMode, KafkaSecurity: *kafkaSecurity, MaxOrderSize: *maxOrderSize, MaxRenderedBytes: *maxRendered, TaskViewBatch: *taskViewBatch,
+		Secure: *secureMode, KafkaSecurity: *kafkaSecurity, MaxOrderSize: *maxOrderSize, MaxUnfinishedTasks: *maxUnfinished, MaxRenderedBytes: *maxRendered, TaskViewBatch: *taskViewBatch,
 		KafkaRetention: &kafka.Retention{MaxAge: *retentionAge, MaxRecords: *retentionRecords, RederivedMaxRecords: *rederivedRecords,
 			Interval: kafka.DefaultRetentionInterval, IdleReplyTopicAfter: *idleReplyTopics}, KafkaMaxTopics: *maxTopics,
 		AgentInstances: engine.AgentInstances{Capacity: capacity, DefaultCapacity: *defaultCapacity, RateLimit: rates, GlobalLimit: globalLimits,

@@ -1,0 +1,80 @@
+package processes
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// DefaultMaxUnfinishedTasks is how many unfinished tasks an engine holds
+// before its submitter stops taking new orders: a few kilobytes of state
+// each, so tens of megabytes in all.
+const DefaultMaxUnfinishedTasks = 10_000
+
+// intakePoll is how often a held-back order looks again for room.
+const intakePoll = 10 * time.Millisecond
+
+// IntakeGate holds new tasks back. AwaitRoom returns once a new task may
+// start, or with ctx's error.
+type IntakeGate interface {
+	AwaitRoom(ctx context.Context) error
+}
+
+// UnfinishedLimit is an IntakeGate that keeps the tasks an engine holds in
+// memory bounded: an order waits while Unfinished reports Max or more. The
+// waiting order holds its consumer's place, so the consumer stops polling
+// and the orders behind it wait in Kafka, acknowledged and durable, rather
+// than as tasks in memory. Without it a burst of orders (a backlog, a
+// flood) becomes as many tasks at once, and the memory and garbage
+// collection they cost slow every task down.
+type UnfinishedLimit struct {
+	// Unfinished counts the unfinished tasks (Scheduler.Unfinished); it is
+	// asked often, so it must be cheap.
+	Unfinished func() int
+	// Max is the most unfinished tasks; 0 means DefaultMaxUnfinishedTasks.
+	Max    int
+	Logger *slog.Logger
+
+	mu   sync.Mutex
+	held bool
+}
+
+// AwaitRoom waits until fewer than Max tasks are unfinished.
+func (l *UnfinishedLimit) AwaitRoom(ctx context.Context) error {
+	limit := l.Max
+	if limit <= 0 {
+		limit = DefaultMaxUnfinishedTasks
+	}
+	if l.Unfinished() < limit {
+		return nil
+	}
+	l.note(true, limit)
+	tick := time.NewTicker(intakePoll)
+	defer tick.Stop()
+	for l.Unfinished() >= limit {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+	l.note(false, limit)
+	return nil
+}
+
+// note logs when intake stops and starts again.
+func (l *UnfinishedLimit) note(held bool, limit int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.held == held || l.Logger == nil {
+		l.held = held
+		return
+	}
+	l.held = held
+	if held {
+		l.Logger.Info("new orders wait in Kafka: the engine holds as many unfinished tasks as it may (--max-unfinished-tasks)", "max", limit)
+		return
+	}
+	l.Logger.Info("new orders are taken again", "max", limit)
+}
