@@ -304,16 +304,24 @@ func (e *Egress) dialContext(dialer *net.Dialer) func(ctx context.Context, netwo
 	}
 }
 
+// MaxConnsPerHost bounds the connections NewClient's client keeps to one
+// host; a call past it waits, within its deadline, for one to be free.
+// Without the bound an agent calls with as many connections as it has calls
+// at once (an instance's capacity, 1,024 by default), and a burst of
+// dispatches spent thousands of file descriptors at once.
+const MaxConnsPerHost = 256
+
 // NewClient returns the client a Handler uses when given none: keep-alive
-// connections, up to 256 idle per host, no timeout of its own (each call's
-// context carries the command's deadline) and, when egress is not nil,
-// connections only where it allows. Proxies from the environment are not
+// connections, at most MaxConnsPerHost per host, all of them kept idle, no
+// timeout of its own (each call's context carries the command's deadline)
+// and, when egress is not nil, connections only where it allows. Proxies from the environment are not
 // used with a policy, since the policy is checked against the address
 // connected to.
 func NewClient(egress *Egress) *http.Client {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns = 1024
-	t.MaxIdleConnsPerHost = 256
+	t.MaxIdleConnsPerHost = MaxConnsPerHost
+	t.MaxConnsPerHost = MaxConnsPerHost
 	if egress != nil {
 		t.Proxy = nil
 		t.DialContext = egress.dialContext(&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second})
