@@ -75,7 +75,7 @@ func (noChecks) WriteMetrics(io.Writer)                    {}
 func serve(t *testing.T, tokens *httpapi.Tokens, ops httpapi.Operations) *httptest.Server {
 	tasks := newOneTask(t)
 	ui := console.Handler(console.Config{Tasks: tasks, History: tasks, Tokens: tokens})
-	srv := httptest.NewServer(httpapi.Handler(tasks, ops, nil, noChecks{}, noChecks{}, tokens, httpapi.Mount{Pattern: console.Pattern, Handler: ui}))
+	srv := httptest.NewServer(httpapi.Handler(httpapi.Config{Tasks: tasks, Operations: ops, Metrics: noChecks{}, Readiness: noChecks{}, Tokens: tokens, Mounts: []httpapi.Mount{{Pattern: console.Pattern, Handler: ui}}}))
 	t.Cleanup(srv.Close)
 	return srv
 }
@@ -272,7 +272,7 @@ func TestTaskPageShowsCallsAndWorkGivenBack(t *testing.T) {
 	pay.Tries, pay.Instance, pay.Returned, pay.LastReturn = 7, "pay-2/payment", 2, "pay-1/payment: calls hang: oldest in flight 3s"
 	tasks.view.Steps[2].WaitReason = "at capacity: shipping takes 4 at once on 1 healthy instance"
 	ui := console.Handler(console.Config{Tasks: tasks, History: tasks})
-	srv := httptest.NewServer(httpapi.Handler(tasks, &recorder{}, nil, noChecks{}, noChecks{}, nil, httpapi.Mount{Pattern: console.Pattern, Handler: ui}))
+	srv := httptest.NewServer(httpapi.Handler(httpapi.Config{Tasks: tasks, Operations: &recorder{}, Metrics: noChecks{}, Readiness: noChecks{}, Mounts: []httpapi.Mount{{Pattern: console.Pattern, Handler: ui}}}))
 	t.Cleanup(srv.Close)
 	code, body := get(t, srv.Client(), srv.URL+"/ui/tasks/o-1")
 	require.Equal(t, http.StatusOK, code, body)

@@ -748,7 +748,8 @@ func (a *App) startAPI(ctx context.Context) error {
 		Metrics: a.Metrics.Registry, Context: ctx, Agents: agents})
 	mounts := append([]httpapi.Mount{{Pattern: console.Pattern, Handler: ui},
 		{Pattern: "GET /ui", Handler: http.RedirectHandler(console.Pattern, http.StatusMovedPermanently)}}, httpapi.AgentsAPI(agents)...)
-	a.http = &http.Server{Handler: httpapi.HandlerWithHosts(hosts, a.Tasks, a.Operator, registering{a.Workflows, a}, a, a, tokens, mounts...),
+	a.http = &http.Server{Handler: httpapi.Handler(httpapi.Config{Tasks: a.Tasks, Operations: a.Operator, Workflows: registering{a.Workflows, a},
+		Metrics: a, Readiness: a, Tokens: tokens, Hosts: hosts, Mounts: mounts}),
 		ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second,
 		IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
 	a.run("http api", func() error {

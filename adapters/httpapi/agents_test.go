@@ -52,7 +52,7 @@ func exampleAgents() protocol.AgentList {
 }
 
 func agentsServer(t *testing.T, tokens *httpapi.Tokens) *httptest.Server {
-	srv := httptest.NewServer(httpapi.Handler(newView(t), nil, nil, checks{}, checks{}, tokens, httpapi.AgentsAPI(fixedAgents{exampleAgents()})...))
+	srv := httptest.NewServer(httpapi.Handler(httpapi.Config{Tasks: newView(t), Metrics: checks{}, Readiness: checks{}, Tokens: tokens, Mounts: httpapi.AgentsAPI(fixedAgents{exampleAgents()})}))
 	t.Cleanup(srv.Close)
 	return srv
 }

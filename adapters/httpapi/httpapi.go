@@ -42,7 +42,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
 	"net/http"
 	"slices"
@@ -51,6 +50,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cockroachdb/errors"
 	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/domain/protocol"
 	"github.com/sagaengine/saga/projections"
@@ -199,27 +199,40 @@ func writeTaskList(w http.ResponseWriter, l rawTaskList) {
 	_, _ = w.Write(b.Bytes())
 }
 
-// Handler returns the API's handler over the task view. With tokens (nil
-// for none), every request but /healthz and /readyz needs a bearer token,
-// and acting needs an operator's; see guard.
-//
-// Mounts add handlers behind the same guard (the console at /ui/).
-//
-// It allows the default hosts (AllowedHosts's zero value);
-// HandlerWithHosts takes a list.
-func Handler(tasks Tasks, ops Operations, workflows Workflows, metrics Metrics, ready Readiness, tokens *Tokens, mounts ...Mount) http.Handler {
-	return HandlerWithHosts(AllowedHosts{}, tasks, ops, workflows, metrics, ready, tokens, mounts...)
+// Config is what the API's handler serves and how it guards it. Tasks,
+// Metrics and Readiness are required; a caller that does not serve the
+// others (a test) may leave them empty.
+type Config struct {
+	// Tasks is the task view GET /api/tasks and /healthz read; a Tasks that
+	// is also a Rebuilder adds the /api/admin/task-view endpoints.
+	Tasks Tasks
+	// Operations carries out the operators' retry and cancel.
+	Operations Operations
+	// Workflows registers and reads the definitions of /api/workflows.
+	Workflows Workflows
+	// Metrics writes GET /metrics.
+	Metrics Metrics
+	// Readiness runs the checks of GET /readyz.
+	Readiness Readiness
+	// Tokens, when enabled, are required of every request but /healthz and
+	// /readyz, an operator's to act (see guard); nil for none.
+	Tokens *Tokens
+	// Hosts are the names the API may be reached by (see AllowedHosts and
+	// guard); the zero value allows the default hosts.
+	Hosts AllowedHosts
+	// Mounts add handlers behind the same guard (the console at /ui/).
+	Mounts []Mount
 }
 
-// HandlerWithHosts is Handler with the names the API may be reached by
-// (see AllowedHosts and guard).
-func HandlerWithHosts(hosts AllowedHosts, tasks Tasks, ops Operations, workflows Workflows, metrics Metrics, ready Readiness, tokens *Tokens, mounts ...Mount) http.Handler {
+// Handler returns the API's handler over the task view, guarded by the
+// config's tokens and hosts.
+func Handler(cfg Config) http.Handler {
 	mux := http.NewServeMux()
-	for _, m := range mounts {
+	for _, m := range cfg.Mounts {
 		mux.Handle(m.Pattern, m.Handler)
 	}
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		checks := ready.Readiness(r.Context())
+		checks := cfg.Readiness.Readiness(r.Context())
 		code, status := http.StatusOK, "ready"
 		for _, c := range checks {
 			if !c.OK {
@@ -228,26 +241,26 @@ func HandlerWithHosts(hosts AllowedHosts, tasks Tasks, ops Operations, workflows
 		}
 		writeJSON(w, code, map[string]any{"status": status, "checks": checks})
 	})
-	handleWorkflows(mux, workflows)
+	handleWorkflows(mux, cfg.Workflows)
 	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-		metrics.WriteMetrics(w)
+		cfg.Metrics.WriteMetrics(w)
 	})
 	mux.HandleFunc("POST /api/tasks/{id}/retry", func(w http.ResponseWriter, r *http.Request) {
 		var body struct{ Step, By string }
 		if !decodeBody(w, r, &body) {
 			return
 		}
-		act(w, ops.Retry(r.Context(), r.PathValue("id"), body.Step, operator(r, body.By)))
+		act(w, cfg.Operations.Retry(r.Context(), r.PathValue("id"), body.Step, operator(r, body.By)))
 	})
 	mux.HandleFunc("POST /api/tasks/{id}/cancel", func(w http.ResponseWriter, r *http.Request) {
 		var body struct{ By, Reason string }
 		if !decodeBody(w, r, &body) {
 			return
 		}
-		act(w, ops.Cancel(r.Context(), r.PathValue("id"), operator(r, body.By), body.Reason))
+		act(w, cfg.Operations.Cancel(r.Context(), r.PathValue("id"), operator(r, body.By), body.Reason))
 	})
-	if rb, ok := tasks.(Rebuilder); ok {
+	if rb, ok := cfg.Tasks.(Rebuilder); ok {
 		mux.HandleFunc("POST /api/admin/task-view/rebuild", func(w http.ResponseWriter, r *http.Request) {
 			if err := rb.Rebuild(context.WithoutCancel(r.Context())); err != nil {
 				writeError(w, http.StatusConflict, err.Error())
@@ -261,7 +274,7 @@ func HandlerWithHosts(hosts AllowedHosts, tasks Tasks, ops Operations, workflows
 		})
 	}
 	mux.HandleFunc("GET /api/tasks/{id}", func(w http.ResponseWriter, r *http.Request) {
-		t, ok, err := tasks.Get(r.Context(), r.PathValue("id"))
+		t, ok, err := cfg.Tasks.Get(r.Context(), r.PathValue("id"))
 		switch {
 		case err != nil:
 			writeError(w, http.StatusInternalServerError, err.Error())
@@ -281,7 +294,7 @@ func HandlerWithHosts(hosts AllowedHosts, tasks Tasks, ops Operations, workflows
 		rowsBuf := pageBuffers.get()
 		defer pageBuffers.put(rowsBuf)
 		q.RawBuffer = *rowsBuf
-		page, err := tasks.List(r.Context(), q)
+		page, err := cfg.Tasks.List(r.Context(), q)
 		*rowsBuf = page.RawBuffer[:0]
 		if errors.Is(err, projections.ErrBadCursor) {
 			writeError(w, http.StatusBadRequest, err.Error())
@@ -291,7 +304,7 @@ func HandlerWithHosts(hosts AllowedHosts, tasks Tasks, ops Operations, workflows
 			writeError(w, http.StatusInternalServerError, err.Error())
 			return
 		}
-		counts, err := tasks.Counts(r.Context())
+		counts, err := cfg.Tasks.Counts(r.Context())
 		if err != nil {
 			writeError(w, http.StatusInternalServerError, err.Error())
 			return
@@ -308,13 +321,13 @@ func HandlerWithHosts(hosts AllowedHosts, tasks Tasks, ops Operations, workflows
 	})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		select {
-		case <-tasks.Ready():
+		case <-cfg.Tasks.Ready():
 			writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 		default:
 			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "catching up"})
 		}
 	})
-	return guard(tokens, hosts, mux)
+	return guard(cfg.Tokens, cfg.Hosts, mux)
 }
 
 // Mount is a handler served under the API's guard at a ServeMux pattern.

@@ -38,7 +38,7 @@ func TestReadyzNamesEveryCheck(t *testing.T) {
 		{checks{{Name: "projection", OK: true}, {Name: "kafka", OK: true}}, http.StatusOK},
 		{checks{{Name: "projection", OK: true}, {Name: "kafka", Error: "ping: no broker"}}, http.StatusServiceUnavailable},
 	} {
-		srv := httptest.NewServer(httpapi.Handler(newView(t), nil, nil, tc.checks, tc.checks, nil))
+		srv := httptest.NewServer(httpapi.Handler(httpapi.Config{Tasks: newView(t), Metrics: tc.checks, Readiness: tc.checks}))
 		resp, err := http.Get(srv.URL + "/readyz")
 		require.NoError(t, err)
 		var body struct {
@@ -54,7 +54,7 @@ func TestReadyzNamesEveryCheck(t *testing.T) {
 }
 
 func TestListLimitIsCapped(t *testing.T) {
-	srv := httptest.NewServer(httpapi.Handler(newView(t), nil, nil, checks{}, checks{}, nil))
+	srv := httptest.NewServer(httpapi.Handler(httpapi.Config{Tasks: newView(t), Metrics: checks{}, Readiness: checks{}}))
 	defer srv.Close()
 	for limit, code := range map[string]int{"5": 200, "1000000": 200, "0": 400, "x": 400} {
 		resp, err := http.Get(srv.URL + "/api/tasks?limit=" + limit)
@@ -93,7 +93,7 @@ func TestTasksArePagedWithACursor(t *testing.T) {
 		tasks = append(tasks, protocol.ViewOf(task))
 	}
 	require.NoError(t, v.Commit(context.Background(), tasks, 7))
-	srv := httptest.NewServer(httpapi.Handler(v, nil, nil, checks{}, checks{}, nil))
+	srv := httptest.NewServer(httpapi.Handler(httpapi.Config{Tasks: v, Metrics: checks{}, Readiness: checks{}}))
 	defer srv.Close()
 	var ids []string
 	next := srv.URL + "/api/tasks?state=Processed&limit=50"
@@ -139,7 +139,7 @@ func TestPagesServedAtOnceKeepTheirOwnRows(t *testing.T) {
 		tasks = append(tasks, protocol.ViewOf(task))
 	}
 	require.NoError(t, v.Commit(context.Background(), tasks, 7))
-	srv := httptest.NewServer(httpapi.Handler(v, nil, nil, checks{}, checks{}, nil))
+	srv := httptest.NewServer(httpapi.Handler(httpapi.Config{Tasks: v, Metrics: checks{}, Readiness: checks{}}))
 	defer srv.Close()
 	get := func(since int) ([]byte, error) {
 		resp, err := http.Get(srv.URL + "/api/tasks?limit=37&since=" + url.QueryEscape(t0.Add(time.Duration(since)*time.Millisecond).Format(time.RFC3339Nano)))
@@ -194,7 +194,7 @@ func TestTasksFilterByStepAndReasonAndRefuseUnknownFilters(t *testing.T) {
 		tasks = append(tasks, protocol.ViewOf(task))
 	}
 	require.NoError(t, v.Commit(context.Background(), tasks, 3))
-	srv := httptest.NewServer(httpapi.Handler(v, nil, nil, checks{}, checks{}, nil))
+	srv := httptest.NewServer(httpapi.Handler(httpapi.Config{Tasks: v, Metrics: checks{}, Readiness: checks{}}))
 	defer srv.Close()
 	list := func(query string) ([]string, int) {
 		resp, err := http.Get(srv.URL + "/api/tasks?" + query)
@@ -241,7 +241,7 @@ func TestTokensRolesAndOrigins(t *testing.T) {
 	tokens, err := httpapi.LoadTokens(file)
 	require.NoError(t, err)
 	recorded := &ops{}
-	srv := httptest.NewServer(httpapi.Handler(newView(t), recorded, nil, checks{}, checks{}, tokens))
+	srv := httptest.NewServer(httpapi.Handler(httpapi.Config{Tasks: newView(t), Operations: recorded, Metrics: checks{}, Readiness: checks{}, Tokens: tokens}))
 	defer srv.Close()
 
 	do := func(method, path, contentType, token, origin, body string) int {
@@ -284,7 +284,7 @@ func TestTokensRolesAndOrigins(t *testing.T) {
 }
 
 func TestPostsNeedJSONEvenWithoutTokens(t *testing.T) {
-	srv := httptest.NewServer(httpapi.Handler(newView(t), &ops{}, nil, checks{}, checks{}, nil))
+	srv := httptest.NewServer(httpapi.Handler(httpapi.Config{Tasks: newView(t), Operations: &ops{}, Metrics: checks{}, Readiness: checks{}}))
 	defer srv.Close()
 	resp, err := http.Post(srv.URL+"/api/tasks/o-1/cancel", "text/plain", strings.NewReader(`{"by":"x"}`))
 	require.NoError(t, err)
@@ -297,7 +297,7 @@ func TestPostsNeedJSONEvenWithoutTokens(t *testing.T) {
 // must neither read nor act.
 func TestHostAllowListStopsDNSRebinding(t *testing.T) {
 	recorded := &ops{}
-	srv := httptest.NewServer(httpapi.Handler(newView(t), recorded, nil, checks{}, checks{}, nil))
+	srv := httptest.NewServer(httpapi.Handler(httpapi.Config{Tasks: newView(t), Operations: recorded, Metrics: checks{}, Readiness: checks{}}))
 	defer srv.Close()
 	port := srv.URL[strings.LastIndex(srv.URL, ":")+1:]
 	do := func(method, path, host, origin string) int {

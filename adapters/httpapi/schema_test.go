@@ -40,7 +40,7 @@ func TestServedTasksMatchTheSchema(t *testing.T) {
 	high := busyTask(t)
 	high.ID, high.Priority = "o-2", domain.PriorityHigh
 	require.NoError(t, v.Commit(context.Background(), []*protocol.TaskView{busyTask(t), high}, 1))
-	srv := httptest.NewServer(httpapi.Handler(v, nil, nil, checks{}, checks{}, nil))
+	srv := httptest.NewServer(httpapi.Handler(httpapi.Config{Tasks: v, Metrics: checks{}, Readiness: checks{}}))
 	defer srv.Close()
 
 	c := jsonschema.NewCompiler()
