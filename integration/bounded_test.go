@@ -25,6 +25,7 @@ import (
 
 	"github.com/sagaengine/saga/adapters/client"
 	"github.com/sagaengine/saga/adapters/kafka"
+	"github.com/sagaengine/saga/adapters/kafka/broker"
 	"github.com/sagaengine/saga/domain/protocol"
 )
 
@@ -87,7 +88,7 @@ func TestMeasureHistory(t *testing.T) {
 	// Wait for the broker's steady state anyway (nothing being published,
 	// every partition within retention), so that the restart below starts
 	// on it.
-	retained := d.awaitRetention(kafka.DefaultRetention.MaxRecords)
+	retained := d.awaitRetention(broker.DefaultRetention.MaxRecords)
 	rss, hwm := d.memory()
 	t.Logf("first start, after the broker's retention pass (%v later): RSS %s, peak %s", retained.Round(time.Second), rss, hwm)
 	d.stop()

@@ -23,7 +23,7 @@ import (
 	"github.com/sagaengine/saga/adapters/agent"
 	"github.com/sagaengine/saga/adapters/demo"
 	"github.com/sagaengine/saga/adapters/engine"
-	"github.com/sagaengine/saga/adapters/kafka"
+	"github.com/sagaengine/saga/adapters/kafka/broker"
 	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/domain/protocol"
 )
@@ -225,7 +225,7 @@ func TestHostile2DistinctReplyTopicsLeaveTheEngineServing(t *testing.T) {
 	for _, name := range demo.Workflow().Agents() {
 		agents[name] = func(context.Context, agent.Request) (any, error) { return map[string]bool{"ok": true}, nil }
 	}
-	s := startSystem(t, engine.Config{Agents: agents, KafkaRetention: &kafka.Retention{Interval: 100 * time.Millisecond, IdleReplyTopicAfter: 2 * time.Second}})
+	s := startSystem(t, engine.Config{Agents: agents, KafkaRetention: &broker.Retention{Interval: 100 * time.Millisecond, IdleReplyTopicAfter: 2 * time.Second}})
 	client := s.producer()
 	send := func(prefix string, n int, order func(i int) map[string]any) []string {
 		ids := orderIDs(prefix, n)

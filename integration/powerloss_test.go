@@ -11,13 +11,13 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/sagaengine/saga/adapters/kafka"
+	"github.com/sagaengine/saga/adapters/kafka/broker"
 )
 
 // unsyncedBrokerFiles maps the files of the embedded broker in dataDir that
 // are written without fsync to their sizes: the groups' offsets log, the
 // producer IDs log, and the segment and index files of every topic but the
-// synced ones (kafka.DefaultSyncTopics, which the chaos child keeps), whose
+// synced ones (broker.DefaultSyncTopics, which the chaos child keeps), whose
 // produces are fsynced before they are acknowledged. These files are what a
 // power loss can shorten. (Status and reply topics are among them: their
 // records are fsynced by the status publisher's sync barriers, not before
@@ -40,7 +40,7 @@ func unsyncedBrokerFiles(dataDir string) (map[string]int64, error) {
 		}
 		partition := filepath.Base(filepath.Dir(path)) // url-escaped topic, "-", partition
 		topic, err := url.PathUnescape(partition[:strings.LastIndexByte(partition, '-')])
-		if err != nil || kafka.SyncTopicMatch(kafka.DefaultSyncTopics, topic) {
+		if err != nil || broker.SyncTopicMatch(broker.DefaultSyncTopics, topic) {
 			return err
 		}
 		info, err := d.Info()

@@ -20,7 +20,7 @@ import (
 
 // TestStatusesSurviveAPowerLoss processes orders, stops sagad, and does to
 // the status topic's files what a power loss does: each keeps only what was
-// fsynced (kafka.Broker.ObserveSyncs). Statuses are acknowledged without an
+// fsynced (broker.Broker.ObserveSyncs). Statuses are acknowledged without an
 // fsync; the status publisher produces a sync barrier before each
 // checkpoint, so the statuses before its checkpoint are on disk and those
 // after it are published again at restart. Every order must end up with

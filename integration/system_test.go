@@ -16,7 +16,7 @@ import (
 	"github.com/sagaengine/saga/adapters/demo"
 	"github.com/sagaengine/saga/adapters/engine"
 	"github.com/sagaengine/saga/adapters/eventstore"
-	"github.com/sagaengine/saga/adapters/kafka"
+	"github.com/sagaengine/saga/adapters/kafka/broker"
 	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/domain/protocol"
 )
@@ -117,7 +117,7 @@ func ctx(t *testing.T, d time.Duration) context.Context {
 // producer is a plain franz-go client, as any application would use.
 func (s *system) producer() *kgo.Client {
 	client, err := kgo.NewClient(kgo.SeedBrokers(s.app.KafkaBrokers...), kgo.AllowAutoTopicCreation(),
-		kgo.ProducerBatchMaxBytes(kafka.MaxRecordBytes))
+		kgo.ProducerBatchMaxBytes(broker.MaxRecordBytes))
 	require.NoError(s.t, err)
 	s.t.Cleanup(client.Close)
 	return client

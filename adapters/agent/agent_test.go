@@ -15,6 +15,7 @@ import (
 
 	"github.com/sagaengine/saga/adapters/agent"
 	"github.com/sagaengine/saga/adapters/kafka"
+	"github.com/sagaengine/saga/adapters/kafka/broker"
 	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/domain/protocol"
 )
@@ -25,7 +26,7 @@ import (
 // metrics say so.
 func TestCapacityBoundsTheCallsAtOnce(t *testing.T) {
 	topics := append(protocol.CommandTopics("worker"), protocol.RepliesTopic, protocol.AgentsTopic, protocol.DeadLetterTopic)
-	b, err := kafka.StartBroker(kafka.BrokerConfig{Listen: "127.0.0.1:0", Partitions: 2, Topics: topics, Logger: slog.New(slog.DiscardHandler)})
+	b, err := broker.Start(broker.Config{Listen: "127.0.0.1:0", Partitions: 2, Topics: topics, Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	t.Cleanup(b.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

@@ -33,6 +33,7 @@ import (
 	"github.com/sagaengine/saga/adapters/httpagent"
 	"github.com/sagaengine/saga/adapters/httpapi"
 	"github.com/sagaengine/saga/adapters/kafka"
+	"github.com/sagaengine/saga/adapters/kafka/broker"
 	"github.com/sagaengine/saga/adapters/metrics"
 	"github.com/sagaengine/saga/adapters/secure"
 	"github.com/sagaengine/saga/adapters/topics"
@@ -61,17 +62,17 @@ type Config struct {
 	KafkaBrokers []string
 	KafkaListen  string
 	// KafkaFsync makes the embedded broker fsync every batch; see
-	// kafka.BrokerConfig.Fsync.
+	// broker.Config.Fsync.
 	KafkaFsync bool
 	// KafkaSyncTopics are the topics whose produces the embedded broker
-	// acknowledges only once fsynced; nil means kafka.DefaultSyncTopics.
+	// acknowledges only once fsynced; nil means broker.DefaultSyncTopics.
 	KafkaSyncTopics []string
 	// KafkaRetention bounds what the embedded broker keeps of each
 	// partition, never removing what a consumer group has not consumed;
-	// nil means kafka.DefaultRetention, a zero Retention keeps everything.
-	KafkaRetention *kafka.Retention
+	// nil means broker.DefaultRetention, a zero Retention keeps everything.
+	KafkaRetention *broker.Retention
 	// KafkaMaxTopics caps the topics clients may make the embedded broker
-	// create (kafka.BrokerConfig.MaxTopics): 0 derives it from the fd
+	// create (broker.Config.MaxTopics): 0 derives it from the fd
 	// limit, a negative number sets none.
 	KafkaMaxTopics int
 	// KafkaSecurity is how every Kafka client of the engine (producers,
@@ -297,7 +298,7 @@ type App struct {
 	MetricsAddr string
 
 	esServer *esdbserver.Server
-	broker   *kafka.Broker
+	broker   *broker.Broker
 	client   *kgo.Client
 	// clients are the producers of the processes: each has its own, so
 	// that one's traffic (statuses) never queues another's (commands).
@@ -489,7 +490,7 @@ func (r registering) Apply(ctx context.Context, w *domain.Workflow, by string) (
 
 // EmbeddedBroker is the embedded Kafka broker this process serves, nil
 // when it uses external brokers.
-func (a *App) EmbeddedBroker() *kafka.Broker { return a.broker }
+func (a *App) EmbeddedBroker() *broker.Broker { return a.broker }
 
 // Topics lists the topics saga creates at start.
 func (a *App) Topics() []string {
@@ -511,8 +512,8 @@ func (a *App) startKafka(ctx context.Context) error {
 		if a.cfg.DataDir == "" {
 			return errors.New("a data directory is required for the embedded kafka")
 		}
-		brokerCfg := kafka.BrokerConfig{
-			Listen: listenOr(a.cfg.KafkaListen, kafka.DefaultListen), DataDir: filepath.Join(a.cfg.DataDir, "kafka"),
+		brokerCfg := broker.Config{
+			Listen: listenOr(a.cfg.KafkaListen, broker.DefaultListen), DataDir: filepath.Join(a.cfg.DataDir, "kafka"),
 			Partitions: a.cfg.Partitions, Topics: a.Topics(), Fsync: a.cfg.KafkaFsync, SyncTopics: a.cfg.KafkaSyncTopics, Retention: a.cfg.KafkaRetention, Logger: a.logger,
 			MaxTopics: a.cfg.KafkaMaxTopics,
 		}
@@ -521,12 +522,12 @@ func (a *App) startKafka(ctx context.Context) error {
 				return err
 			}
 		}
-		broker, err := kafka.StartBroker(brokerCfg)
+		embedded, err := broker.Start(brokerCfg)
 		if err != nil {
 			return err
 		}
-		a.broker = broker
-		a.KafkaBrokers = broker.Addrs()
+		a.broker = embedded
+		a.KafkaBrokers = embedded.Addrs()
 		for _, addr := range a.KafkaBrokers {
 			a.egress.AddOwn(addr)
 		}

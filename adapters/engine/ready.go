@@ -11,7 +11,7 @@ import (
 	"github.com/cockroachdb/errors"
 
 	"github.com/sagaengine/saga/adapters/httpapi"
-	"github.com/sagaengine/saga/adapters/kafka"
+	"github.com/sagaengine/saga/adapters/kafka/broker"
 )
 
 // readyTimeout bounds each readiness check that asks a server.
@@ -52,7 +52,7 @@ var readyFailures = func() map[string]*atomic.Int64 {
 // subscription to $all has failed in place for subscriptionFailingAfter),
 // the Kafka broker answers, and no follower of the shared subscription is
 // stalled, and the process has file descriptors to spare and the embedded
-// broker room for topics (kafka.ErrTopicCap).
+// broker room for topics (broker.ErrTopicCap).
 // The checks that ask a server run concurrently, each within readyTimeout.
 func (a *App) Readiness(ctx context.Context) []httpapi.Check {
 	results := make([]httpapi.Check, len(readinessChecks))
@@ -119,7 +119,7 @@ func (a *App) check(ctx context.Context, name string) error {
 			return errors.Newf("stalled: %s", strings.Join(stalled, ", "))
 		}
 	case checkResources:
-		if open, limit := kafka.OpenFiles(); open >= 0 && limit > 0 && float64(open) >= fdsReadyFraction*float64(limit) {
+		if open, limit := broker.OpenFiles(); open >= 0 && limit > 0 && float64(open) >= fdsReadyFraction*float64(limit) {
 			return errors.Newf("%d of %d file descriptors open (RLIMIT_NOFILE): raise the limit or find what holds them", open, limit)
 		}
 		if a.broker != nil {

@@ -4,7 +4,7 @@ import (
 	"net"
 	"path/filepath"
 
-	"github.com/sagaengine/saga/adapters/kafka"
+	"github.com/sagaengine/saga/adapters/kafka/broker"
 	"github.com/sagaengine/saga/adapters/secure"
 )
 
@@ -33,7 +33,7 @@ func (a *App) secureFiles() (*secure.Files, error) {
 
 // secureBroker makes the embedded broker require TLS and SASL/SCRAM, and
 // the engine's clients use the generated credentials.
-func (a *App) secureBroker(cfg *kafka.BrokerConfig) error {
+func (a *App) secureBroker(cfg *broker.Config) error {
 	files, err := a.secureFiles()
 	if err != nil {
 		return err

@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sagaengine/saga/adapters/kafka"
+	"github.com/sagaengine/saga/adapters/kafka/broker"
 	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/domain/protocol"
 )
@@ -46,8 +47,8 @@ func heartbeatRecord(t *testing.T, h protocol.AgentHeartbeat) *kgo.Record {
 
 // directoryBroker starts a broker with the compacted heartbeats' topic (two
 // partitions) and a client to produce to it.
-func directoryBroker(t *testing.T) (*kafka.Broker, *kgo.Client) {
-	b, err := kafka.StartBroker(kafka.BrokerConfig{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Partitions: 2, Logger: slog.New(slog.DiscardHandler)})
+func directoryBroker(t *testing.T) (*broker.Broker, *kgo.Client) {
+	b, err := broker.Start(broker.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Partitions: 2, Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	t.Cleanup(b.Close)
 	client := newClient(t, b)
@@ -57,7 +58,7 @@ func directoryBroker(t *testing.T) (*kafka.Broker, *kgo.Client) {
 
 // runDirectory runs a directory until the test ends, on a clock the test
 // moves.
-func runDirectory(t *testing.T, b *kafka.Broker, clock *atomic.Pointer[time.Time], cfg kafka.AgentDirectoryConfig) *kafka.AgentDirectory {
+func runDirectory(t *testing.T, b *broker.Broker, clock *atomic.Pointer[time.Time], cfg kafka.AgentDirectoryConfig) *kafka.AgentDirectory {
 	cfg.Brokers, cfg.Logger = b.Addrs(), slog.New(slog.DiscardHandler)
 	cfg.SweepEvery = 50 * time.Millisecond
 	cfg.Now = func() time.Time { return *clock.Load() }
@@ -230,7 +231,7 @@ func TestAgentDirectoryHoldsItsCap(t *testing.T) {
 // TestEnsureCompactedTopicsIsIdempotent: the topic is created compacted,
 // an existing uncompacted one is made compacted, and again changes nothing.
 func TestEnsureCompactedTopicsIsIdempotent(t *testing.T) {
-	b, err := kafka.StartBroker(kafka.BrokerConfig{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Partitions: 1, Logger: slog.New(slog.DiscardHandler)})
+	b, err := broker.Start(broker.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Partitions: 1, Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	t.Cleanup(b.Close)
 	ctx := testContext(t)

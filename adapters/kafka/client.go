@@ -8,6 +8,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sagaengine/saga/adapters/kafka/broker"
 )
 
 // SplitBrokers parses a comma-separated broker list.
@@ -44,7 +46,7 @@ func newClient(brokers []string, autoCreate bool, opts ...kgo.Opt) (*kgo.Client,
 		kgo.SeedBrokers(brokers...),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.ProducerLinger(0),
-		kgo.ProducerBatchMaxBytes(MaxRecordBytes + 1<<20),
+		kgo.ProducerBatchMaxBytes(broker.MaxRecordBytes + 1<<20),
 		// Keyed records go to the partition of their key's murmur2 hash,
 		// as with franz-go's default; a command routed to an agent
 		// instance goes to that instance's partition (routeTo).

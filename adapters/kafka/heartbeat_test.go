@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sagaengine/saga/adapters/kafka"
+	"github.com/sagaengine/saga/adapters/kafka/broker"
 	"github.com/sagaengine/saga/domain/protocol"
 	"github.com/sagaengine/saga/processes"
 )
@@ -23,7 +24,7 @@ import (
 // keyed by instance and typed, list the partitions of its command topics;
 // when it stops it says so, then leaves a tombstone under its key.
 func TestAgentInstanceAnnouncesItselfAndLeaves(t *testing.T) {
-	b, err := kafka.StartBroker(kafka.BrokerConfig{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Partitions: 2, Topics: protocol.CommandTopics("payment"),
+	b, err := broker.Start(broker.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Partitions: 2, Topics: protocol.CommandTopics("payment"),
 		Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	t.Cleanup(b.Close)

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sagaengine/saga/adapters/kafka"
+	"github.com/sagaengine/saga/adapters/kafka/broker"
 )
 
 // TestLeaseIsHandedOverWhenTheLeaderStops runs two members of one election
@@ -20,7 +21,7 @@ import (
 // the session to time out.
 func TestLeaseIsHandedOverWhenTheLeaderStops(t *testing.T) {
 	logger := slog.New(slog.DiscardHandler)
-	b, err := kafka.StartBroker(kafka.BrokerConfig{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Partitions: 1, Logger: logger})
+	b, err := broker.Start(broker.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Partitions: 1, Logger: logger})
 	require.NoError(t, err)
 	t.Cleanup(b.Close)
 

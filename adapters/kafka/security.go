@@ -18,16 +18,19 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/oauth"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"github.com/sagaengine/saga/adapters/kafka/broker"
 )
 
-// The SASL mechanisms saga's Kafka clients speak.
+// The SASL mechanisms saga's Kafka clients speak: those the embedded
+// broker accepts, and OAUTHBEARER.
 const (
 	// SASLPlain sends the user and password as they are: only over TLS.
-	SASLPlain = "PLAIN"
+	SASLPlain = broker.SASLPlain
 	// SASLScramSHA256 is SCRAM with SHA-256 (RFC 7677).
-	SASLScramSHA256 = "SCRAM-SHA-256"
+	SASLScramSHA256 = broker.SASLScramSHA256
 	// SASLScramSHA512 is SCRAM with SHA-512.
-	SASLScramSHA512 = "SCRAM-SHA-512"
+	SASLScramSHA512 = broker.SASLScramSHA512
 	// SASLOAuthBearer sends a bearer token (RFC 7628).
 	SASLOAuthBearer = "OAUTHBEARER"
 )

@@ -22,6 +22,7 @@ import (
 
 	"github.com/sagaengine/saga/adapters/esdbserver"
 	"github.com/sagaengine/saga/adapters/kafka"
+	"github.com/sagaengine/saga/adapters/kafka/broker"
 )
 
 // The files of a secure directory.
@@ -242,13 +243,13 @@ func (f *Files) KafkaPassword() (string, error) { return readSecret(f.KafkaPassw
 func (f *Files) EventStorePassword() (string, error) { return readSecret(f.EventStorePasswordFile) }
 
 // KafkaUsers are the users the embedded broker accepts.
-func (f *Files) KafkaUsers() ([]kafka.SASLUser, error) {
+func (f *Files) KafkaUsers() ([]broker.SASLUser, error) {
 	pass, err := f.KafkaPassword()
 	if err != nil {
 		return nil, err
 	}
-	return []kafka.SASLUser{{Mechanism: kafka.SASLScramSHA256, User: f.KafkaUser, Password: pass},
-		{Mechanism: kafka.SASLScramSHA512, User: f.KafkaUser, Password: pass}}, nil
+	return []broker.SASLUser{{Mechanism: broker.SASLScramSHA256, User: f.KafkaUser, Password: pass},
+		{Mechanism: broker.SASLScramSHA512, User: f.KafkaUser, Password: pass}}, nil
 }
 
 // KafkaSecurity are the settings saga's clients connect to the embedded

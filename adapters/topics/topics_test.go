@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sagaengine/saga/adapters/kafka"
+	"github.com/sagaengine/saga/adapters/kafka/broker"
 	"github.com/sagaengine/saga/domain/protocol"
 )
 
@@ -19,7 +20,7 @@ import (
 // dead letters reads the last records of each partition, not the whole
 // topic, which a flood of poison messages makes long.
 func TestNewestDeadLettersReadOnlyTheTail(t *testing.T) {
-	b, err := kafka.StartBroker(kafka.BrokerConfig{Listen: "127.0.0.1:0", Partitions: 2,
+	b, err := broker.Start(broker.Config{Listen: "127.0.0.1:0", Partitions: 2,
 		Topics: []string{protocol.DeadLetterTopic}, Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	t.Cleanup(b.Close)

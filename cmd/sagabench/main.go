@@ -33,6 +33,7 @@ import (
 	"github.com/sagaengine/saga/adapters/demo"
 	"github.com/sagaengine/saga/adapters/engine"
 	"github.com/sagaengine/saga/adapters/kafka"
+	"github.com/sagaengine/saga/adapters/kafka/broker"
 	"github.com/sagaengine/saga/domain"
 )
 
@@ -123,7 +124,7 @@ func main() {
 	flag.BoolVar(&c.kafkaFsync, "kafka-fsync", false, "make the embedded Kafka fsync every batch too (the event store always does)")
 	flag.BoolVar(&c.throughKafka, "commands-through-kafka", false, "send every command and reply through Kafka, as sagad's flag (embedded only)")
 	flag.BoolVar(&c.storeThroughNetwork, "eventstore-through-network", false, "send the engine's appends and subscription to the embedded event store through gRPC rather than in process (embedded only)")
-	flag.StringVar(&c.syncTopics, "kafka-sync-topics", strings.Join(kafka.DefaultSyncTopics, ","), "topics (or prefix*, !excepted) the embedded Kafka fsyncs before acknowledging, as sagad's flag")
+	flag.StringVar(&c.syncTopics, "kafka-sync-topics", strings.Join(broker.DefaultSyncTopics, ","), "topics (or prefix*, !excepted) the embedded Kafka fsyncs before acknowledging, as sagad's flag")
 	flag.BoolVar(&c.secure, "secure", false, "run the embedded system in secure mode (TLS and SASL/SCRAM on Kafka, TLS and users on the event store)")
 	mix := flag.String("priority-mix", "", "give the orders priorities in these shares, e.g. high=10,normal=60,low=30, and report latency per priority")
 	c.security = kafka.RegisterFlags(flag.CommandLine)

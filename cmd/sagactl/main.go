@@ -21,6 +21,7 @@ import (
 	"github.com/sagaengine/saga/adapters/client"
 	"github.com/sagaengine/saga/adapters/eventstore"
 	"github.com/sagaengine/saga/adapters/kafka"
+	"github.com/sagaengine/saga/adapters/kafka/broker"
 	"github.com/sagaengine/saga/cmd/internal/buildinfo"
 	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/domain/protocol"
@@ -202,7 +203,7 @@ func flags(name string) (*flag.FlagSet, *common) {
 	fs := flag.NewFlagSet("sagactl "+name, flag.ContinueOnError)
 	setUsage(fs, name)
 	c := &common{output: output(fs)}
-	fs.StringVar(&c.brokers, "kafka-brokers", envOr("SAGA_KAFKA_BROKERS", kafka.DefaultListen), "Kafka brokers, comma-separated")
+	fs.StringVar(&c.brokers, "kafka-brokers", envOr("SAGA_KAFKA_BROKERS", broker.DefaultListen), "Kafka brokers, comma-separated")
 	fs.StringVar(&c.api, "api", envOr("SAGA_API", "http://127.0.0.1:8080"), "saga HTTP API")
 	fs.StringVar(&apiTokenFile, "api-token-file", envOr("SAGA_API_TOKEN_FILE", ""), "file holding the API's bearer token (or $SAGA_API_TOKEN)")
 	fs.StringVar(&apiCAFile, "api-ca", envOr("SAGA_API_CA", ""), "CA certificate file the API's TLS certificate is checked against")

@@ -18,6 +18,7 @@ import (
 	"github.com/sagaengine/saga/adapters/engine"
 	"github.com/sagaengine/saga/adapters/eventstore"
 	"github.com/sagaengine/saga/adapters/kafka"
+	"github.com/sagaengine/saga/adapters/kafka/broker"
 	"github.com/sagaengine/saga/adapters/workflowfile"
 	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/processes"
@@ -99,7 +100,7 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 		fmt.Fprint(fs.Output(), fixedLimits)
 	}
 	data := fs.String("data", defaultDataDir(""), "directory of the embedded servers' data")
-	kafkaListen := fs.String("kafka-listen", kafka.DefaultListen, "address of the embedded Kafka broker")
+	kafkaListen := fs.String("kafka-listen", broker.DefaultListen, "address of the embedded Kafka broker")
 	esListen := fs.String("eventstore-listen", "127.0.0.1:2113", "address of the embedded event store")
 	httpListen := fs.String("http-listen", "127.0.0.1:8080", "address of the HTTP API")
 	httpAllowedHosts := fs.String("http-allowed-hosts", envOr("SAGA_HTTP_ALLOWED_HOSTS", ""), "names (comma-separated) by which the HTTP API may be reached besides localhost, IP addresses and --http-listen's host; .example.com allows subdomains, * any name. Other Host headers get 421, which stops DNS rebinding; checked always without --api-tokens-file, with it only when set [$SAGA_HTTP_ALLOWED_HOSTS]")
@@ -113,12 +114,12 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	instance := fs.String("instance", envOr("SAGA_INSTANCE", ""), "name of this instance in events (default sagad@HOSTNAME); its agent instances are INSTANCE/AGENT (default HOSTNAME-PID-RANDOM/AGENT) [$SAGA_INSTANCE]")
 	partitions := fs.Int("partitions", 4, "partitions of the topics saga creates")
 	kafkaFsync := fs.Bool("kafka-fsync", false, "make the embedded Kafka fsync every batch of every topic and every offset commit, one by one (slower). Off: the sync topics are still fsynced before they are acknowledged; other records survive kill -9 but not power loss")
-	kafkaSyncTopics := fs.String("kafka-sync-topics", strings.Join(kafka.DefaultSyncTopics, ","), "topics (or prefix*) the embedded Kafka acknowledges only once fsynced, with group commit; \"*\" all, \"\" none, !topic or !prefix* excepted (statuses are fsynced by the status publisher's sync barriers)")
-	retentionAge := fs.Duration("kafka-retention-age", kafka.DefaultRetention.MaxAge, "the embedded Kafka removes records older than this (0: any age is kept); records a consumer group has not consumed are always kept")
-	retentionRecords := fs.Int64("kafka-retention-records", kafka.DefaultRetention.MaxRecords, "the embedded Kafka keeps at most this many records per partition (0: no limit); records a consumer group has not consumed are always kept")
-	rederivedRecords := fs.Int64("kafka-retention-rederived-records", kafka.DefaultRetention.RederivedMaxRecords, "the same for the topics saga re-derives from the event store (commands, replies, heartbeats); 0: --kafka-retention-records")
+	kafkaSyncTopics := fs.String("kafka-sync-topics", strings.Join(broker.DefaultSyncTopics, ","), "topics (or prefix*) the embedded Kafka acknowledges only once fsynced, with group commit; \"*\" all, \"\" none, !topic or !prefix* excepted (statuses are fsynced by the status publisher's sync barriers)")
+	retentionAge := fs.Duration("kafka-retention-age", broker.DefaultRetention.MaxAge, "the embedded Kafka removes records older than this (0: any age is kept); records a consumer group has not consumed are always kept")
+	retentionRecords := fs.Int64("kafka-retention-records", broker.DefaultRetention.MaxRecords, "the embedded Kafka keeps at most this many records per partition (0: no limit); records a consumer group has not consumed are always kept")
+	rederivedRecords := fs.Int64("kafka-retention-rederived-records", broker.DefaultRetention.RederivedMaxRecords, "the same for the topics saga re-derives from the event store (commands, replies, heartbeats); 0: --kafka-retention-records")
 	maxTopics := fs.Int("kafka-max-topics", 0, "the embedded Kafka creates at most this many topics in all (each holds file descriptors while it exists); past it, a topic a client names (an order's new reply topic) is refused and /readyz says so. 0: derived from the fd limit (RLIMIT_NOFILE), -1: no cap")
-	idleReplyTopics := fs.Duration("kafka-idle-reply-topic-after", kafka.DefaultIdleReplyTopicAfter, "the embedded Kafka deletes a reply topic (reply.*, saga.reply.*) that received nothing for this long and that no consumer group has left to read (0: keep them)")
+	idleReplyTopics := fs.Duration("kafka-idle-reply-topic-after", broker.DefaultIdleReplyTopicAfter, "the embedded Kafka deletes a reply topic (reply.*, saga.reply.*) that received nothing for this long and that no consumer group has left to read (0: keep them)")
 	demoAgents := fs.Bool("demo-agents", true, "run the demo remote services and their agents")
 	commandsThroughKafka := fs.Bool("commands-through-kafka", envBool("SAGA_COMMANDS_THROUGH_KAFKA"), "send every command and reply through Kafka; off: a command the scheduler routes to an agent instance of this process is handed to it directly, and its reply comes back so, with no Kafka hop [$SAGA_COMMANDS_THROUGH_KAFKA]")
 	rolesFlag := fs.String("roles", envOr("SAGA_ROLES", "all"), "parts to run, comma-separated: submitter, scheduler, supervisor, agents, api, status, or all [$SAGA_ROLES]")
@@ -199,8 +200,8 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 		WorkflowDirs: workflowDirs, HTTPAgents: httpAgents, HTTPAgentAllow: splitList(strings.Join(httpAgentAllow, ",")), SecretsDir: *secretsDir, KafkaSyncTopics: append([]string{}, kafka.SplitBrokers(*kafkaSyncTopics)...),
 		ReplyTopicPattern: *replyTopics, APITokensFile: *apiTokens, APITLSCert: *apiCert, APITLSKey: *apiKey,
 		Secure: *secureMode, KafkaSecurity: *kafkaSecurity, MaxOrderSize: *maxOrderSize, MaxUnfinishedTasks: *maxUnfinished, MaxRenderedBytes: *maxRendered, TaskViewBatch: *taskViewBatch,
-		KafkaRetention: &kafka.Retention{MaxAge: *retentionAge, MaxRecords: *retentionRecords, RederivedMaxRecords: *rederivedRecords,
-			Interval: kafka.DefaultRetentionInterval, IdleReplyTopicAfter: *idleReplyTopics}, KafkaMaxTopics: *maxTopics,
+		KafkaRetention: &broker.Retention{MaxAge: *retentionAge, MaxRecords: *retentionRecords, RederivedMaxRecords: *rederivedRecords,
+			Interval: broker.DefaultRetentionInterval, IdleReplyTopicAfter: *idleReplyTopics}, KafkaMaxTopics: *maxTopics,
 		AgentInstances: engine.AgentInstances{Capacity: capacity, DefaultCapacity: *defaultCapacity, RateLimit: rates, GlobalLimit: globalLimits,
 			HangAfter: hangAfter, DefaultHangAfter: *defaultHangAfter},
 	})

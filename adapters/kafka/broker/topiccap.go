@@ -1,4 +1,4 @@
-package kafka
+package broker
 
 import (
 	"container/list"
@@ -34,7 +34,7 @@ const fdsPerPartition = 2
 const minTopicCap = 64
 
 // DefaultMaxTopics is the cap on the embedded broker's topics when
-// BrokerConfig.MaxTopics is 0: as many topics of partitions partitions as
+// Config.MaxTopics is 0: as many topics of partitions partitions as
 // half of the process's file descriptors (limit, RLIMIT_NOFILE) can keep
 // open, leaving the other half to connections, the event store and the
 // task view; at least minTopicCap. A limit of 0 (unknown) gives 4096.

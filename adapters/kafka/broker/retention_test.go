@@ -1,4 +1,4 @@
-package kafka_test
+package broker_test
 
 import (
 	"context"
@@ -13,15 +13,16 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sagaengine/saga/adapters/kafka"
+	"github.com/sagaengine/saga/adapters/kafka/broker"
 	"github.com/sagaengine/saga/domain/protocol"
 )
 
 // startRetainingBroker starts a one-partition broker on dir whose retention
 // runs only when the test calls RetainOnce.
-func startRetainingBroker(t *testing.T, dir string) *kafka.Broker {
+func startRetainingBroker(t *testing.T, dir string) *broker.Broker {
 	t.Helper()
-	b, err := kafka.StartBroker(kafka.BrokerConfig{
-		Listen: "127.0.0.1:0", DataDir: dir, Partitions: 1, Retention: &kafka.Retention{},
+	b, err := broker.Start(broker.Config{
+		Listen: "127.0.0.1:0", DataDir: dir, Partitions: 1, Retention: &broker.Retention{},
 		Topics: []string{protocol.OrdersTopic, protocol.StatusTopic}, Logger: slog.New(slog.DiscardHandler),
 	})
 	require.NoError(t, err)
@@ -71,7 +72,7 @@ func TestRetentionNeverRemovesWhatAGroupHasNotConsumed(t *testing.T) {
 	produceN(t, ctx, client, protocol.StatusTopic, 100, now)
 	commit(t, ctx, adm, "submitter", protocol.OrdersTopic, 40)
 
-	keep := kafka.Retention{MaxRecords: 10}
+	keep := broker.Retention{MaxRecords: 10}
 	removed, err := b.RetainOnce(ctx, keep)
 	require.NoError(t, err)
 	assert.Equal(t, int64(90+40), removed)
@@ -112,11 +113,11 @@ func TestRetentionByAge(t *testing.T) {
 	produceN(t, ctx, client, protocol.StatusTopic, 3, now.Add(-2*time.Hour))
 	produceN(t, ctx, client, protocol.StatusTopic, 2, now)
 
-	_, err := b.RetainOnce(ctx, kafka.Retention{MaxAge: time.Hour})
+	_, err := b.RetainOnce(ctx, broker.Retention{MaxAge: time.Hour})
 	require.NoError(t, err)
 	assert.Equal(t, int64(3), startOffset(t, ctx, adm, protocol.StatusTopic))
 
-	_, err = b.RetainOnce(ctx, kafka.Retention{MaxAge: time.Hour})
+	_, err = b.RetainOnce(ctx, broker.Retention{MaxAge: time.Hour})
 	require.NoError(t, err)
 	assert.Equal(t, int64(3), startOffset(t, ctx, adm, protocol.StatusTopic), "a second pass removes nothing new")
 }
@@ -124,9 +125,9 @@ func TestRetentionByAge(t *testing.T) {
 // TestRetentionRunsByItself shows the broker's own passes: nothing calls
 // RetainOnce here.
 func TestRetentionRunsByItself(t *testing.T) {
-	b, err := kafka.StartBroker(kafka.BrokerConfig{
+	b, err := broker.Start(broker.Config{
 		Listen: "127.0.0.1:0", DataDir: t.TempDir(), Partitions: 1, Topics: []string{protocol.StatusTopic},
-		Retention: &kafka.Retention{MaxRecords: 5, Interval: 20 * time.Millisecond}, Logger: slog.New(slog.DiscardHandler),
+		Retention: &broker.Retention{MaxRecords: 5, Interval: 20 * time.Millisecond}, Logger: slog.New(slog.DiscardHandler),
 	})
 	require.NoError(t, err)
 	t.Cleanup(b.Close)
@@ -150,7 +151,7 @@ func TestRetentionLeavesCompactedTopicsAlone(t *testing.T) {
 	require.NoError(t, err)
 	produceN(t, ctx, client, "agents", 20, time.Now().Add(-30*24*time.Hour))
 
-	_, err = b.RetainOnce(ctx, kafka.Retention{MaxRecords: 5, MaxAge: time.Hour})
+	_, err = b.RetainOnce(ctx, broker.Retention{MaxRecords: 5, MaxAge: time.Hour})
 	require.NoError(t, err)
 	assert.Equal(t, int64(0), startOffset(t, ctx, adm, "agents"))
 }

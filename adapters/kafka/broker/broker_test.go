@@ -1,4 +1,4 @@
-package kafka_test
+package broker_test
 
 import (
 	"bytes"
@@ -20,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sagaengine/saga/adapters/kafka"
+	"github.com/sagaengine/saga/adapters/kafka/broker"
 	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/domain/protocol"
 )
@@ -45,13 +46,13 @@ func (b *lockedBuffer) String() string {
 	return b.buf.String()
 }
 
-func startBroker(t testing.TB, dir string, logs *lockedBuffer) *kafka.Broker {
+func startBroker(t testing.TB, dir string, logs *lockedBuffer) *broker.Broker {
 	t.Helper()
 	logger := slog.New(slog.DiscardHandler)
 	if logs != nil {
 		logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	b, err := kafka.StartBroker(kafka.BrokerConfig{
+	b, err := broker.Start(broker.Config{
 		Listen: "127.0.0.1:0", DataDir: dir, Partitions: 1,
 		Topics: []string{protocol.OrdersTopic, unsyncedTopic}, Logger: logger,
 	})
@@ -60,7 +61,7 @@ func startBroker(t testing.TB, dir string, logs *lockedBuffer) *kafka.Broker {
 	return b
 }
 
-func newClient(t testing.TB, b *kafka.Broker, opts ...kgo.Opt) *kgo.Client {
+func newClient(t testing.TB, b *broker.Broker, opts ...kgo.Opt) *kgo.Client {
 	t.Helper()
 	client, err := kafka.NewClient(b.Addrs(), opts...)
 	require.NoError(t, err)
@@ -105,7 +106,7 @@ func TestBrokerFsyncsSyncedTopicBeforeAcknowledging(t *testing.T) {
 		release = make(chan struct{})
 		first   sync.Once
 	)
-	kafka.SetSyncHooks(b, kafka.SyncHooks{
+	broker.SetSyncHooks(b, broker.SyncHooks{
 		Round: func(parts []string) {
 			first.Do(func() {
 				entered <- parts
@@ -130,17 +131,17 @@ func TestBrokerFsyncsSyncedTopicBeforeAcknowledging(t *testing.T) {
 	close(release)
 	require.NoError(t, <-acked)
 
-	segment := filepath.Join(kafka.PartitionDir(dir, protocol.OrdersTopic, 0), "0.dat")
+	segment := filepath.Join(broker.PartitionDir(dir, protocol.OrdersTopic, 0), "0.dat")
 	info, err := os.Stat(segment)
 	require.NoError(t, err)
 	synced, ok := sizes.get(segment)
 	require.True(t, ok, "the segment was never fsynced")
 	require.Equal(t, info.Size(), synced, "the acknowledged batch is not all fsynced")
-	require.EqualValues(t, 1, kafka.SyncRounds(b))
+	require.EqualValues(t, 1, broker.SyncRounds(b))
 
 	// A topic that is not synced is acknowledged without an fsync.
 	require.NoError(t, client.ProduceSync(ctx, &kgo.Record{Topic: unsyncedTopic, Value: []byte("status")}).FirstErr())
-	require.EqualValues(t, 1, kafka.SyncRounds(b))
+	require.EqualValues(t, 1, broker.SyncRounds(b))
 }
 
 // TestDefaultSyncTopicsKeepEveryInputAndLeaveWhatRecoveryRederives: every
@@ -156,22 +157,22 @@ func TestDefaultSyncTopicsKeepEveryInputAndLeaveWhatRecoveryRederives(t *testing
 		protocol.RepliesTopic: false, protocol.AgentsTopic: false, protocol.StatusTopic: false,
 		"reply.shop": false, domain.ReplyTopicPrefix + "f00d": false,
 	} {
-		assert.Equal(t, synced, kafka.SyncTopicMatch(kafka.DefaultSyncTopics, topic), topic)
+		assert.Equal(t, synced, broker.SyncTopicMatch(broker.DefaultSyncTopics, topic), topic)
 	}
-	assert.True(t, kafka.SyncTopicMatch([]string{"a*", "!ab*", "abc"}, "ax"))
-	assert.False(t, kafka.SyncTopicMatch([]string{"a*", "!ab*", "abc"}, "abc"), "an exclusion wins")
-	assert.False(t, kafka.SyncTopicMatch(nil, "orders"))
+	assert.True(t, broker.SyncTopicMatch([]string{"a*", "!ab*", "abc"}, "ax"))
+	assert.False(t, broker.SyncTopicMatch([]string{"a*", "!ab*", "abc"}, "abc"), "an exclusion wins")
+	assert.False(t, broker.SyncTopicMatch(nil, "orders"))
 
 	// A workflow's own trigger topic is acknowledged only once fsynced.
 	dir := t.TempDir()
-	b, err := kafka.StartBroker(kafka.BrokerConfig{Listen: "127.0.0.1:0", DataDir: dir, Partitions: 1,
+	b, err := broker.Start(broker.Config{Listen: "127.0.0.1:0", DataDir: dir, Partitions: 1,
 		Topics: []string{"shop.orders"}, Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	t.Cleanup(b.Close)
 	var sizes syncedSizes
-	kafka.SetSyncHooks(b, kafka.SyncHooks{Synced: sizes.record})
+	broker.SetSyncHooks(b, broker.SyncHooks{Synced: sizes.record})
 	require.NoError(t, newClient(t, b).ProduceSync(testContext(t), &kgo.Record{Topic: "shop.orders", Value: []byte("order")}).FirstErr())
-	segment := filepath.Join(kafka.PartitionDir(dir, "shop.orders", 0), "0.dat")
+	segment := filepath.Join(broker.PartitionDir(dir, "shop.orders", 0), "0.dat")
 	info, err := os.Stat(segment)
 	require.NoError(t, err)
 	synced, ok := sizes.get(segment)
@@ -187,14 +188,14 @@ func TestDefaultSyncTopicsKeepEveryInputAndLeaveWhatRecoveryRederives(t *testing
 func TestSyncBarrierFsyncsWhatWasAcknowledgedBeforeIt(t *testing.T) {
 	dir := t.TempDir()
 	reply := "reply.shop"
-	b, err := kafka.StartBroker(kafka.BrokerConfig{
+	b, err := broker.Start(broker.Config{
 		Listen: "127.0.0.1:0", DataDir: dir, Partitions: 2, Logger: slog.New(slog.DiscardHandler),
 		Topics: []string{protocol.StatusTopic, reply, protocol.SyncBarrierTopic, unsyncedTopic},
 	})
 	require.NoError(t, err)
 	t.Cleanup(b.Close)
 	var sizes syncedSizes
-	kafka.SetSyncHooks(b, kafka.SyncHooks{Synced: sizes.record})
+	broker.SetSyncHooks(b, broker.SyncHooks{Synced: sizes.record})
 	client := newClient(t, b)
 	ctx := testContext(t)
 
@@ -202,7 +203,7 @@ func TestSyncBarrierFsyncsWhatWasAcknowledgedBeforeIt(t *testing.T) {
 		out := map[string]int64{}
 		for _, topic := range []string{protocol.StatusTopic, reply} {
 			for part := range int32(2) {
-				path := filepath.Join(kafka.PartitionDir(dir, topic, part), "0.dat")
+				path := filepath.Join(broker.PartitionDir(dir, topic, part), "0.dat")
 				if info, err := os.Stat(path); err == nil && info.Size() > 0 {
 					out[path] = info.Size()
 				}
@@ -219,7 +220,7 @@ func TestSyncBarrierFsyncsWhatWasAcknowledgedBeforeIt(t *testing.T) {
 	require.NoError(t, client.ProduceSync(ctx, &kgo.Record{Topic: unsyncedTopic, Value: []byte("command")}).FirstErr())
 	written := segments()
 	require.Len(t, written, 4, "keys spread over both partitions of both topics")
-	require.Zero(t, kafka.SyncRounds(b), "statuses are acknowledged without an fsync")
+	require.Zero(t, broker.SyncRounds(b), "statuses are acknowledged without an fsync")
 
 	require.NoError(t, client.ProduceSync(ctx, &kgo.Record{Topic: protocol.SyncBarrierTopic, Value: nil}).FirstErr())
 	for path, size := range written {
@@ -228,15 +229,15 @@ func TestSyncBarrierFsyncsWhatWasAcknowledgedBeforeIt(t *testing.T) {
 		require.GreaterOrEqual(t, synced, size, "%s is not fsynced as far as it was acknowledged", path)
 	}
 	for part := range int32(2) {
-		_, ok := sizes.get(filepath.Join(kafka.PartitionDir(dir, unsyncedTopic, part), "0.dat"))
+		_, ok := sizes.get(filepath.Join(broker.PartitionDir(dir, unsyncedTopic, part), "0.dat"))
 		require.False(t, ok, "a barrier does not fsync commands: recovery sends them again")
 	}
 
 	require.NoError(t, client.ProduceSync(ctx, &kgo.Record{Topic: reply, Key: []byte("o-late"), Value: []byte("later")}).FirstErr())
 	later := segments()
-	rounds := kafka.SyncRounds(b)
+	rounds := broker.SyncRounds(b)
 	require.NoError(t, client.ProduceSync(ctx, &kgo.Record{Topic: protocol.SyncBarrierTopic, Value: nil}).FirstErr())
-	require.Equal(t, rounds+1, kafka.SyncRounds(b))
+	require.Equal(t, rounds+1, broker.SyncRounds(b))
 	for path, size := range later {
 		synced, _ := sizes.get(path)
 		require.GreaterOrEqual(t, synced, size, "%s: the second barrier did not sync what came after the first", path)
@@ -253,7 +254,7 @@ func TestBrokerConcurrentProducesShareFsyncs(t *testing.T) {
 	)
 	// The first round is held until every produce waits for an fsync, so
 	// all but those in the first round must share the second.
-	kafka.SetSyncHooks(b, kafka.SyncHooks{
+	broker.SetSyncHooks(b, broker.SyncHooks{
 		Joined: func() {
 			if joined.Add(1) == producers {
 				close(allJoined)
@@ -275,14 +276,14 @@ func TestBrokerConcurrentProducesShareFsyncs(t *testing.T) {
 	for err := range errs {
 		require.NoError(t, err)
 	}
-	require.LessOrEqual(t, kafka.SyncRounds(b), int64(2), "%d produces did not share fsync rounds", producers)
+	require.LessOrEqual(t, broker.SyncRounds(b), int64(2), "%d produces did not share fsync rounds", producers)
 }
 
 func TestBrokerRefusesSecondBrokerOnSameDataDir(t *testing.T) {
 	dir := t.TempDir()
 	first := startBroker(t, dir, nil)
-	_, err := kafka.StartBroker(kafka.BrokerConfig{Listen: "127.0.0.1:0", DataDir: dir, Logger: slog.New(slog.DiscardHandler)})
-	require.ErrorIs(t, err, kafka.ErrDataDirLocked)
+	_, err := broker.Start(broker.Config{Listen: "127.0.0.1:0", DataDir: dir, Logger: slog.New(slog.DiscardHandler)})
+	require.ErrorIs(t, err, broker.ErrDataDirLocked)
 	require.ErrorContains(t, err, dir)
 	first.Close()
 
@@ -307,7 +308,7 @@ func TestBrokerPowerLossLosesNoAckedOrderAndSkipsNoNewRecord(t *testing.T) {
 	var sizes syncedSizes
 
 	b := startBroker(t, dir, nil)
-	kafka.SetSyncHooks(b, kafka.SyncHooks{Synced: sizes.record})
+	broker.SetSyncHooks(b, broker.SyncHooks{Synced: sizes.record})
 	producer := newClient(t, b)
 	produce(ctx, t, producer, "old", before)
 	got := consumeGroup(ctx, t, b, group, before, before)
@@ -384,7 +385,7 @@ func produce(ctx context.Context, t *testing.T, client *kgo.Client, prefix strin
 
 // consumeGroup consumes both topics in the group until it has at least
 // orders and statuses records, commits, and leaves the group.
-func consumeGroup(ctx context.Context, t *testing.T, b *kafka.Broker, group string, orders, statuses int) map[string][]string {
+func consumeGroup(ctx context.Context, t *testing.T, b *broker.Broker, group string, orders, statuses int) map[string][]string {
 	t.Helper()
 	client, err := kgo.NewClient(
 		kgo.SeedBrokers(b.Addrs()...),
@@ -421,16 +422,16 @@ func BenchmarkProduceSynced(b *testing.B) {
 	}{{"synced", nil, false}, {"unsynced", []string{}, false}, {"fsync-every-batch", nil, true}} {
 		for _, producers := range []int{1, 64} {
 			b.Run(fmt.Sprintf("%s/producers=%d", mode.name, producers), func(b *testing.B) {
-				broker, err := kafka.StartBroker(kafka.BrokerConfig{
+				embedded, err := broker.Start(broker.Config{
 					Listen: "127.0.0.1:0", DataDir: b.TempDir(), Partitions: 4,
 					Topics: []string{protocol.OrdersTopic}, SyncTopics: mode.sync, Fsync: mode.fsync, Logger: slog.New(slog.DiscardHandler),
 				})
 				require.NoError(b, err)
-				b.Cleanup(broker.Close)
+				b.Cleanup(embedded.Close)
 				ctx := testContext(b)
 				clients := make([]*kgo.Client, producers)
 				for i := range clients {
-					clients[i] = newClient(b, broker)
+					clients[i] = newClient(b, embedded)
 					require.NoError(b, clients[i].ProduceSync(ctx, &kgo.Record{Topic: protocol.OrdersTopic, Value: []byte("warm-up")}).FirstErr())
 				}
 				value := bytes.Repeat([]byte("x"), 200)
@@ -456,7 +457,7 @@ func BenchmarkProduceSynced(b *testing.B) {
 				}
 				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
 				if mode.sync == nil && !mode.fsync {
-					b.ReportMetric(float64(kafka.SyncRounds(broker)-int64(producers))/float64(b.N), "rounds/op")
+					b.ReportMetric(float64(broker.SyncRounds(embedded)-int64(producers))/float64(b.N), "rounds/op")
 				}
 			})
 		}

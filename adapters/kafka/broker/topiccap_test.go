@@ -1,4 +1,4 @@
-package kafka_test
+package broker_test
 
 import (
 	"fmt"
@@ -12,7 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/sagaengine/saga/adapters/kafka"
+	"github.com/sagaengine/saga/adapters/kafka/broker"
 	"github.com/sagaengine/saga/domain/protocol"
 )
 
@@ -23,8 +23,8 @@ import (
 // while a reply topic a caller created itself (CreateTopics, as the Go
 // client and sagactl do before they submit) is never deleted to make room.
 func TestTopicCapMakesRoomWithTheOldestAutoCreatedReplyTopics(t *testing.T) {
-	b, err := kafka.StartBroker(kafka.BrokerConfig{
-		Listen: "127.0.0.1:0", DataDir: t.TempDir(), Partitions: 1, MaxTopics: 5, Retention: &kafka.Retention{},
+	b, err := broker.Start(broker.Config{
+		Listen: "127.0.0.1:0", DataDir: t.TempDir(), Partitions: 1, MaxTopics: 5, Retention: &broker.Retention{},
 		Topics: []string{protocol.OrdersTopic, protocol.StatusTopic}, Logger: slog.New(slog.DiscardHandler),
 	})
 	require.NoError(t, err)
@@ -63,8 +63,8 @@ func TestTopicCapMakesRoomWithTheOldestAutoCreatedReplyTopics(t *testing.T) {
 // topics are still created and the topics that exist still take records;
 // once the idle reply topics are deleted, new ones are created again.
 func TestTopicCapRefusesNewReplyTopicsAndIdleOnesAreDeleted(t *testing.T) {
-	b, err := kafka.StartBroker(kafka.BrokerConfig{
-		Listen: "127.0.0.1:0", DataDir: t.TempDir(), Partitions: 1, MaxTopics: 5, Retention: &kafka.Retention{},
+	b, err := broker.Start(broker.Config{
+		Listen: "127.0.0.1:0", DataDir: t.TempDir(), Partitions: 1, MaxTopics: 5, Retention: &broker.Retention{},
 		Topics: []string{protocol.OrdersTopic, protocol.StatusTopic}, Logger: slog.New(slog.DiscardHandler),
 	})
 	require.NoError(t, err)
@@ -79,7 +79,7 @@ func TestTopicCapRefusesNewReplyTopicsAndIdleOnesAreDeleted(t *testing.T) {
 		require.ErrorIs(t, err, kerr.UnknownTopicOrPartition, "reply.c%d is refused: the cap holds only topics callers created", i)
 	}
 	topics, max, err := b.TopicCapacity()
-	require.ErrorIs(t, err, kafka.ErrTopicCap)
+	require.ErrorIs(t, err, broker.ErrTopicCap)
 	assert.Equal(t, 5, topics)
 	assert.Equal(t, 5, max)
 	assert.GreaterOrEqual(t, b.RefusedTopics(), int64(7))
@@ -92,7 +92,7 @@ func TestTopicCapRefusesNewReplyTopicsAndIdleOnesAreDeleted(t *testing.T) {
 	// forgets those of finished tasks): its metadata refreshes no longer
 	// name them, which would create them again.
 	client.PurgeTopicsFromClient("reply.c0", "reply.c1", "reply.c2", "reply.c3", "reply.c4", "reply.c5", "reply.c6", "reply.c7", "reply.c8", "reply.c9")
-	idle := kafka.Retention{IdleReplyTopicAfter: time.Nanosecond}
+	idle := broker.Retention{IdleReplyTopicAfter: time.Nanosecond}
 	_, err = b.RetainOnce(ctx, idle) // sees the reply topics' ends
 	require.NoError(t, err)
 	_, err = b.RetainOnce(ctx, idle) // and that they have not moved
@@ -107,15 +107,15 @@ func TestTopicCapRefusesNewReplyTopicsAndIdleOnesAreDeleted(t *testing.T) {
 
 // listTopics lists the broker's topics with a fresh client: a client
 // answers a listing from its metadata cache for a while.
-func listTopics(t *testing.T, b *kafka.Broker) kadm.TopicDetails {
+func listTopics(t *testing.T, b *broker.Broker) kadm.TopicDetails {
 	listed, err := kadm.NewClient(newClient(t, b)).ListTopics(testContext(t))
 	require.NoError(t, err)
 	return listed
 }
 
 func TestDefaultMaxTopicsFollowsTheFileLimit(t *testing.T) {
-	assert.Equal(t, 256, kafka.DefaultMaxTopics(4096, 4), "half of 4096 fds at 8 a topic")
-	assert.Equal(t, 64, kafka.DefaultMaxTopics(256, 4), "never below 64")
-	assert.Equal(t, 4096, kafka.DefaultMaxTopics(0, 4), "unknown limit")
-	assert.Equal(t, 262144, kafka.DefaultMaxTopics(1<<20, 1))
+	assert.Equal(t, 256, broker.DefaultMaxTopics(4096, 4), "half of 4096 fds at 8 a topic")
+	assert.Equal(t, 64, broker.DefaultMaxTopics(256, 4), "never below 64")
+	assert.Equal(t, 4096, broker.DefaultMaxTopics(0, 4), "unknown limit")
+	assert.Equal(t, 262144, broker.DefaultMaxTopics(1<<20, 1))
 }

@@ -1,4 +1,4 @@
-package kafka
+package broker
 
 import (
 	"context"
@@ -20,7 +20,7 @@ import (
 // written one goes after the idle time. Time is given to the pass, not
 // waited for.
 func TestAnEmptyReplyTopicWaitsLongerBeforeItIsDeleted(t *testing.T) {
-	b, err := StartBroker(BrokerConfig{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Partitions: 1, Retention: &Retention{},
+	b, err := Start(Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Partitions: 1, Retention: &Retention{},
 		Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	t.Cleanup(b.Close)

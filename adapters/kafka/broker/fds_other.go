@@ -1,6 +1,6 @@
 //go:build !(linux || darwin || freebsd || netbsd || openbsd || dragonfly)
 
-package kafka
+package broker
 
 // OpenFiles reports -1 and 0 where the system says neither how many file
 // descriptors the process has open nor its limit.

@@ -1,4 +1,4 @@
-package kafka
+package broker
 
 import (
 	"context"
@@ -17,6 +17,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/domain/protocol"
@@ -35,13 +38,13 @@ const MaxRecordBytes = 16 << 20
 // exclusive lock on.
 const lockFileName = "saga-broker.lock"
 
-// ErrDataDirLocked is returned by StartBroker when another broker, in this
+// ErrDataDirLocked is returned by Start when another broker, in this
 // process or another, is using the data directory: two brokers on one
 // directory would overwrite each other's log.
 var ErrDataDirLocked = errors.New("data directory is locked by another broker")
 
 // DefaultSyncTopics are the topics whose produces the embedded broker
-// acknowledges only once they are on stable storage when BrokerConfig's
+// acknowledges only once they are on stable storage when Config's
 // SyncTopics is nil: every topic but those listed with "!". So the orders
 // topic and every other topic a workflow is triggered by (the input whose
 // loss the event store cannot make good), the dead-letter topic (the only
@@ -63,15 +66,15 @@ var DefaultSyncTopics = []string{"*", "!" + protocol.CommandTopicPrefix + "*", "
 	"!" + protocol.StatusTopic, "!" + domain.ReplyTopicPrefix + "*", "!reply.*"}
 
 // SyncTopicMatch reports whether topic is one of patterns, names or
-// prefix* patterns as BrokerConfig.SyncTopics takes them.
+// prefix* patterns as Config.SyncTopics takes them.
 func SyncTopicMatch(patterns []string, topic string) bool { return topicMatcher(patterns)(topic) }
 
-// BrokerConfig configures the embedded broker.
-type BrokerConfig struct {
+// Config configures the embedded broker.
+type Config struct {
 	// Listen is host:port to serve the Kafka protocol on; port 0 picks one.
 	Listen string
 	// DataDir keeps topics, records and group offsets across restarts. One
-	// broker at a time may use it: StartBroker fails with ErrDataDirLocked
+	// broker at a time may use it: Start fails with ErrDataDirLocked
 	// otherwise.
 	DataDir string
 	// Partitions of each topic created, including auto-created ones.
@@ -116,6 +119,17 @@ type BrokerConfig struct {
 	Logger    *slog.Logger
 }
 
+// The SASL mechanisms the embedded broker accepts, named as Kafka names
+// them.
+const (
+	// SASLPlain takes the user and password as they are: only over TLS.
+	SASLPlain = "PLAIN"
+	// SASLScramSHA256 is SCRAM with SHA-256 (RFC 7677).
+	SASLScramSHA256 = "SCRAM-SHA-256"
+	// SASLScramSHA512 is SCRAM with SHA-512.
+	SASLScramSHA512 = "SCRAM-SHA-512"
+)
+
 // SASLUser is a user the embedded broker accepts.
 type SASLUser struct {
 	// Mechanism is SASLPlain, SASLScramSHA256 or SASLScramSHA512; a SCRAM
@@ -126,6 +140,20 @@ type SASLUser struct {
 
 // String shows the user without the password.
 func (u SASLUser) String() string { return u.Mechanism + " " + u.User }
+
+// mechanism is the SASL mechanism a client logs in with as u; nil for a
+// mechanism the broker does not accept.
+func (u SASLUser) mechanism() sasl.Mechanism {
+	switch strings.ToUpper(u.Mechanism) {
+	case SASLPlain:
+		return plain.Auth{User: u.User, Pass: u.Password}.AsMechanism()
+	case SASLScramSHA256:
+		return scram.Auth{User: u.User, Pass: u.Password}.AsSha256Mechanism()
+	case SASLScramSHA512:
+		return scram.Auth{User: u.User, Pass: u.Password}.AsSha512Mechanism()
+	}
+	return nil
+}
 
 // Broker is a running embedded Kafka-protocol broker.
 //
@@ -144,7 +172,7 @@ func (u SASLUser) String() string { return u.Mechanism + " " + u.User }
 //
 // The one hazard in unsynced data is a committed offset that survives while
 // the records it covers do not: new records would reuse the lost offsets
-// and a group would skip them. StartBroker therefore clamps every committed
+// and a group would skip them. Start therefore clamps every committed
 // offset to its partition's log end before any client is served.
 type Broker struct {
 	cluster  *kfake.Cluster
@@ -164,8 +192,8 @@ type Broker struct {
 	idle   idleTopics
 }
 
-// StartBroker starts the embedded broker.
-func StartBroker(cfg BrokerConfig) (*Broker, error) {
+// Start starts the embedded broker.
+func Start(cfg Config) (*Broker, error) {
 	if cfg.Listen == "" {
 		cfg.Listen = DefaultListen
 	}
@@ -338,7 +366,7 @@ func (b *Broker) internalClient() (*kgo.Client, error) {
 	opts := []kgo.Opt{kgo.SeedBrokers(b.listener.Addr().String()), kgo.Dialer(b.listener.dialInternal)}
 	if u := b.internalAuth; u.User != "" {
 		// In-process connections skip TLS, not SASL.
-		opts = append(opts, kgo.SASL(Security{SASLMechanism: u.Mechanism, SASLUser: u.User, SASLPassword: u.Password}.mechanism()))
+		opts = append(opts, kgo.SASL(u.mechanism()))
 	}
 	return kgo.NewClient(opts...)
 }
@@ -436,7 +464,7 @@ func (b *Broker) Addrs() []string { return b.cluster.ListenAddrs() }
 // what a power loss cannot take back. It is for tests and diagnostics (a
 // power-loss test keeps only what was synced); call it before producing.
 // It does nothing on a broker that syncs no topic or every batch
-// (BrokerConfig.Fsync).
+// (Config.Fsync).
 func (b *Broker) ObserveSyncs(f func(path string, size int64)) {
 	if b.sync != nil {
 		b.sync.hooks.synced = f

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package kafka
+package broker
 
 import "os"
 
