@@ -148,3 +148,18 @@ func TestContractSuiteStaysInTests(t *testing.T) {
 			"the contract suite depends on %s", dep)
 	}
 }
+
+// TestTheEmbeddedBrokerImportsNothingAboveIt keeps the embedded Kafka
+// broker (adapters/kafka/broker) a server of its own, as adapters/esdbserver
+// is: of saga it depends on domain and domain/protocol only, not on the
+// Kafka client (adapters/kafka), the processes or the engine.
+func TestTheEmbeddedBrokerImportsNothingAboveIt(t *testing.T) {
+	brokerPackage := module + "adapters/kafka/broker"
+	deps := goList(t, "{{.ImportPath}}", "adapters/kafka/broker", true)
+	require.Contains(t, deps, brokerPackage, "go list found no broker package")
+	for _, dep := range deps {
+		if strings.HasPrefix(dep, module) && dep != brokerPackage {
+			assert.True(t, violates(dep, []string{module + "domain"}), "adapters/kafka/broker depends on %s", dep)
+		}
+	}
+}
