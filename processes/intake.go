@@ -36,16 +36,31 @@ type UnfinishedLimit struct {
 	Max    int
 	Logger *slog.Logger
 
+	once sync.Once
+	// turn is held by the one waiting order that looks for room.
+	turn chan struct{}
 	mu   sync.Mutex
 	held bool
 }
 
-// AwaitRoom waits until fewer than Max tasks are unfinished.
+// AwaitRoom waits until fewer than Max tasks are unfinished. Orders that
+// find no room wait their turn, and only the first looks for room, so a
+// thousand waiting orders cost one poll, and they pass one at a time.
 func (l *UnfinishedLimit) AwaitRoom(ctx context.Context) error {
 	limit := l.Max
 	if limit <= 0 {
 		limit = DefaultMaxUnfinishedTasks
 	}
+	if l.Unfinished() < limit {
+		return nil
+	}
+	l.once.Do(func() { l.turn = make(chan struct{}, 1) })
+	select {
+	case l.turn <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-l.turn }()
 	if l.Unfinished() < limit {
 		return nil
 	}

@@ -62,3 +62,36 @@ func TestRefusedOrdersDoNotWaitForRoom(t *testing.T) {
 	require.NoError(t, sub.HandleOrder(ctx, processes.Inbound{Topic: "orders", Key: "bad", Value: []byte("not json")}))
 	assert.EqualValues(t, 1, sub.Stats().Rejected)
 }
+
+// TestWaitingOrdersPassOneAtATime: when one task finishes, one of many
+// waiting orders passes, not all of them at once past the bound.
+func TestWaitingOrdersPassOneAtATime(t *testing.T) {
+	var unfinished, passed atomic.Int64
+	unfinished.Store(3)
+	limit := &processes.UnfinishedLimit{Max: 3, Unfinished: func() int { return int(unfinished.Load()) }}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errs := make(chan error, 20)
+	for range 20 {
+		go func() {
+			err := limit.AwaitRoom(ctx)
+			if err == nil {
+				passed.Add(1)
+				unfinished.Add(1) // the order became a task
+			}
+			errs <- err
+		}()
+	}
+	unfinished.Add(-1)
+	require.Eventually(t, func() bool { return passed.Load() == 1 }, 10*time.Second, time.Millisecond)
+	assert.Never(t, func() bool { return passed.Load() > 1 }, 200*time.Millisecond, 5*time.Millisecond)
+	cancel()
+	given := 0
+	for range 20 {
+		if err := <-errs; err != nil {
+			require.ErrorIs(t, err, context.Canceled)
+			given++
+		}
+	}
+	assert.Equal(t, 19, given, "the others were still waiting")
+}
