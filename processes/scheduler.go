@@ -18,6 +18,8 @@ import (
 
 	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/domain/protocol"
+	"github.com/sagaengine/saga/processes/internal/tracing"
+	"github.com/sagaengine/saga/processes/port"
 )
 
 // Scheduler is the process manager that drives tasks through their steps.
@@ -210,7 +212,7 @@ func (s *Scheduler) setup() {
 			n = DefaultShards
 		}
 		s.ready = make(chan struct{})
-		s.tracer = tracer(s.Tracing)
+		s.tracer = tracing.Tracer(s.Tracing)
 		for i := 0; i < n; i++ {
 			s.shards = append(s.shards, &shard{s: s, inbox: make(chan job, inboxSize), tasks: map[string]*domain.Task{}, done: map[string]int64{}, doneOrder: &doneOrder{},
 				unsure: map[string]struct{}{}, pokes: make(chan struct{}, 1), poked: map[string]struct{}{}})
@@ -463,8 +465,8 @@ func (s *Scheduler) WaitingByPriority() map[string]map[domain.Priority]int {
 // the agent's, and the parent of what the reply leads to.
 func (s *Scheduler) HandleReply(ctx context.Context, msg Inbound) (err error) {
 	s.setup()
-	ctx, span := consumerSpan(ctx, s.tracer, SpanReply, msg)
-	defer func() { endSpan(span, err) }()
+	ctx, span := tracing.ConsumerSpan(ctx, s.tracer, SpanReply, msg)
+	defer func() { tracing.EndSpan(span, err) }()
 	reply, err := protocol.ParseStepReply(msg.Value)
 	if err != nil {
 		return s.rejectReply(ctx, msg, err)
@@ -477,9 +479,9 @@ func (s *Scheduler) HandleReply(ctx context.Context, msg Inbound) (err error) {
 // without the encoding. It is the ReplySender of such commands.
 func (s *Scheduler) RecordReply(ctx context.Context, reply protocol.StepReply) (err error) {
 	s.setup()
-	msg := inProcess(protocol.RepliesTopic, reply.TaskID, reply.TraceParent)
-	ctx, span := consumerSpan(ctx, s.tracer, SpanReply, msg)
-	defer func() { endSpan(span, err) }()
+	msg := port.InProcessMessage(protocol.RepliesTopic, reply.TaskID, reply.TraceParent)
+	ctx, span := tracing.ConsumerSpan(ctx, s.tracer, SpanReply, msg)
+	defer func() { tracing.EndSpan(span, err) }()
 	return s.record(ctx, reply, msg)
 }
 
@@ -488,7 +490,7 @@ func (s *Scheduler) RecordReply(ctx context.Context, reply protocol.StepReply) (
 // recorded.
 func (s *Scheduler) record(ctx context.Context, reply protocol.StepReply, msg Inbound) error {
 	span := trace.SpanFromContext(ctx)
-	setAttributes(span, func() []attribute.KeyValue {
+	tracing.SetAttributes(span, func() []attribute.KeyValue {
 		return []attribute.KeyValue{AttrTaskID.String(reply.TaskID), AttrStep.String(reply.Step), AttrAction.String(reply.Action),
 			AttrAttempt.Int(reply.Attempt), AttrAgent.String(reply.Agent), AttrOutcome.String(reply.Outcome)}
 	})
@@ -544,7 +546,7 @@ func (s *Scheduler) Start(ctx context.Context, id string, meta domain.EventMetad
 // rejectReply dead-letters a reply that can never be recorded.
 func (s *Scheduler) rejectReply(ctx context.Context, msg Inbound, reason error) error {
 	s.rejectedReplies.Add(1)
-	failSpan(trace.SpanFromContext(ctx), reason)
+	tracing.FailSpan(trace.SpanFromContext(ctx), reason)
 	s.Logger.Warn("reply rejected to dead letters", "source", msg.Source(), "reason", reason.Error())
 	return errors.Wrap(s.DeadLetters.DeadLetter(ctx, msg, reason.Error()), "dead-letter reply")
 }
@@ -630,7 +632,7 @@ func (sh *shard) roomFreed(ctx context.Context) {
 	}
 	slices.SortStableFunc(due, func(a, b *domain.Task) int { return a.Priority.Rank() - b.Priority.Rank() })
 	for _, t := range due {
-		sh.advance(withTraceParent(ctx, t.TraceParent), t, "room-freed")
+		sh.advance(tracing.WithTraceParent(ctx, t.TraceParent), t, "room-freed")
 	}
 }
 
@@ -654,7 +656,7 @@ func (sh *shard) resumeAll(ctx context.Context) {
 		if !sh.s.owns(t.ID) {
 			continue
 		}
-		ctx := withTraceParent(ctx, t.TraceParent)
+		ctx := tracing.WithTraceParent(ctx, t.TraceParent)
 		sh.resend(ctx, t)
 		sh.advance(ctx, t, "resume")
 	}
@@ -684,7 +686,7 @@ func (sh *shard) wake(ctx context.Context) {
 	}
 	slices.SortStableFunc(due, func(a, b *domain.Task) int { return a.Priority.Rank() - b.Priority.Rank() })
 	for _, t := range due {
-		sh.advance(withTraceParent(ctx, t.TraceParent), t, "retry-due")
+		sh.advance(tracing.WithTraceParent(ctx, t.TraceParent), t, "retry-due")
 	}
 	sh.armTimer()
 }
@@ -766,7 +768,7 @@ func (sh *shard) onEvent(ctx context.Context, e *domain.RecordedEvent) {
 	if !ValidTraceParent(parent) {
 		parent = t.TraceParent
 	}
-	ctx = withTraceParent(ctx, parent)
+	ctx = tracing.WithTraceParent(ctx, parent)
 	switch ev.(type) {
 	case domain.CompensationRequested, domain.TaskCancelled:
 		var span trace.Span
@@ -890,7 +892,7 @@ func (sh *shard) onReply(ctx context.Context, r protocol.StepReply, source strin
 	case errors.Is(err, domain.ErrStaleReply):
 		sh.s.staleReplies.Add(1)
 		trace.SpanFromContext(ctx).SetAttributes(AttrOutcome.String("stale"))
-		taskLogger(ctx, sh.s.Logger, r.TaskID).Debug("stale reply ignored", "source", source, "reason", err.Error())
+		tracing.TaskLogger(ctx, sh.s.Logger, r.TaskID).Debug("stale reply ignored", "source", source, "reason", err.Error())
 		return nil
 	case err == nil && sh.s.Observer != nil && !dispatchedAt.IsZero():
 		action := r.Action
@@ -908,7 +910,7 @@ func (sh *shard) onReply(ctx context.Context, r protocol.StepReply, source strin
 // appended events: commands are produced only after the append that
 // records them.
 func (sh *shard) update(ctx context.Context, id string, known *domain.Task, causation string, decide domain.UpdateFunc) error {
-	meta := domain.EventMetadata{CausationID: causation, Actor: sh.s.Actor, TraceParent: storedTraceParent(ctx)}
+	meta := domain.EventMetadata{CausationID: causation, Actor: sh.s.Actor, TraceParent: tracing.StoredTraceParent(ctx)}
 	u, err := sh.s.repo.Update(ctx, id, known, meta, decide)
 	sh.s.conflicts.Add(int64(u.Conflicts))
 	switch {
@@ -922,7 +924,7 @@ func (sh *shard) update(ctx context.Context, id string, known *domain.Task, caus
 	}
 	if err != nil {
 		if !errors.Is(err, domain.ErrTaskNotFound) && !errors.Is(err, domain.ErrStaleReply) && !errors.Is(err, domain.ErrUnknownStep) && ctx.Err() == nil {
-			taskLogger(ctx, sh.s.Logger, id).Error("decide for a task", "err", err.Error())
+			tracing.TaskLogger(ctx, sh.s.Logger, id).Error("decide for a task", "err", err.Error())
 		}
 		return err
 	}
@@ -950,7 +952,7 @@ func (sh *shard) start(ctx context.Context, sub *submission) error {
 		return errors.Mark(err, ErrNotStarted)
 	}
 	decided := t.Next(wf, sh.decision(t))
-	meta := domain.EventMetadata{CausationID: sub.meta.CausationID, Actor: sh.s.Actor, TraceParent: storedTraceParent(withTraceParent(ctx, sub.meta.TraceParent))}
+	meta := domain.EventMetadata{CausationID: sub.meta.CausationID, Actor: sh.s.Actor, TraceParent: tracing.StoredTraceParent(tracing.WithTraceParent(ctx, sub.meta.TraceParent))}
 	if err := sh.s.repo.CreateDecided(ctx, sub.id, sub.meta, sub.events, meta, decided); err != nil {
 		// What the decision noted (an instance's load) must follow the
 		// stream as it is, whatever it holds.
@@ -997,17 +999,17 @@ func (sh *shard) carryOut(ctx context.Context, t *domain.Task, events []domain.E
 func (sh *shard) send(ctx context.Context, t *domain.Task, a domain.InFlightAttempt) {
 	cmd, err := commandFor(ctx, sh.s.Workflows, t, a)
 	if err != nil {
-		taskLogger(ctx, sh.s.Logger, t.ID).Error("build command", "step", a.Step, "err", err.Error())
+		tracing.TaskLogger(ctx, sh.s.Logger, t.ID).Error("build command", "step", a.Step, "err", err.Error())
 		return
 	}
 	ctx, span := sh.s.tracer.Start(ctx, SpanDispatch, trace.WithSpanKind(trace.SpanKindProducer))
-	setAttributes(span, func() []attribute.KeyValue {
+	tracing.SetAttributes(span, func() []attribute.KeyValue {
 		return []attribute.KeyValue{AttrTaskID.String(t.ID), AttrWorkflow.String(t.Workflow), AttrStep.String(cmd.Step), AttrAgent.String(cmd.Agent),
 			AttrAction.String(cmd.Action), AttrAttempt.Int(cmd.Attempt),
 			attribute.String("messaging.system", "kafka"), attribute.String("messaging.destination.name", protocol.CommandTopicFor(cmd.Agent, cmd.Priority))}
 	})
 	defer span.End()
-	cmd.TraceParent = outgoingTraceParent(ctx, t.TraceParent)
+	cmd.TraceParent = tracing.OutgoingTraceParent(ctx, t.TraceParent)
 	if route, ok := routeOf(sh.s.Agents, cmd.Agent, a.Instance, protocol.CommandTopicFor(cmd.Agent, cmd.Priority), sh.s.Clock.Now()); ok {
 		cmd.Route = route
 		span.SetAttributes(AttrInstance.String(route.Instance))
@@ -1015,8 +1017,8 @@ func (sh *shard) send(ctx context.Context, t *domain.Task, a domain.InFlightAtte
 	if err := sh.s.Commands.SendCommand(ctx, cmd); err != nil {
 		// The dispatch is recorded; a restart re-sends it and the
 		// supervisor retries it once CompleteBy passes.
-		failSpan(span, err)
-		taskLogger(ctx, sh.s.Logger, t.ID).Error("send command", "step", cmd.Step, "action", cmd.Action, "attempt", a.Attempt, "err", err.Error())
+		tracing.FailSpan(span, err)
+		tracing.TaskLogger(ctx, sh.s.Logger, t.ID).Error("send command", "step", cmd.Step, "action", cmd.Action, "attempt", a.Attempt, "err", err.Error())
 		return
 	}
 	sh.s.dispatched.Add(1)
