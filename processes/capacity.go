@@ -3,27 +3,24 @@ package processes
 import (
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/domain/protocol"
+	"github.com/sagaengine/saga/processes/dispatch"
 )
 
-// capacity is the scheduler's view of how much work each agent takes: it
-// admits a dispatch only while the agent's healthy instances have room,
-// chooses the instance, and keeps the dispatches that must wait, waking
-// the highest-ranked first when room frees.
+// capacity is the scheduler's state of how much work each agent has: the
+// attempts in flight by agent and instance, the dispatches that wait for
+// room (woken, highest-ranked first, when room frees) and the instances
+// that gave work back. Whether a dispatch may go, and to which instance,
+// is dispatch policy (dispatch.View) over that state.
 //
 // Every scheduler instance folds every unfinished task, so the attempts in
-// flight it counts are those of every scheduler, not only its own. An
-// attempt counts against the agent while it is in flight on an instance
-// that is live and not unhealthy, or on no known instance (sent before the
-// agent's heartbeats were known, or by a build that chose none): attempts
-// hanging on an instance that turned unhealthy do not keep its healthy
-// peers from taking new work. Two schedulers may both admit the last free
-// slot at once; the agent instance's own limit still holds.
+// flight it counts are those of every scheduler, not only its own. Two
+// schedulers may both admit the last free slot at once; the agent
+// instance's own limit still holds.
 type capacity struct {
 	dir   AgentDirectory
 	clock Clock
@@ -123,8 +120,26 @@ func (c *capacity) admit(agent string, t *domain.Task, wake func()) domain.Admis
 			}
 		}
 	}
-	room := c.roomLocked(agent, instances)
-	since := waitingSince(t, now)
+	v := c.viewLocked(agent, instances)
+	since := dispatch.WaitingSince(t, now)
+	a := v.Admit(c.aheadLocked(agent, t, since, now))
+	if !a.OK {
+		ws := c.waiting[agent]
+		if ws == nil {
+			ws = map[string]waiter{}
+			c.waiting[agent] = ws
+		}
+		ws[t.ID] = waiter{priority: t.Priority, since: since, wake: wake}
+		return a
+	}
+	delete(c.waiting[agent], t.ID)
+	c.setLocked(t.ID, &route{agent: agent, instance: a.Instance})
+	return a
+}
+
+// aheadLocked counts the tasks waiting at agent that rank above t
+// (domain.AgedRank), which go first.
+func (c *capacity) aheadLocked(agent string, t *domain.Task, since, now time.Time) int {
 	mine := domain.AgedRank(t.Priority, now.Sub(since), c.aging)
 	ahead := 0
 	for id, w := range c.waiting[agent] {
@@ -132,58 +147,12 @@ func (c *capacity) admit(agent string, t *domain.Task, wake func()) domain.Admis
 			ahead++
 		}
 	}
-	instance, ok := c.chooseLocked(agent, instances)
-	if room.free <= ahead || !ok {
-		ws := c.waiting[agent]
-		if ws == nil {
-			ws = map[string]waiter{}
-			c.waiting[agent] = ws
-		}
-		ws[t.ID] = waiter{priority: t.Priority, since: since, wake: wake}
-		return domain.Admission{Reason: room.reason(agent)}
-	}
-	delete(c.waiting[agent], t.ID)
-	c.setLocked(t.ID, &route{agent: agent, instance: instance})
-	return domain.Admission{OK: true, Instance: instance}
+	return ahead
 }
 
-// waitingSince is when the task began to wait: its waiting leg's start, or
-// now.
-func waitingSince(t *domain.Task, now time.Time) time.Time {
-	for _, s := range t.Steps {
-		for _, l := range []*domain.Leg{&s.Leg, s.Compensation} {
-			if l.Waiting() && l.WaitingSince.Before(now) {
-				return *l.WaitingSince
-			}
-		}
-	}
-	return now
-}
-
-// room is how much an agent takes now.
-type room struct {
-	limit, used, free, healthy, live int
-	// why is the first unhealthy instance's reason, when none is healthy.
-	why string
-}
-
-func (r room) reason(agent string) string {
-	if r.limit == 0 {
-		s := "no healthy instance of " + agent + " (" + strconv.Itoa(r.live) + " live)"
-		if r.why != "" {
-			s += ": " + r.why
-		}
-		return s
-	}
-	return "at capacity: " + agent + " takes " + strconv.Itoa(r.limit) + " at once on " + strconv.Itoa(r.healthy) + " healthy " +
-		plural(r.healthy, "instance", "instances")
-}
-
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
+// viewLocked is agent as dispatch policy sees it now.
+func (c *capacity) viewLocked(agent string, instances []protocol.AgentHeartbeat) dispatch.View {
+	return dispatch.View{Agent: agent, Instances: instances, Load: c.load[agent], Avoid: c.avoid}
 }
 
 // DefaultReturnPause is how long a step given back waits before it goes
@@ -199,110 +168,7 @@ func (c *capacity) usable(agent string, now time.Time) bool {
 	instances := c.dir.Instances(agent, now)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, h := range instances {
-		if c.usableLocked(h) {
-			return true
-		}
-	}
-	return false
-}
-
-// usableLocked reports whether an instance may get work: live, healthy or on
-// trial, and not avoided since it gave an attempt back.
-func (c *capacity) usableLocked(h protocol.AgentHeartbeat) bool {
-	if h.Health != protocol.HealthHealthy && h.Health != protocol.HealthTrial {
-		return false
-	}
-	if at, ok := c.avoid[h.Instance]; ok && !h.At.After(at) {
-		return false
-	}
-	return true
-}
-
-// takes is how many calls at once an instance is given: its capacity when
-// healthy, one on trial.
-func takes(h protocol.AgentHeartbeat) int {
-	if h.Health == protocol.HealthTrial {
-		return min(h.Capacity, 1)
-	}
-	return h.Capacity
-}
-
-func (c *capacity) roomLocked(agent string, instances []protocol.AgentHeartbeat) room {
-	var r room
-	usable := map[string]bool{}
-	global := 0
-	for _, h := range instances {
-		r.live++
-		if h.GlobalLimit > 0 && (global == 0 || h.GlobalLimit < global) {
-			global = h.GlobalLimit
-		}
-		if !c.usableLocked(h) {
-			if r.why == "" && h.Reason != "" {
-				r.why = h.Instance + ": " + h.Reason
-			}
-			continue
-		}
-		usable[h.Instance] = true
-		r.healthy++
-		r.limit += takes(h)
-	}
-	if global > 0 {
-		r.limit = min(r.limit, global)
-	}
-	for instance, n := range c.load[agent] {
-		if instance == "" || usable[instance] || !known(instances, instance) {
-			r.used += n
-		}
-	}
-	r.free = max(r.limit-r.used, 0)
-	return r
-}
-
-// known reports whether instance is among the live ones.
-func known(instances []protocol.AgentHeartbeat, instance string) bool {
-	for _, h := range instances {
-		if h.Instance == instance {
-			return true
-		}
-	}
-	return false
-}
-
-// chooseLocked picks the usable instance with the most room for its
-// capacity; a trial instance only while it has nothing in flight. When
-// some usable instance announces the partitions it consumes, only those
-// that announce some are chosen (an instance that has none gets nothing
-// through Kafka); when none does (agents that do not say), any usable one
-// is, and the command goes by task id.
-func (c *capacity) chooseLocked(agent string, instances []protocol.AgentHeartbeat) (string, bool) {
-	load := c.load[agent]
-	anyConsumes := false
-	for _, h := range instances {
-		anyConsumes = anyConsumes || (c.usableLocked(h) && len(h.Partitions) > 0)
-	}
-	best, bestShare := "", 2.0
-	for _, h := range instances {
-		n := takes(h)
-		if !c.usableLocked(h) || n <= 0 || load[h.Instance] >= n || (anyConsumes && !consumes(h, agent)) {
-			continue
-		}
-		if share := float64(load[h.Instance]) / float64(n); share < bestShare {
-			best, bestShare = h.Instance, share
-		}
-	}
-	return best, best != ""
-}
-
-// consumes reports whether an instance announces a partition of one of
-// agent's command topics.
-func consumes(h protocol.AgentHeartbeat, agent string) bool {
-	for _, topic := range protocol.CommandTopics(agent) {
-		if len(h.Partitions[topic]) > 0 {
-			return true
-		}
-	}
-	return false
+	return c.viewLocked(agent, instances).AnyUsable()
 }
 
 // track notes the attempts t has in flight after an event; when one ended,
@@ -366,8 +232,8 @@ func (c *capacity) wakeLocked(agent string) []func() {
 		return nil
 	}
 	now := c.clock.Now()
-	r := c.roomLocked(agent, c.dir.Instances(agent, now))
-	if r.free == 0 {
+	r := c.viewLocked(agent, c.dir.Instances(agent, now)).Room()
+	if r.Free == 0 {
 		return nil
 	}
 	type ranked struct {
@@ -385,8 +251,8 @@ func (c *capacity) wakeLocked(agent string) []func() {
 		}
 		return a.since.Compare(b.since)
 	})
-	out := make([]func(), 0, min(r.free, len(all)))
-	for _, w := range all[:min(r.free, len(all))] {
+	out := make([]func(), 0, min(r.Free, len(all)))
+	for _, w := range all[:min(r.Free, len(all))] {
 		out = append(out, w.wake)
 	}
 	return out
