@@ -1,7 +1,6 @@
 package processes
 
 import (
-	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
@@ -298,27 +297,4 @@ func (c *capacity) waitingCount() map[string]map[domain.Priority]int {
 		}
 	}
 	return out
-}
-
-// routeOf is where to send a command for instance: a partition, picked at
-// random, that the instance consumes of topic (the command's band) or,
-// when it has none of that band, of the agent's other command topics,
-// highest first. ok is false when the instance announced none (the command
-// then goes by task id).
-func routeOf(dir AgentDirectory, agent, instance, topic string, now time.Time) (*protocol.Route, bool) {
-	if dir == nil || instance == "" {
-		return nil, false
-	}
-	for _, h := range dir.Instances(agent, now) {
-		if h.Instance != instance {
-			continue
-		}
-		for _, t := range append([]string{topic}, protocol.CommandTopics(agent)...) {
-			if parts := h.Partitions[t]; len(parts) > 0 {
-				return &protocol.Route{Instance: instance, Topic: t, Partition: parts[rand.IntN(len(parts))]}, true
-			}
-		}
-		return nil, false
-	}
-	return nil, false
 }

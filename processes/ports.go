@@ -34,6 +34,13 @@ type CommandSender interface {
 	SendCommand(ctx context.Context, cmd protocol.ExecuteStep) error
 }
 
+// CommandRouter maps the agent instance a dispatch names to where its
+// command goes: for Kafka, a partition the instance consumes
+// (protocol.Route). ok is false when the command goes by task id.
+type CommandRouter interface {
+	RouteCommand(agent, instance, topic string, now time.Time) (route *protocol.Route, ok bool)
+}
+
 // TaskStarter records a new task together with the first decisions for
 // it, in one append (Scheduler.Start); ErrNotStarted means the caller must
 // record the submission alone.

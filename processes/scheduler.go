@@ -85,6 +85,10 @@ type Scheduler struct {
 	// heartbeats gets its commands by task id, with no limit. Nil means
 	// no agent is known.
 	Agents AgentDirectory
+	// Router, when set, maps the instance a dispatch names to where its
+	// command goes (a partition the instance consumes); nil, or an
+	// instance it cannot map, sends the command by task id.
+	Router CommandRouter
 	// AgentsReady, when set, is closed once Agents has read the heartbeats
 	// there were when it started. The scheduler goes live only after it:
 	// deciding earlier would see no instance of any agent and dispatch
@@ -1010,9 +1014,11 @@ func (sh *shard) send(ctx context.Context, t *domain.Task, a domain.InFlightAtte
 	})
 	defer span.End()
 	cmd.TraceParent = tracing.OutgoingTraceParent(ctx, t.TraceParent)
-	if route, ok := routeOf(sh.s.Agents, cmd.Agent, a.Instance, protocol.CommandTopicFor(cmd.Agent, cmd.Priority), sh.s.Clock.Now()); ok {
-		cmd.Route = route
-		span.SetAttributes(AttrInstance.String(route.Instance))
+	if sh.s.Router != nil && a.Instance != "" {
+		if route, ok := sh.s.Router.RouteCommand(cmd.Agent, a.Instance, protocol.CommandTopicFor(cmd.Agent, cmd.Priority), sh.s.Clock.Now()); ok {
+			cmd.Route = route
+			span.SetAttributes(AttrInstance.String(route.Instance))
+		}
 	}
 	if err := sh.s.Commands.SendCommand(ctx, cmd); err != nil {
 		// The dispatch is recorded; a restart re-sends it and the

@@ -659,7 +659,7 @@ func (a *App) startScheduler(ctx context.Context) error {
 		Checkpoints: a.Store, CheckpointEvery: a.cfg.CheckpointEvery, Observer: a.Metrics, Tracing: a.tracing}
 	if a.AgentDirectory != nil {
 		// Dispatches go by the room and health of agents' instances.
-		a.Scheduler.Agents, a.Scheduler.AgentsReady = a.AgentDirectory, a.AgentDirectory.Ready()
+		a.Scheduler.Agents, a.Scheduler.AgentsReady, a.Scheduler.Router = a.AgentDirectory, a.AgentDirectory.Ready(), a.AgentDirectory
 	}
 	if a.inProcess != nil {
 		a.inProcess.replies = processes.ReplySenderFunc(a.Scheduler.RecordReply)
