@@ -1,6 +1,7 @@
 package processes
 
 import (
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -17,9 +18,10 @@ import (
 // is dispatch policy (dispatch.View) over that state.
 //
 // Every scheduler instance folds every unfinished task, so the attempts in
-// flight it counts are those of every scheduler, not only its own. Two
-// schedulers may both admit the last free slot at once; the agent
-// instance's own limit still holds.
+// flight it counts are those of every scheduler, not only its own. A
+// dispatch reserves room only once it is stored (track), so two decisions
+// (of two schedulers, or of two shards of one) may both admit the last
+// free slot at once; the agent instance's own limit still holds.
 type capacity struct {
 	dir   AgentDirectory
 	clock Clock
@@ -35,6 +37,13 @@ type capacity struct {
 	// avoid is, by instance, when it gave an attempt back: it gets no work
 	// until a heartbeat sent after that says it may.
 	avoid map[string]time.Time
+	// held is, by task, the dispatch a decision was admitted to while its
+	// append is under way (hold): it counts as in flight until the
+	// dispatch is stored (track) or the append fails (release).
+	held map[string]route
+	// freed counts, by agent, the times room may have freed there
+	// (wakeLocked).
+	freed map[string]uint64
 }
 
 // route is where an attempt in flight went.
@@ -49,7 +58,7 @@ type waiter struct {
 
 func newCapacity(dir AgentDirectory, clock Clock, aging time.Duration) *capacity {
 	return &capacity{dir: dir, clock: clock, aging: aging, inflight: map[string]route{}, load: map[string]map[string]int{},
-		waiting: map[string]map[string]waiter{}, avoid: map[string]time.Time{}}
+		waiting: map[string]map[string]waiter{}, avoid: map[string]time.Time{}, freed: map[string]uint64{}, held: map[string]route{}}
 }
 
 // setLocked notes task id's attempt in flight, or none (nil).
@@ -74,66 +83,122 @@ func (c *capacity) setLocked(id string, r *route) {
 	l[r.instance]++
 }
 
-// forget drops what admit noted for a task whose decisions were not
-// recorded: its load on an instance, its place among the waiting.
-func (c *capacity) forget(id string) {
+// check decides, reading only, whether task t may dispatch to agent now,
+// and to which instance (dispatch.View.Admit). Higher-ranked waiters
+// (domain.AgedRank) go first: a dispatch that ranks below one already
+// waiting is refused too. A task being dispatched has nothing else in
+// flight (its steps and compensations go one at a time), so what is noted
+// for it (the attempt that just ended, or one this very decision made
+// before a conflict) does not count. When it may not go, the refusal says
+// how the task is to wait (wait).
+func (c *capacity) check(agent string, t *domain.Task) (domain.Admission, *refusal) {
 	if c == nil || c.dir == nil {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.setLocked(id, nil)
-	for _, ws := range c.waiting {
-		delete(ws, id)
-	}
-}
-
-// admit decides whether task t may dispatch to agent now, and to which
-// instance; when it may not, t waits and wake is called once room may
-// have freed. Higher-ranked waiters (domain.AgedRank) go first: a dispatch
-// that ranks below one already waiting waits too.
-func (c *capacity) admit(agent string, t *domain.Task, wake func()) domain.Admission {
-	if c == nil || c.dir == nil {
-		return domain.Admission{OK: true}
+		return domain.Admission{OK: true}, nil
 	}
 	now := c.clock.Now()
 	instances := c.dir.Instances(agent, now)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(instances) == 0 {
-		delete(c.waiting[agent], t.ID)
-		return domain.Admission{OK: true} // no heartbeats: as before capacity, by task id
-	}
-	// A task being dispatched has nothing else in flight (its steps and
-	// compensations go one at a time): what was noted for it (the attempt
-	// that just ended, or this dispatch when decided again after a
-	// conflict) no longer holds.
-	if old, had := c.inflight[t.ID]; had {
-		c.setLocked(t.ID, nil)
-		if old.agent != agent {
-			// The attempt that just ended freed room at its agent: wake
-			// whoever waits there (track sees no change once this
-			// dispatch is noted).
-			for _, wake := range c.wakeLocked(old.agent) {
-				wake()
-			}
-		}
-	}
-	v := c.viewLocked(agent, instances)
 	since := dispatch.WaitingSince(t, now)
+	v := dispatch.View{Agent: agent, Instances: instances, Load: c.loadLocked(agent, t.ID), Avoid: c.avoid}
 	a := v.Admit(c.aheadLocked(agent, t, since, now))
-	if !a.OK {
-		ws := c.waiting[agent]
-		if ws == nil {
-			ws = map[string]waiter{}
-			c.waiting[agent] = ws
-		}
-		ws[t.ID] = waiter{priority: t.Priority, since: since, wake: wake}
-		return a
+	if a.OK {
+		return a, nil
 	}
-	delete(c.waiting[agent], t.ID)
-	c.setLocked(t.ID, &route{agent: agent, instance: a.Instance})
-	return a
+	return a, &refusal{agent: agent, task: t.ID, priority: t.Priority, since: since, freed: c.freed[agent]}
+}
+
+// refusal is a dispatch check found no room for: the task waits at agent.
+type refusal struct {
+	agent, task string
+	priority    domain.Priority
+	since       time.Time
+	// freed is capacity.freed of agent when the check was made.
+	freed uint64
+}
+
+// loadLocked is how many attempts are in flight on each of agent's
+// instances, stored or held, but for task except's own: a task being
+// dispatched has nothing else in flight.
+func (c *capacity) loadLocked(agent, except string) map[string]int {
+	load := maps.Clone(c.load[agent])
+	if load == nil {
+		load = map[string]int{}
+	}
+	if r, ok := c.inflight[except]; ok && r.agent == agent {
+		if load[r.instance]--; load[r.instance] <= 0 {
+			delete(load, r.instance)
+		}
+	}
+	for id, r := range c.held {
+		if id != except && r.agent == agent {
+			load[r.instance]++
+		}
+	}
+	return load
+}
+
+// hold takes the room a decision for task t admitted its dispatch to
+// (d, nil when it dispatches nothing) until the dispatch is stored, when
+// the room is still there: the decision read the room without taking it,
+// and another decided since may have taken it first. It reports whether
+// the decision stands; when it does not, the task is decided again, as
+// after a conflict in the store.
+func (c *capacity) hold(t *domain.Task, d *route) bool {
+	if c == nil || c.dir == nil {
+		return true
+	}
+	if d == nil {
+		c.release(t.ID)
+		return true
+	}
+	now := c.clock.Now()
+	instances := c.dir.Instances(d.agent, now)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.held, t.ID)
+	if len(instances) == 0 {
+		return true // no heartbeats: no room to take
+	}
+	v := dispatch.View{Agent: d.agent, Instances: instances, Load: c.loadLocked(d.agent, t.ID), Avoid: c.avoid}
+	if a := v.Admit(c.aheadLocked(d.agent, t, dispatch.WaitingSince(t, now), now)); !a.OK || a.Instance != d.instance {
+		return false
+	}
+	c.held[t.ID] = *d
+	return true
+}
+
+// release drops the room held for task id's dispatch (hold): its append
+// failed, or it is stored and counts as in flight.
+func (c *capacity) release(id string) {
+	if c == nil || c.dir == nil {
+		return
+	}
+	c.mu.Lock()
+	delete(c.held, id)
+	c.mu.Unlock()
+}
+
+// wait notes that a task a check refused waits for room, once its
+// decision is done; wake is called once room may have freed. When room
+// may have freed since the check, it wakes the task at once, so that no
+// wake falls between the check and the wait.
+func (c *capacity) wait(r *refusal, wake func()) {
+	if c == nil || c.dir == nil || r == nil {
+		return
+	}
+	c.mu.Lock()
+	ws := c.waiting[r.agent]
+	if ws == nil {
+		ws = map[string]waiter{}
+		c.waiting[r.agent] = ws
+	}
+	ws[r.task] = waiter{priority: r.priority, since: r.since, wake: wake}
+	missed := c.freed[r.agent] != r.freed
+	c.mu.Unlock()
+	if missed {
+		wake()
+	}
 }
 
 // aheadLocked counts the tasks waiting at agent that rank above t
@@ -151,7 +216,7 @@ func (c *capacity) aheadLocked(agent string, t *domain.Task, since, now time.Tim
 
 // viewLocked is agent as dispatch policy sees it now.
 func (c *capacity) viewLocked(agent string, instances []protocol.AgentHeartbeat) dispatch.View {
-	return dispatch.View{Agent: agent, Instances: instances, Load: c.load[agent], Avoid: c.avoid}
+	return dispatch.View{Agent: agent, Instances: instances, Load: c.loadLocked(agent, ""), Avoid: c.avoid}
 }
 
 // DefaultReturnPause is how long a step given back waits before it goes
@@ -170,8 +235,10 @@ func (c *capacity) usable(agent string, now time.Time) bool {
 	return c.viewLocked(agent, instances).AnyUsable()
 }
 
-// track notes the attempts t has in flight after an event; when one ended,
-// the agent it freed room at wakes its waiters.
+// track notes the attempts t has in flight once its events are stored (or
+// folded from the store): a stored dispatch is the one thing that reserves
+// room at its instance. When an attempt ended, the agent it freed room at
+// wakes its waiters.
 func (c *capacity) track(t *domain.Task) {
 	if c == nil || c.dir == nil {
 		return
@@ -188,6 +255,7 @@ func (c *capacity) track(t *domain.Task) {
 	if now != nil || had {
 		c.setLocked(t.ID, now)
 	}
+	delete(c.held, t.ID)
 	waiting := false
 	if !t.State.Terminal() {
 		for _, s := range t.Steps {
@@ -195,8 +263,8 @@ func (c *capacity) track(t *domain.Task) {
 		}
 	}
 	// A task that finished, or whose step went, waits for nothing. One
-	// that neither waits nor has anything in flight keeps a wait admit
-	// noted: the append of its StepWaiting may have failed.
+	// that neither waits nor has anything in flight keeps a wait noted
+	// (wait): the append of its StepWaiting may have failed.
 	if t.State.Terminal() || (!waiting && now != nil) {
 		for _, ws := range c.waiting {
 			delete(ws, t.ID)
@@ -226,6 +294,7 @@ func (c *capacity) returned(instance string) {
 // wakeLocked returns the wake calls of the best-ranked waiters of agent,
 // as many as it has room for.
 func (c *capacity) wakeLocked(agent string) []func() {
+	c.freed[agent]++
 	ws := c.waiting[agent]
 	if len(ws) == 0 {
 		return nil

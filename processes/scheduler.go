@@ -422,8 +422,8 @@ func (s *Scheduler) watchRoom(ctx context.Context) {
 
 // Held is what the scheduler holds in memory, by structure: unfinished
 // tasks, finished ones remembered (at most maxDone a shard), retry wakes,
-// unreadable tasks, and the attempts in flight, waiting for room and
-// avoided instances that dispatch tracks.
+// unreadable tasks, and the attempts in flight (stored, or held while
+// appended), waiting for room and avoided instances that dispatch tracks.
 func (s *Scheduler) Held() Held {
 	s.setup()
 	h := Held{"tasks": 0, "finished": 0, "wakes": 0, "unsure": 0}
@@ -435,6 +435,11 @@ func (s *Scheduler) Held() Held {
 	}
 	s.capacity.mu.Lock()
 	h["inflight"] = len(s.capacity.inflight)
+	for id := range s.capacity.held {
+		if _, ok := s.capacity.inflight[id]; !ok {
+			h["inflight"]++
+		}
+	}
 	h["avoided"] = len(s.capacity.avoid)
 	h["waiting"] = 0
 	for _, ws := range s.capacity.waiting {
@@ -597,14 +602,69 @@ func (sh *shard) run(ctx context.Context) {
 }
 
 // decision is what a decision for task t needs: dispatches are admitted
-// by the agents' room (capacity.admit), a waiting one woken by a poke.
-func (sh *shard) decision(t *domain.Task) domain.Decision {
+// by the agents' room, read only (capacity.check); rc remembers where the
+// last admission found no room, for noteWait once the decision is done.
+func (sh *shard) decision(t *domain.Task, rc *roomCheck) domain.Decision {
 	d := domain.Decision{Now: sh.s.Clock.Now(), Actor: sh.s.Actor, Random: rand.Float64()}
-	if sh.s.Agents != nil {
-		id := t.ID
-		d.Admit = func(agent string) domain.Admission { return sh.s.capacity.admit(agent, t, func() { sh.poke(id) }) }
+	if sh.s.Agents != nil && rc != nil {
+		rc.refused = nil
+		d.Admit = func(agent string) domain.Admission {
+			a, refused := sh.s.capacity.check(agent, t)
+			rc.refused = refused
+			return a
+		}
 	}
 	return d
+}
+
+// roomCheck carries, out of a decision, where its last admission found no
+// room: the decision itself changes nothing, so that it may run again
+// after a conflict with nothing to undo.
+type roomCheck struct{ refused *refusal }
+
+// maxHoldTries bounds how often one decision is made again because the
+// room it was admitted to was taken meanwhile (decide); past it, the
+// dispatch goes unheld and the agent instance's own limit holds.
+const maxHoldTries = 16
+
+// decide makes a decision for task t with decide, which reads the agents'
+// room only, and holds the room its dispatch was admitted to until the
+// dispatch is stored (capacity.hold). Two shards may read the same free
+// room at once: the one whose hold comes second decides again, as after a
+// conflict in the store.
+func (sh *shard) decide(t *domain.Task, rc *roomCheck, decide func(domain.Decision) ([]domain.Event, error)) ([]domain.Event, error) {
+	for try := 1; ; try++ {
+		events, err := decide(sh.decision(t, rc))
+		if err != nil || sh.s.capacity.hold(t, dispatchOf(events)) || try == maxHoldTries {
+			return events, err
+		}
+	}
+}
+
+// dispatchOf is where the last dispatch among events goes; nil when they
+// dispatch nothing.
+func dispatchOf(events []domain.Event) *route {
+	var r *route
+	for _, e := range events {
+		switch d := e.(type) {
+		case domain.StepDispatched:
+			r = &route{agent: d.Agent, instance: d.Instance}
+		case domain.CompensationDispatched:
+			r = &route{agent: d.Agent, instance: d.Instance}
+		}
+	}
+	return r
+}
+
+// decided follows a decision for task id once it is stored or failed: the
+// room held for its dispatch is released (a stored dispatch counts as in
+// flight by then) and, when waits is set, the task waits where the
+// decision's last admission found no room; a poke wakes it.
+func (sh *shard) decided(id string, rc *roomCheck, waits bool) {
+	sh.s.capacity.release(id)
+	if r := rc.refused; r != nil && waits {
+		sh.s.capacity.wait(r, func() { sh.poke(r.task) })
+	}
 }
 
 // poke asks the shard to decide again for a task that waits for room; it
@@ -855,6 +915,8 @@ func (sh *shard) adopt(t *domain.Task) {
 
 // advance decides what the task needs next and records it.
 func (sh *shard) advance(ctx context.Context, t *domain.Task, causation string) {
+	var rc roomCheck
+	defer sh.decided(t.ID, &rc, true)
 	_ = sh.update(ctx, t.ID, t, causation, func(t *domain.Task) ([]domain.Event, error) {
 		if t.State.Terminal() {
 			return nil, nil
@@ -866,7 +928,7 @@ func (sh *shard) advance(ctx context.Context, t *domain.Task, causation string) 
 		case err != nil:
 			return nil, errors.Wrap(err, "read the workflow of a task")
 		}
-		return t.Next(wf, sh.decision(t)), nil
+		return sh.decide(t, &rc, func(d domain.Decision) ([]domain.Event, error) { return t.Next(wf, d), nil })
 	})
 }
 
@@ -878,6 +940,8 @@ func (sh *shard) onReply(ctx context.Context, r protocol.StepReply, source strin
 	}
 	var agent string
 	var dispatchedAt time.Time
+	var rc roomCheck
+	defer sh.decided(r.TaskID, &rc, true)
 	err := sh.update(ctx, r.TaskID, sh.tasks[r.TaskID], source, func(t *domain.Task) ([]domain.Event, error) {
 		wf, err := sh.s.Workflows.Workflow(ctx, t.Workflow, t.WorkflowVersion)
 		if err != nil {
@@ -886,11 +950,12 @@ func (sh *shard) onReply(ctx context.Context, r protocol.StepReply, source strin
 		if l := legOf(t, r.Step, compensation); l != nil && l.Attempt == r.Attempt {
 			agent, dispatchedAt = t.Step(r.Step).Agent, l.DispatchedAt
 		}
-		d := sh.decision(t)
-		if s := t.Step(r.Step); r.Outcome == protocol.OutcomeUnavailable && s != nil && (r.Target != "" || !sh.s.capacity.usable(s.Agent, d.Now)) {
-			d.ReturnPause = DefaultReturnPause
-		}
-		return t.RecordReply(wf, r.Reply(), d)
+		return sh.decide(t, &rc, func(d domain.Decision) ([]domain.Event, error) {
+			if s := t.Step(r.Step); r.Outcome == protocol.OutcomeUnavailable && s != nil && (r.Target != "" || !sh.s.capacity.usable(s.Agent, d.Now)) {
+				d.ReturnPause = DefaultReturnPause
+			}
+			return t.RecordReply(wf, r.Reply(), d)
+		})
 	})
 	switch {
 	case errors.Is(err, domain.ErrStaleReply):
@@ -955,12 +1020,14 @@ func (sh *shard) start(ctx context.Context, sub *submission) error {
 	if err != nil {
 		return errors.Mark(err, ErrNotStarted)
 	}
-	decided := t.Next(wf, sh.decision(t))
+	var rc roomCheck
+	decided, _ := sh.decide(t, &rc, func(d domain.Decision) ([]domain.Event, error) { return t.Next(wf, d), nil })
 	meta := domain.EventMetadata{CausationID: sub.meta.CausationID, Actor: sh.s.Actor, TraceParent: tracing.StoredTraceParent(tracing.WithTraceParent(ctx, sub.meta.TraceParent))}
 	if err := sh.s.repo.CreateDecided(ctx, sub.id, sub.meta, sub.events, meta, decided); err != nil {
-		// What the decision noted (an instance's load) must follow the
-		// stream as it is, whatever it holds.
-		sh.s.capacity.forget(sub.id)
+		// Nothing is noted for the task but the room its dispatch held:
+		// recorded or not, it is decided for again as the store
+		// delivers it.
+		sh.decided(sub.id, &rc, false)
 		if errors.Is(err, domain.ErrAppendRefused) {
 			return errors.Mark(err, ErrNotStarted) // the submission alone may fit
 		}
@@ -972,6 +1039,7 @@ func (sh *shard) start(ctx context.Context, sub *submission) error {
 	taskFinished(sh.s.repo.Observer, t, false)
 	sh.s.started.Add(1)
 	sh.carryOut(ctx, t, decided)
+	sh.decided(sub.id, &rc, true)
 	return nil
 }
 
@@ -986,6 +1054,9 @@ func (sh *shard) carryOut(ctx context.Context, t *domain.Task, events []domain.E
 			break
 		}
 	}
+	// The stored dispatches reserve their room (keep, capacity.track)
+	// before their commands go.
+	kept := sh.keep(t)
 	for _, e := range events {
 		switch d := e.(type) {
 		case domain.StepDispatched:
@@ -995,7 +1066,7 @@ func (sh *shard) carryOut(ctx context.Context, t *domain.Task, events []domain.E
 				CompleteBy: d.CompleteBy})
 		}
 	}
-	if sh.keep(t) {
+	if kept {
 		sh.schedule(t)
 	}
 }
