@@ -165,41 +165,93 @@ type shard struct {
 	// state, which are no longer kept in tasks.
 	done      map[string]int64
 	doneOrder *doneOrder
-	// unsure holds the tasks whose stream could not be read: their state
+	// unread holds the tasks whose stream could not be read: their state
 	// is unknown, so checkpoints name them until a read succeeds.
-	unsure map[string]struct{}
+	unread map[string]struct{}
 	live   bool
 	// wakes holds the times at which retries of tasks fall due.
 	wakes dueHeap[wakeEntry]
 	// timer fires when the earliest wake falls due; nil until one is
 	// scheduled.
 	timer Timer
-	// pokes signals that tasks in poked may have room at their agent now.
-	pokes  chan struct{}
-	pokeMu sync.Mutex
-	poked  map[string]struct{}
+	// roomFreedSignal signals that the tasks in roomWoken may have room
+	// at their agent now (wakeForRoom).
+	roomFreedSignal chan struct{}
+	roomWokenMu     sync.Mutex
+	roomWoken       map[string]struct{}
 
 	// held are the sizes of the maps above as of the shard's last turn,
 	// for Held: the maps are the shard goroutine's alone.
-	held struct{ tasks, finished, wakes, unsure atomic.Int64 }
+	held struct{ tasks, finished, wakes, unread atomic.Int64 }
 }
 
-type job struct {
-	event      *domain.RecordedEvent
-	caughtUp   bool
-	rebalanced bool
-	reply      *protocol.StepReply
+// job is work handed to a shard's goroutine, the only one that touches
+// the shard's tasks: each kind of work is a type of its own.
+type job interface {
+	// do carries the work out on the shard's goroutine.
+	do(ctx context.Context, sh *shard)
+}
+
+// caughtUpJob says the subscription has delivered every stored event: the
+// shard goes live.
+type caughtUpJob struct{}
+
+func (caughtUpJob) do(ctx context.Context, sh *shard) { sh.goLive(ctx) }
+
+// rebalancedJob says the tasks this instance owns changed: a live shard
+// resumes every task it now owns.
+type rebalancedJob struct{}
+
+func (rebalancedJob) do(ctx context.Context, sh *shard) {
+	if sh.live {
+		sh.resumeAll(ctx)
+	}
+}
+
+// eventJob is an event of a task stream, as the subscription delivers
+// it.
+type eventJob struct{ event *domain.RecordedEvent }
+
+func (j eventJob) do(ctx context.Context, sh *shard) { sh.onEvent(ctx, j.event) }
+
+// replyJob is an agent's reply to record; done gets the outcome.
+type replyJob struct {
+	reply protocol.StepReply
 	// span is the reply's handling (SpanReply), ended once done answers.
 	span   trace.Span
 	source string
-	done   chan error
-	// snapshot asks for the ids of the shard's unfinished tasks.
-	snapshot chan<- []string
-	// start is a submission to record with its first decisions (Start).
-	start *submission
-	// ctx is the submitter's, for a start: its span is the parent of the
-	// dispatch, and the append ends with it.
-	ctx context.Context
+	done   chan<- error
+}
+
+func (j replyJob) do(ctx context.Context, sh *shard) {
+	j.done <- sh.onReply(trace.ContextWithSpan(ctx, j.span), j.reply, j.source)
+}
+
+// startJob is a submission to record with its first decisions (Start);
+// done gets the outcome.
+type startJob struct {
+	// ctx is the submitter's: its span is the parent of the dispatch, and
+	// the append ends with it.
+	ctx  context.Context
+	sub  submission
+	done chan<- error
+}
+
+func (j startJob) do(_ context.Context, sh *shard) { j.done <- sh.start(j.ctx, &j.sub) }
+
+// snapshotJob asks for the ids of the shard's unfinished tasks, for a
+// checkpoint: those it holds and those it could not read.
+type snapshotJob struct{ answer chan<- []string }
+
+func (j snapshotJob) do(_ context.Context, sh *shard) {
+	ids := make([]string, 0, len(sh.tasks)+len(sh.unread))
+	for id := range sh.tasks {
+		ids = append(ids, id)
+	}
+	for id := range sh.unread {
+		ids = append(ids, id)
+	}
+	j.answer <- ids
 }
 
 // submission is a new task handed to Start.
@@ -219,7 +271,7 @@ func (s *Scheduler) setup() {
 		s.tracer = tracing.Tracer(s.Tracing)
 		for i := 0; i < n; i++ {
 			s.shards = append(s.shards, &shard{s: s, inbox: make(chan job, inboxSize), tasks: map[string]*domain.Task{}, done: map[string]int64{}, doneOrder: &doneOrder{},
-				unsure: map[string]struct{}{}, pokes: make(chan struct{}, 1), poked: map[string]struct{}{}})
+				unread: map[string]struct{}{}, roomFreedSignal: make(chan struct{}, 1), roomWoken: map[string]struct{}{}})
 		}
 		s.capacity = newCapacity(s.Agents, s.Clock, s.PriorityAging)
 	})
@@ -289,7 +341,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 				}
 			}
 			for _, sh := range s.shards {
-				if err := s.enqueue(ctx, sh, job{caughtUp: true}); err != nil {
+				if err := s.enqueue(ctx, sh, caughtUpJob{}); err != nil {
 					return err
 				}
 			}
@@ -303,7 +355,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		if !ok {
 			return nil
 		}
-		if err := s.enqueue(ctx, s.shardOf(id), job{event: it.Event}); err != nil {
+		if err := s.enqueue(ctx, s.shardOf(id), eventJob{event: it.Event}); err != nil {
 			return err
 		}
 		return cps.handled(ctx, it.Event.Position)
@@ -321,12 +373,12 @@ func (s *Scheduler) resumeFrom(ctx context.Context, cp domain.TaskCheckpoint) {
 	tasks, unread := loadTasks(ctx, s.repo, cp.Tasks, s.Logger)
 	s.startLoads.Add(int64(len(cp.Tasks)))
 	for _, t := range tasks {
-		if sh := s.shardOf(t.ID); sh.keep(t) {
+		if sh := s.shardOf(t.ID); sh.putTask(t) {
 			sh.schedule(t)
 		}
 	}
 	for _, id := range unread {
-		s.shardOf(id).unsure[id] = struct{}{}
+		s.shardOf(id).unread[id] = struct{}{}
 	}
 	s.Logger.Info("scheduler resumes from its checkpoint", "position", cp.Position, "tasks", len(cp.Tasks),
 		"unfinished", len(tasks), "took", time.Since(began).Round(time.Millisecond))
@@ -352,7 +404,7 @@ func (s *Scheduler) checkpointer() *checkpointer {
 func (s *Scheduler) snapshot(ctx context.Context, position uint64) (func(), error) {
 	answers := make(chan []string, len(s.shards))
 	for _, sh := range s.shards {
-		if err := s.enqueue(ctx, sh, job{snapshot: answers}); err != nil {
+		if err := s.enqueue(ctx, sh, snapshotJob{answer: answers}); err != nil {
 			return nil, err
 		}
 	}
@@ -393,7 +445,7 @@ func (s *Scheduler) shardOf(taskID string) *shard {
 func (s *Scheduler) Rebalanced(ctx context.Context) {
 	s.setup()
 	for _, sh := range s.shards {
-		if err := s.enqueue(ctx, sh, job{rebalanced: true}); err != nil {
+		if err := s.enqueue(ctx, sh, rebalancedJob{}); err != nil {
 			return
 		}
 	}
@@ -431,7 +483,7 @@ func (s *Scheduler) Held() Held {
 		h["tasks"] += int(sh.held.tasks.Load())
 		h["finished"] += int(sh.held.finished.Load())
 		h["wakes"] += int(sh.held.wakes.Load())
-		h["unsure"] += int(sh.held.unsure.Load())
+		h["unsure"] += int(sh.held.unread.Load())
 	}
 	s.capacity.mu.Lock()
 	h["inflight"] = len(s.capacity.inflight)
@@ -504,7 +556,7 @@ func (s *Scheduler) record(ctx context.Context, reply protocol.StepReply, msg In
 			AttrAttempt.Int(reply.Attempt), AttrAgent.String(reply.Agent), AttrOutcome.String(reply.Outcome)}
 	})
 	done := make(chan error, 1)
-	if err := s.enqueue(ctx, s.shardOf(reply.TaskID), job{reply: &reply, span: span, source: msg.Source(), done: done}); err != nil {
+	if err := s.enqueue(ctx, s.shardOf(reply.TaskID), replyJob{reply: reply, span: span, source: msg.Source(), done: done}); err != nil {
 		return err
 	}
 	select {
@@ -541,7 +593,7 @@ var ErrNotStarted = errors.New("the scheduler did not start the task")
 func (s *Scheduler) Start(ctx context.Context, id string, meta domain.EventMetadata, submitted ...domain.Event) error {
 	s.setup()
 	done := make(chan error, 1)
-	if err := s.enqueue(ctx, s.shardOf(id), job{start: &submission{id: id, meta: meta, events: submitted}, ctx: ctx, done: done}); err != nil {
+	if err := s.enqueue(ctx, s.shardOf(id), startJob{ctx: ctx, sub: submission{id: id, meta: meta, events: submitted}, done: done}); err != nil {
 		return err
 	}
 	select {
@@ -565,38 +617,16 @@ func (sh *shard) run(ctx context.Context) {
 		sh.held.tasks.Store(int64(len(sh.tasks)))
 		sh.held.finished.Store(int64(len(sh.done)))
 		sh.held.wakes.Store(int64(len(sh.wakes)))
-		sh.held.unsure.Store(int64(len(sh.unsure)))
+		sh.held.unread.Store(int64(len(sh.unread)))
 		select {
 		case <-ctx.Done():
 			return
 		case <-sh.timerC():
 			sh.wake(ctx)
-		case <-sh.pokes:
+		case <-sh.roomFreedSignal:
 			sh.roomFreed(ctx)
 		case j := <-sh.inbox:
-			switch {
-			case j.caughtUp:
-				sh.goLive(ctx)
-			case j.rebalanced:
-				if sh.live {
-					sh.resumeAll(ctx)
-				}
-			case j.event != nil:
-				sh.onEvent(ctx, j.event)
-			case j.reply != nil:
-				j.done <- sh.onReply(trace.ContextWithSpan(ctx, j.span), *j.reply, j.source)
-			case j.start != nil:
-				j.done <- sh.start(j.ctx, j.start)
-			case j.snapshot != nil:
-				ids := make([]string, 0, len(sh.tasks)+len(sh.unsure))
-				for id := range sh.tasks {
-					ids = append(ids, id)
-				}
-				for id := range sh.unsure {
-					ids = append(ids, id)
-				}
-				j.snapshot <- ids
-			}
+			j.do(ctx, sh)
 		}
 	}
 }
@@ -659,35 +689,36 @@ func dispatchOf(events []domain.Event) *route {
 // decided follows a decision for task id once it is stored or failed: the
 // room held for its dispatch is released (a stored dispatch counts as in
 // flight by then) and, when waits is set, the task waits where the
-// decision's last admission found no room; a poke wakes it.
+// decision's last admission found no room; wakeForRoom wakes it.
 func (sh *shard) decided(id string, rc *roomCheck, waits bool) {
 	sh.s.capacity.release(id)
 	if r := rc.refused; r != nil && waits {
-		sh.s.capacity.wait(r, func() { sh.poke(r.task) })
+		sh.s.capacity.wait(r, func() { sh.wakeForRoom(r.task) })
 	}
 }
 
-// poke asks the shard to decide again for a task that waits for room; it
-// never blocks, so any goroutine may call it.
-func (sh *shard) poke(id string) {
-	sh.pokeMu.Lock()
-	sh.poked[id] = struct{}{}
-	sh.pokeMu.Unlock()
+// wakeForRoom asks the shard to decide again for a task that waits for
+// room; it never blocks, so any goroutine may call it.
+func (sh *shard) wakeForRoom(id string) {
+	sh.roomWokenMu.Lock()
+	sh.roomWoken[id] = struct{}{}
+	sh.roomWokenMu.Unlock()
 	select {
-	case sh.pokes <- struct{}{}:
+	case sh.roomFreedSignal <- struct{}{}:
 	default:
 	}
 }
 
-// roomFreed decides again for the poked tasks, higher priorities first.
+// roomFreed decides again for the tasks woken for room, higher priorities
+// first.
 func (sh *shard) roomFreed(ctx context.Context) {
-	sh.pokeMu.Lock()
-	ids := make([]string, 0, len(sh.poked))
-	for id := range sh.poked {
+	sh.roomWokenMu.Lock()
+	ids := make([]string, 0, len(sh.roomWoken))
+	for id := range sh.roomWoken {
 		ids = append(ids, id)
 	}
-	clear(sh.poked)
-	sh.pokeMu.Unlock()
+	clear(sh.roomWoken)
+	sh.roomWokenMu.Unlock()
 	var due []*domain.Task
 	for _, id := range ids {
 		if t := sh.tasks[id]; t != nil && sh.live && sh.s.owns(id) {
@@ -819,7 +850,7 @@ func (sh *shard) onEvent(ctx context.Context, e *domain.RecordedEvent) {
 	case ev == nil:
 		return // this shard appended it and applied it already
 	}
-	if !sh.keep(t) {
+	if !sh.putTask(t) {
 		return
 	}
 	sh.schedule(t)
@@ -847,22 +878,22 @@ func (sh *shard) compensateSpan(ctx context.Context, t *domain.Task) (context.Co
 	return sh.s.tracer.Start(ctx, SpanCompensate, trace.WithAttributes(AttrTaskID.String(t.ID), AttrWorkflow.String(t.Workflow), AttrReason.String(t.Reason)))
 }
 
-// keep stores t in the shard, or forgets it once it is terminal; it reports
-// whether the task still needs decisions.
-func (sh *shard) keep(t *domain.Task) bool {
+// putTask stores t in the shard, or forgets it (rememberFinished) once it
+// is terminal; it reports whether the task still needs decisions.
+func (sh *shard) putTask(t *domain.Task) bool {
 	sh.s.capacity.track(t)
 	if t.State.Terminal() {
 		delete(sh.tasks, t.ID)
-		sh.remember(t)
+		sh.rememberFinished(t)
 		return false
 	}
 	sh.tasks[t.ID] = t
 	return true
 }
 
-// remember notes the final revision of a task that reached a terminal
-// state, forgetting the oldest one past maxDone.
-func (sh *shard) remember(t *domain.Task) {
+// rememberFinished notes the final revision of a task that reached a
+// terminal state, forgetting the oldest one past maxDone.
+func (sh *shard) rememberFinished(t *domain.Task) {
 	if _, ok := sh.done[t.ID]; !ok {
 		ring := sh.doneOrder
 		if old := ring.ids[ring.next]; old != "" {
@@ -874,7 +905,7 @@ func (sh *shard) remember(t *domain.Task) {
 }
 
 // load reads a task's whole stream and folds it. A task whose stream
-// cannot be read or folded is remembered as unsure, so that checkpoints
+// cannot be read or folded is remembered as unread, so that checkpoints
 // keep naming it until a read succeeds, and nothing is decided for it.
 func (sh *shard) load(ctx context.Context, id string) (*domain.Task, error) {
 	t, err := sh.s.repo.Load(ctx, id)
@@ -882,12 +913,12 @@ func (sh *shard) load(ctx context.Context, id string) (*domain.Task, error) {
 		sh.unreadable(id, err)
 		return nil, err
 	}
-	sh.adopt(t)
+	sh.putReadTask(t)
 	return t, nil
 }
 
 // unreadable notes a task whose stream could not be read or folded: it is
-// unsure until a read succeeds. A task with an event this version cannot
+// unread until a read succeeds. A task with an event this version cannot
 // read is forgotten, so nothing is decided for it; after a failed read the
 // state it had is kept, so that a retry falling due tries again.
 func (sh *shard) unreadable(id string, err error) {
@@ -895,12 +926,13 @@ func (sh *shard) unreadable(id string, err error) {
 	if errors.Is(err, domain.ErrUnreadableEvent) {
 		delete(sh.tasks, id)
 	}
-	sh.unsure[id] = struct{}{}
+	sh.unread[id] = struct{}{}
 }
 
-// adopt keeps a task just read from its stream.
-func (sh *shard) adopt(t *domain.Task) {
-	delete(sh.unsure, t.ID)
+// putReadTask stores a task just read from its stream: it is no longer
+// unread, nor finished unless it says so.
+func (sh *shard) putReadTask(t *domain.Task) {
+	delete(sh.unread, t.ID)
 	delete(sh.done, t.ID)
 	if !t.Exists() {
 		// Never submitted (a reply naming an unknown task, say): no state
@@ -908,7 +940,7 @@ func (sh *shard) adopt(t *domain.Task) {
 		delete(sh.tasks, t.ID)
 		return
 	}
-	if sh.keep(t) {
+	if sh.putTask(t) {
 		sh.schedule(t)
 	}
 }
@@ -989,7 +1021,7 @@ func (sh *shard) update(ctx context.Context, id string, known *domain.Task, caus
 		}
 		return err
 	case u.Read:
-		sh.adopt(u.Task)
+		sh.putReadTask(u.Task)
 	}
 	if err != nil {
 		if !errors.Is(err, domain.ErrTaskNotFound) && !errors.Is(err, domain.ErrStaleReply) && !errors.Is(err, domain.ErrUnknownStep) && ctx.Err() == nil {
@@ -1054,9 +1086,9 @@ func (sh *shard) carryOut(ctx context.Context, t *domain.Task, events []domain.E
 			break
 		}
 	}
-	// The stored dispatches reserve their room (keep, capacity.track)
+	// The stored dispatches reserve their room (putTask, capacity.track)
 	// before their commands go.
-	kept := sh.keep(t)
+	kept := sh.putTask(t)
 	for _, e := range events {
 		switch d := e.(type) {
 		case domain.StepDispatched:
