@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,7 +20,6 @@ import (
 	"github.com/sagaengine/saga/domain/protocol"
 	"github.com/sagaengine/saga/processes/internal/tracing"
 	"github.com/sagaengine/saga/processes/port"
-	"strconv"
 )
 
 // ErrPermanent marks a failure that retrying cannot fix: the remote service
@@ -61,7 +61,7 @@ type Agent struct {
 	DeadLetters port.DeadLetters
 	Clock       port.Clock
 	Logger      *slog.Logger
-	// Backoff spaces retries; default DefaultBackoff.
+	// Backoff spaces retries; default port.DefaultBackoff.
 	Backoff domain.Backoff
 	// Breaker guards the remote service; nil means none.
 	Breaker *Breaker

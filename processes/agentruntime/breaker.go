@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/errors"
+
 	"github.com/sagaengine/saga/processes/port"
 )
 
