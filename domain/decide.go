@@ -43,7 +43,10 @@ type Decision struct {
 	// Admit, when set, says whether a dispatch to agent may go now: the
 	// agent has room. When it says no, the step waits (StepWaiting, with
 	// the reason it gives) and nothing is dispatched. Nil admits every
-	// dispatch.
+	// dispatch. It must only read: a decision may be made again (after a
+	// conflict, or tentatively while settling) and must change nothing,
+	// so the room a dispatch takes is taken by its caller once the
+	// dispatch is stored.
 	Admit func(agent string) Admission
 	// ReturnPause is how long a step whose attempt an agent gave back
 	// waits before it is dispatched again: zero when another instance may

@@ -60,6 +60,23 @@ func TestImportsPointOneWay(t *testing.T) {
 	}
 }
 
+// TestAgentRuntimeAndDispatchImportNoProcessManager keeps the agent's own
+// runtime and dispatch policy apart from the process managers: neither
+// processes/agentruntime nor processes/dispatch depends on package
+// processes itself (the scheduler, supervisor, submitter, ...), nor on
+// projections, adapters or cmd. They share the ports of processes/port.
+func TestAgentRuntimeAndDispatchImportNoProcessManager(t *testing.T) {
+	forbidden := []string{module + "projections", module + "adapters", module + "cmd"}
+	for _, layer := range []string{"processes/agentruntime", "processes/dispatch"} {
+		deps := goList(t, "{{.ImportPath}}", layer, true)
+		assert.Contains(t, deps, module+layer, "go list lists %s itself", layer)
+		for _, dep := range deps {
+			assert.NotEqual(t, module+"processes", dep, "%s depends on the process managers", layer)
+			assert.False(t, violates(dep, forbidden), "%s depends on %s", layer, dep)
+		}
+	}
+}
+
 // TestTracingSDKIsWiredOnlyByTheEngine keeps the OpenTelemetry SDK and
 // its exporters to adapters/engine, the one place that wires them: every
 // other package starts spans through the API alone, on the provider it is

@@ -23,6 +23,7 @@ import (
 	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/domain/protocol"
 	"github.com/sagaengine/saga/processes"
+	"github.com/sagaengine/saga/processes/agentruntime"
 	"github.com/sagaengine/saga/projections"
 )
 
@@ -142,7 +143,7 @@ func TestNewVersionWhileTasksAreInFlight(t *testing.T) {
 	done := make(chan error, 1)
 	client, err := kafka.NewClient(s.app.KafkaBrokers)
 	require.NoError(t, err)
-	agent := &processes.Agent{Name: "gate", Replies: kafka.NewProducer(client, "test-gate", nil), DeadLetters: kafka.NewProducer(client, "test-gate", nil),
+	agent := &agentruntime.Agent{Name: "gate", Replies: kafka.NewProducer(client, "test-gate", nil), DeadLetters: kafka.NewProducer(client, "test-gate", nil),
 		Clock: processes.SystemClock, Logger: testLogger(),
 		Handler: func(ctx context.Context, cmd protocol.ExecuteStep) (json.RawMessage, error) {
 			return json.RawMessage(`{"opened":"` + cmd.TaskID + `"}`), nil

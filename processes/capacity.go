@@ -1,29 +1,27 @@
 package processes
 
 import (
-	"math/rand/v2"
+	"maps"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/domain/protocol"
+	"github.com/sagaengine/saga/processes/dispatch"
 )
 
-// capacity is the scheduler's view of how much work each agent takes: it
-// admits a dispatch only while the agent's healthy instances have room,
-// chooses the instance, and keeps the dispatches that must wait, waking
-// the highest-ranked first when room frees.
+// capacity is the scheduler's state of how much work each agent has: the
+// attempts in flight by agent and instance, the dispatches that wait for
+// room (woken, highest-ranked first, when room frees) and the instances
+// that gave work back. Whether a dispatch may go, and to which instance,
+// is dispatch policy (dispatch.View) over that state.
 //
 // Every scheduler instance folds every unfinished task, so the attempts in
-// flight it counts are those of every scheduler, not only its own. An
-// attempt counts against the agent while it is in flight on an instance
-// that is live and not unhealthy, or on no known instance (sent before the
-// agent's heartbeats were known, or by a build that chose none): attempts
-// hanging on an instance that turned unhealthy do not keep its healthy
-// peers from taking new work. Two schedulers may both admit the last free
-// slot at once; the agent instance's own limit still holds.
+// flight it counts are those of every scheduler, not only its own. A
+// dispatch reserves room only once it is stored (track), so two decisions
+// (of two schedulers, or of two shards of one) may both admit the last
+// free slot at once; the agent instance's own limit still holds.
 type capacity struct {
 	dir   AgentDirectory
 	clock Clock
@@ -39,6 +37,13 @@ type capacity struct {
 	// avoid is, by instance, when it gave an attempt back: it gets no work
 	// until a heartbeat sent after that says it may.
 	avoid map[string]time.Time
+	// held is, by task, the dispatch a decision was admitted to while its
+	// append is under way (hold): it counts as in flight until the
+	// dispatch is stored (track) or the append fails (release).
+	held map[string]route
+	// freed counts, by agent, the times room may have freed there
+	// (wakeLocked).
+	freed map[string]uint64
 }
 
 // route is where an attempt in flight went.
@@ -53,7 +58,7 @@ type waiter struct {
 
 func newCapacity(dir AgentDirectory, clock Clock, aging time.Duration) *capacity {
 	return &capacity{dir: dir, clock: clock, aging: aging, inflight: map[string]route{}, load: map[string]map[string]int{},
-		waiting: map[string]map[string]waiter{}, avoid: map[string]time.Time{}}
+		waiting: map[string]map[string]waiter{}, avoid: map[string]time.Time{}, freed: map[string]uint64{}, held: map[string]route{}}
 }
 
 // setLocked notes task id's attempt in flight, or none (nil).
@@ -78,53 +83,127 @@ func (c *capacity) setLocked(id string, r *route) {
 	l[r.instance]++
 }
 
-// forget drops what admit noted for a task whose decisions were not
-// recorded: its load on an instance, its place among the waiting.
-func (c *capacity) forget(id string) {
+// check decides, reading only, whether task t may dispatch to agent now,
+// and to which instance (dispatch.View.Admit). Higher-ranked waiters
+// (domain.AgedRank) go first: a dispatch that ranks below one already
+// waiting is refused too. A task being dispatched has nothing else in
+// flight (its steps and compensations go one at a time), so what is noted
+// for it (the attempt that just ended, or one this very decision made
+// before a conflict) does not count. When it may not go, the refusal says
+// how the task is to wait (wait).
+func (c *capacity) check(agent string, t *domain.Task) (domain.Admission, *refusal) {
 	if c == nil || c.dir == nil {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.setLocked(id, nil)
-	for _, ws := range c.waiting {
-		delete(ws, id)
-	}
-}
-
-// admit decides whether task t may dispatch to agent now, and to which
-// instance; when it may not, t waits and wake is called once room may
-// have freed. Higher-ranked waiters (domain.AgedRank) go first: a dispatch
-// that ranks below one already waiting waits too.
-func (c *capacity) admit(agent string, t *domain.Task, wake func()) domain.Admission {
-	if c == nil || c.dir == nil {
-		return domain.Admission{OK: true}
+		return domain.Admission{OK: true}, nil
 	}
 	now := c.clock.Now()
 	instances := c.dir.Instances(agent, now)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(instances) == 0 {
-		delete(c.waiting[agent], t.ID)
-		return domain.Admission{OK: true} // no heartbeats: as before capacity, by task id
+	since := dispatch.WaitingSince(t, now)
+	v := dispatch.View{Agent: agent, Instances: instances, Load: c.loadLocked(agent, t.ID), Avoid: c.avoid}
+	a := v.Admit(c.aheadLocked(agent, t, since, now))
+	if a.OK {
+		return a, nil
 	}
-	// A task being dispatched has nothing else in flight (its steps and
-	// compensations go one at a time): what was noted for it (the attempt
-	// that just ended, or this dispatch when decided again after a
-	// conflict) no longer holds.
-	if old, had := c.inflight[t.ID]; had {
-		c.setLocked(t.ID, nil)
-		if old.agent != agent {
-			// The attempt that just ended freed room at its agent: wake
-			// whoever waits there (track sees no change once this
-			// dispatch is noted).
-			for _, wake := range c.wakeLocked(old.agent) {
-				wake()
-			}
+	return a, &refusal{agent: agent, task: t.ID, priority: t.Priority, since: since, freed: c.freed[agent]}
+}
+
+// refusal is a dispatch check found no room for: the task waits at agent.
+type refusal struct {
+	agent, task string
+	priority    domain.Priority
+	since       time.Time
+	// freed is capacity.freed of agent when the check was made.
+	freed uint64
+}
+
+// loadLocked is how many attempts are in flight on each of agent's
+// instances, stored or held, but for task except's own: a task being
+// dispatched has nothing else in flight.
+func (c *capacity) loadLocked(agent, except string) map[string]int {
+	load := maps.Clone(c.load[agent])
+	if load == nil {
+		load = map[string]int{}
+	}
+	if r, ok := c.inflight[except]; ok && r.agent == agent {
+		if load[r.instance]--; load[r.instance] <= 0 {
+			delete(load, r.instance)
 		}
 	}
-	room := c.roomLocked(agent, instances)
-	since := waitingSince(t, now)
+	for id, r := range c.held {
+		if id != except && r.agent == agent {
+			load[r.instance]++
+		}
+	}
+	return load
+}
+
+// hold takes the room a decision for task t admitted its dispatch to
+// (d, nil when it dispatches nothing) until the dispatch is stored, when
+// the room is still there: the decision read the room without taking it,
+// and another decided since may have taken it first. It reports whether
+// the decision stands; when it does not, the task is decided again, as
+// after a conflict in the store.
+func (c *capacity) hold(t *domain.Task, d *route) bool {
+	if c == nil || c.dir == nil {
+		return true
+	}
+	if d == nil {
+		c.release(t.ID)
+		return true
+	}
+	now := c.clock.Now()
+	instances := c.dir.Instances(d.agent, now)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.held, t.ID)
+	if len(instances) == 0 {
+		return true // no heartbeats: no room to take
+	}
+	v := dispatch.View{Agent: d.agent, Instances: instances, Load: c.loadLocked(d.agent, t.ID), Avoid: c.avoid}
+	if a := v.Admit(c.aheadLocked(d.agent, t, dispatch.WaitingSince(t, now), now)); !a.OK || a.Instance != d.instance {
+		return false
+	}
+	c.held[t.ID] = *d
+	return true
+}
+
+// release drops the room held for task id's dispatch (hold): its append
+// failed, or it is stored and counts as in flight.
+func (c *capacity) release(id string) {
+	if c == nil || c.dir == nil {
+		return
+	}
+	c.mu.Lock()
+	delete(c.held, id)
+	c.mu.Unlock()
+}
+
+// wait notes that a task a check refused waits for room, once its
+// decision is done; wake is called once room may have freed. When room
+// may have freed since the check, it wakes the task at once, so that no
+// wake falls between the check and the wait.
+func (c *capacity) wait(r *refusal, wake func()) {
+	if c == nil || c.dir == nil || r == nil {
+		return
+	}
+	c.mu.Lock()
+	ws := c.waiting[r.agent]
+	if ws == nil {
+		ws = map[string]waiter{}
+		c.waiting[r.agent] = ws
+	}
+	ws[r.task] = waiter{priority: r.priority, since: r.since, wake: wake}
+	missed := c.freed[r.agent] != r.freed
+	c.mu.Unlock()
+	if missed {
+		wake()
+	}
+}
+
+// aheadLocked counts the tasks waiting at agent that rank above t
+// (domain.AgedRank), which go first.
+func (c *capacity) aheadLocked(agent string, t *domain.Task, since, now time.Time) int {
 	mine := domain.AgedRank(t.Priority, now.Sub(since), c.aging)
 	ahead := 0
 	for id, w := range c.waiting[agent] {
@@ -132,58 +211,12 @@ func (c *capacity) admit(agent string, t *domain.Task, wake func()) domain.Admis
 			ahead++
 		}
 	}
-	instance, ok := c.chooseLocked(agent, instances)
-	if room.free <= ahead || !ok {
-		ws := c.waiting[agent]
-		if ws == nil {
-			ws = map[string]waiter{}
-			c.waiting[agent] = ws
-		}
-		ws[t.ID] = waiter{priority: t.Priority, since: since, wake: wake}
-		return domain.Admission{Reason: room.reason(agent)}
-	}
-	delete(c.waiting[agent], t.ID)
-	c.setLocked(t.ID, &route{agent: agent, instance: instance})
-	return domain.Admission{OK: true, Instance: instance}
+	return ahead
 }
 
-// waitingSince is when the task began to wait: its waiting leg's start, or
-// now.
-func waitingSince(t *domain.Task, now time.Time) time.Time {
-	for _, s := range t.Steps {
-		for _, l := range []*domain.Leg{&s.Leg, s.Compensation} {
-			if l.Waiting() && l.WaitingSince.Before(now) {
-				return *l.WaitingSince
-			}
-		}
-	}
-	return now
-}
-
-// room is how much an agent takes now.
-type room struct {
-	limit, used, free, healthy, live int
-	// why is the first unhealthy instance's reason, when none is healthy.
-	why string
-}
-
-func (r room) reason(agent string) string {
-	if r.limit == 0 {
-		s := "no healthy instance of " + agent + " (" + strconv.Itoa(r.live) + " live)"
-		if r.why != "" {
-			s += ": " + r.why
-		}
-		return s
-	}
-	return "at capacity: " + agent + " takes " + strconv.Itoa(r.limit) + " at once on " + strconv.Itoa(r.healthy) + " healthy " +
-		plural(r.healthy, "instance", "instances")
-}
-
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
+// viewLocked is agent as dispatch policy sees it now.
+func (c *capacity) viewLocked(agent string, instances []protocol.AgentHeartbeat) dispatch.View {
+	return dispatch.View{Agent: agent, Instances: instances, Load: c.loadLocked(agent, ""), Avoid: c.avoid}
 }
 
 // DefaultReturnPause is how long a step given back waits before it goes
@@ -199,114 +232,13 @@ func (c *capacity) usable(agent string, now time.Time) bool {
 	instances := c.dir.Instances(agent, now)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, h := range instances {
-		if c.usableLocked(h) {
-			return true
-		}
-	}
-	return false
+	return c.viewLocked(agent, instances).AnyUsable()
 }
 
-// usableLocked reports whether an instance may get work: live, healthy or on
-// trial, and not avoided since it gave an attempt back.
-func (c *capacity) usableLocked(h protocol.AgentHeartbeat) bool {
-	if h.Health != protocol.HealthHealthy && h.Health != protocol.HealthTrial {
-		return false
-	}
-	if at, ok := c.avoid[h.Instance]; ok && !h.At.After(at) {
-		return false
-	}
-	return true
-}
-
-// takes is how many calls at once an instance is given: its capacity when
-// healthy, one on trial.
-func takes(h protocol.AgentHeartbeat) int {
-	if h.Health == protocol.HealthTrial {
-		return min(h.Capacity, 1)
-	}
-	return h.Capacity
-}
-
-func (c *capacity) roomLocked(agent string, instances []protocol.AgentHeartbeat) room {
-	var r room
-	usable := map[string]bool{}
-	global := 0
-	for _, h := range instances {
-		r.live++
-		if h.GlobalLimit > 0 && (global == 0 || h.GlobalLimit < global) {
-			global = h.GlobalLimit
-		}
-		if !c.usableLocked(h) {
-			if r.why == "" && h.Reason != "" {
-				r.why = h.Instance + ": " + h.Reason
-			}
-			continue
-		}
-		usable[h.Instance] = true
-		r.healthy++
-		r.limit += takes(h)
-	}
-	if global > 0 {
-		r.limit = min(r.limit, global)
-	}
-	for instance, n := range c.load[agent] {
-		if instance == "" || usable[instance] || !known(instances, instance) {
-			r.used += n
-		}
-	}
-	r.free = max(r.limit-r.used, 0)
-	return r
-}
-
-// known reports whether instance is among the live ones.
-func known(instances []protocol.AgentHeartbeat, instance string) bool {
-	for _, h := range instances {
-		if h.Instance == instance {
-			return true
-		}
-	}
-	return false
-}
-
-// chooseLocked picks the usable instance with the most room for its
-// capacity; a trial instance only while it has nothing in flight. When
-// some usable instance announces the partitions it consumes, only those
-// that announce some are chosen (an instance that has none gets nothing
-// through Kafka); when none does (agents that do not say), any usable one
-// is, and the command goes by task id.
-func (c *capacity) chooseLocked(agent string, instances []protocol.AgentHeartbeat) (string, bool) {
-	load := c.load[agent]
-	anyConsumes := false
-	for _, h := range instances {
-		anyConsumes = anyConsumes || (c.usableLocked(h) && len(h.Partitions) > 0)
-	}
-	best, bestShare := "", 2.0
-	for _, h := range instances {
-		n := takes(h)
-		if !c.usableLocked(h) || n <= 0 || load[h.Instance] >= n || (anyConsumes && !consumes(h, agent)) {
-			continue
-		}
-		if share := float64(load[h.Instance]) / float64(n); share < bestShare {
-			best, bestShare = h.Instance, share
-		}
-	}
-	return best, best != ""
-}
-
-// consumes reports whether an instance announces a partition of one of
-// agent's command topics.
-func consumes(h protocol.AgentHeartbeat, agent string) bool {
-	for _, topic := range protocol.CommandTopics(agent) {
-		if len(h.Partitions[topic]) > 0 {
-			return true
-		}
-	}
-	return false
-}
-
-// track notes the attempts t has in flight after an event; when one ended,
-// the agent it freed room at wakes its waiters.
+// track notes the attempts t has in flight once its events are stored (or
+// folded from the store): a stored dispatch is the one thing that reserves
+// room at its instance. When an attempt ended, the agent it freed room at
+// wakes its waiters.
 func (c *capacity) track(t *domain.Task) {
 	if c == nil || c.dir == nil {
 		return
@@ -323,6 +255,7 @@ func (c *capacity) track(t *domain.Task) {
 	if now != nil || had {
 		c.setLocked(t.ID, now)
 	}
+	delete(c.held, t.ID)
 	waiting := false
 	if !t.State.Terminal() {
 		for _, s := range t.Steps {
@@ -330,8 +263,8 @@ func (c *capacity) track(t *domain.Task) {
 		}
 	}
 	// A task that finished, or whose step went, waits for nothing. One
-	// that neither waits nor has anything in flight keeps a wait admit
-	// noted: the append of its StepWaiting may have failed.
+	// that neither waits nor has anything in flight keeps a wait noted
+	// (wait): the append of its StepWaiting may have failed.
 	if t.State.Terminal() || (!waiting && now != nil) {
 		for _, ws := range c.waiting {
 			delete(ws, t.ID)
@@ -361,13 +294,14 @@ func (c *capacity) returned(instance string) {
 // wakeLocked returns the wake calls of the best-ranked waiters of agent,
 // as many as it has room for.
 func (c *capacity) wakeLocked(agent string) []func() {
+	c.freed[agent]++
 	ws := c.waiting[agent]
 	if len(ws) == 0 {
 		return nil
 	}
 	now := c.clock.Now()
-	r := c.roomLocked(agent, c.dir.Instances(agent, now))
-	if r.free == 0 {
+	r := c.viewLocked(agent, c.dir.Instances(agent, now)).Room()
+	if r.Free == 0 {
 		return nil
 	}
 	type ranked struct {
@@ -385,8 +319,8 @@ func (c *capacity) wakeLocked(agent string) []func() {
 		}
 		return a.since.Compare(b.since)
 	})
-	out := make([]func(), 0, min(r.free, len(all)))
-	for _, w := range all[:min(r.free, len(all))] {
+	out := make([]func(), 0, min(r.Free, len(all)))
+	for _, w := range all[:min(r.Free, len(all))] {
 		out = append(out, w.wake)
 	}
 	return out
@@ -432,27 +366,4 @@ func (c *capacity) waitingCount() map[string]map[domain.Priority]int {
 		}
 	}
 	return out
-}
-
-// routeOf is where to send a command for instance: a partition, picked at
-// random, that the instance consumes of topic (the command's band) or,
-// when it has none of that band, of the agent's other command topics,
-// highest first. ok is false when the instance announced none (the command
-// then goes by task id).
-func routeOf(dir AgentDirectory, agent, instance, topic string, now time.Time) (*protocol.Route, bool) {
-	if dir == nil || instance == "" {
-		return nil, false
-	}
-	for _, h := range dir.Instances(agent, now) {
-		if h.Instance != instance {
-			continue
-		}
-		for _, t := range append([]string{topic}, protocol.CommandTopics(agent)...) {
-			if parts := h.Partitions[t]; len(parts) > 0 {
-				return &protocol.Route{Instance: instance, Topic: t, Partition: parts[rand.IntN(len(parts))]}, true
-			}
-		}
-		return nil, false
-	}
-	return nil, false
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sagaengine/saga/adapters/kafka"
 	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/domain/protocol"
 	"github.com/sagaengine/saga/processes"
@@ -31,6 +32,12 @@ func (d *directory) Instances(agent string, now time.Time) []protocol.AgentHeart
 		}
 	}
 	return out
+}
+
+// RouteCommand routes a command as the Kafka adapter does
+// (kafka.CommandRoute).
+func (d *directory) RouteCommand(agent, instance, topic string, now time.Time) (*protocol.Route, bool) {
+	return kafka.CommandRoute(d.Instances(agent, now), agent, instance, topic)
 }
 
 func (d *directory) set(instances ...protocol.AgentHeartbeat) {
@@ -104,7 +111,7 @@ func TestStepsWaitForRoomAndGoInPriorityOrder(t *testing.T) {
 	history{t: t, store: store, now: start}.task("t-2", wf, false)
 	rec := &holdingAgent{}
 	s := &processes.Scheduler{Store: store, Commands: rec, DeadLetters: dropLetters{}, Workflows: workflows{"work": wf},
-		Actor: "scheduler/test", Clock: clock, Logger: quiet(), Shards: 2, Agents: dir}
+		Actor: "scheduler/test", Clock: clock, Logger: quiet(), Shards: 2, Agents: dir, Router: dir}
 	run(t, s.Run)
 	<-s.Ready()
 	sent := rec.await(t, 2)
@@ -188,7 +195,7 @@ func TestNoHealthyInstanceHoldsDispatchesUntilOneRecovers(t *testing.T) {
 	}
 	rec := &holdingAgent{}
 	s := &processes.Scheduler{Store: store, Commands: rec, DeadLetters: dropLetters{}, Workflows: workflows{"work": wf},
-		Actor: "scheduler/test", Clock: clock, Logger: quiet(), Shards: 1, Agents: dir}
+		Actor: "scheduler/test", Clock: clock, Logger: quiet(), Shards: 1, Agents: dir, Router: dir}
 	run(t, s.Run)
 	<-s.Ready()
 	require.Eventually(t, func() bool { return s.Waiting()["worker"] == 3 }, 10*time.Second, 5*time.Millisecond)
@@ -220,7 +227,7 @@ func TestTheSchedulerGoesLiveOnlyOnceItKnowsTheAgents(t *testing.T) {
 	ready := make(chan struct{})
 	rec := &holdingAgent{}
 	s := &processes.Scheduler{Store: store, Commands: rec, DeadLetters: dropLetters{}, Workflows: workflows{"work": wf},
-		Actor: "scheduler/test", Clock: newFakeClock(start), Logger: quiet(), Shards: 1, Agents: dir, AgentsReady: ready}
+		Actor: "scheduler/test", Clock: newFakeClock(start), Logger: quiet(), Shards: 1, Agents: dir, Router: dir, AgentsReady: ready}
 	run(t, s.Run)
 	require.Never(t, func() bool {
 		select {
@@ -254,7 +261,7 @@ func TestAnInstanceThatRefusesOneTargetKeepsGettingWork(t *testing.T) {
 	history{t: t, store: store, now: start}.task("t-slow", wf, false)
 	rec := &holdingAgent{}
 	s := &processes.Scheduler{Store: store, Commands: rec, DeadLetters: dropLetters{}, Workflows: workflows{"work": wf},
-		Actor: "scheduler/test", Clock: clock, Logger: quiet(), Shards: 2, Agents: dir}
+		Actor: "scheduler/test", Clock: clock, Logger: quiet(), Shards: 2, Agents: dir, Router: dir}
 	run(t, s.Run)
 	<-s.Ready()
 	slow := rec.await(t, 1)[0]

@@ -11,6 +11,7 @@ import (
 	"github.com/cockroachdb/errors"
 
 	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/processes/port"
 )
 
 // Checkpoint defaults of the scheduler and the supervisor.
@@ -76,7 +77,7 @@ func readTask(ctx context.Context, repo *TaskRepository, id string, logger *slog
 			return nil, err
 		}
 		select {
-		case <-time.After(wait(DefaultBackoff, attempt)):
+		case <-time.After(port.Wait(DefaultBackoff, attempt)):
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}

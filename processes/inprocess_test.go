@@ -2,7 +2,6 @@ package processes_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"sync"
 	"testing"
@@ -15,6 +14,8 @@ import (
 	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/domain/protocol"
 	"github.com/sagaengine/saga/processes"
+	"github.com/sagaengine/saga/processes/agentruntime"
+	"github.com/sagaengine/saga/processes/internal/agenttest"
 )
 
 // inProcessAgent hands every command to a real agent runtime in the same
@@ -23,7 +24,7 @@ import (
 // agents it runs itself.
 type inProcessAgent struct {
 	ctx         context.Context
-	agent       *processes.Agent
+	agent       *agentruntime.Agent
 	scheduler   *processes.Scheduler
 	failReplies bool
 	handed      chan error
@@ -62,9 +63,9 @@ func TestInProcessCommandRunsTheStepWithoutTheBroker(t *testing.T) {
 	wf := oneStep("work", 10*time.Second, domain.CompensateOnExhausted)
 	history{t: t, store: store, now: time.Now()}.task("local-1", wf, true)
 
-	svc := newScripted()
-	usual := newReplyLog()
-	ag := &processes.Agent{Name: "worker", Instance: "here/worker", Handler: svc.handle, Replies: usual, DeadLetters: dropLetters{},
+	svc := agenttest.NewScripted()
+	usual := agenttest.NewReplyLog()
+	ag := &agentruntime.Agent{Name: "worker", Instance: "here/worker", Handler: svc.Handle, Replies: usual, DeadLetters: dropLetters{},
 		Clock: processes.SystemClock, Logger: quiet()}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -74,11 +75,11 @@ func TestInProcessCommandRunsTheStepWithoutTheBroker(t *testing.T) {
 	sender.scheduler = s
 	run(t, s.Run)
 
-	require.Equal(t, "local-1", svc.awaitStart(t))
+	require.Equal(t, "local-1", svc.AwaitStart(t))
 	require.NoError(t, <-sender.handed)
 	types := eventTypes(t, store, "local-1")
 	assert.Equal(t, domain.TaskProcessedType, types[len(types)-1], "%v", types)
-	assert.Empty(t, usual.replies, "the reply went in process, not through the usual sender")
+	assert.Empty(t, usual.Replies, "the reply went in process, not through the usual sender")
 	assert.EqualValues(t, 1, ag.Stats().Succeeded)
 
 	recorded, err := store.ReadStream(context.Background(), domain.TaskStream("local-1"))
@@ -90,15 +91,15 @@ func TestInProcessCommandRunsTheStepWithoutTheBroker(t *testing.T) {
 // fails while the process runs, the agent sends it the usual way, so the
 // step's outcome is not lost.
 func TestInProcessReplyFallsBackToTheUsualSender(t *testing.T) {
-	svc := newScripted()
-	usual := newReplyLog()
-	ag := &processes.Agent{Name: "worker", Instance: "here/worker", Handler: svc.handle, Replies: usual, DeadLetters: dropLetters{},
+	svc := agenttest.NewScripted()
+	usual := agenttest.NewReplyLog()
+	ag := &agentruntime.Agent{Name: "worker", Instance: "here/worker", Handler: svc.Handle, Replies: usual, DeadLetters: dropLetters{},
 		Clock: processes.SystemClock, Logger: quiet()}
 	failing := processes.ReplySenderFunc(func(context.Context, protocol.StepReply) error { return errors.New("the scheduler is not here") })
 	cmd := protocol.ExecuteStep{TaskID: "fallback-1", Workflow: "work", Step: "work", Agent: "worker", Action: protocol.ActionExecute,
 		Attempt: 2, CompleteBy: time.Now().Add(10 * time.Second), IdempotencyKey: "fallback-1/work"}
 	require.NoError(t, ag.Execute(context.Background(), cmd, failing))
-	r := usual.await(t, "fallback-1")
+	r := usual.Await(t, "fallback-1")
 	assert.Equal(t, protocol.OutcomeSucceeded, r.Outcome)
 	assert.Equal(t, 2, r.Attempt)
 	assert.Equal(t, "here/worker", r.Instance)
@@ -107,17 +108,17 @@ func TestInProcessReplyFallsBackToTheUsualSender(t *testing.T) {
 // TestInProcessCommandPastItsDeadlineIsDropped: as a consumed one, a
 // command handed over after its complete-by is not run and not answered.
 func TestInProcessCommandPastItsDeadlineIsDropped(t *testing.T) {
-	svc := newScripted()
-	usual := newReplyLog()
-	ag := &processes.Agent{Name: "worker", Instance: "here/worker", Handler: svc.handle, Replies: usual, DeadLetters: dropLetters{},
+	svc := agenttest.NewScripted()
+	usual := agenttest.NewReplyLog()
+	ag := &agentruntime.Agent{Name: "worker", Instance: "here/worker", Handler: svc.Handle, Replies: usual, DeadLetters: dropLetters{},
 		Clock: processes.SystemClock, Logger: quiet()}
-	direct := newReplyLog()
+	direct := agenttest.NewReplyLog()
 	cmd := protocol.ExecuteStep{TaskID: "late-1", Workflow: "work", Step: "work", Agent: "worker", Action: protocol.ActionExecute,
 		Attempt: 1, CompleteBy: time.Now().Add(-time.Millisecond), IdempotencyKey: "late-1/work"}
 	require.NoError(t, ag.Execute(context.Background(), cmd, direct))
-	assert.Zero(t, svc.calls.Load())
-	assert.Empty(t, direct.replies)
-	assert.Empty(t, usual.replies)
+	assert.Zero(t, svc.Calls.Load())
+	assert.Empty(t, direct.Replies)
+	assert.Empty(t, usual.Replies)
 	assert.EqualValues(t, 1, ag.Stats().Expired)
 }
 
@@ -230,24 +231,4 @@ func TestStartRefusesATaskItKnows(t *testing.T) {
 	submitted := domain.Submit(domain.Order{ID: "known-1", Body: []byte(`{}`)}, wf, "", time.Now())
 	err := s.Start(context.Background(), "known-1", domain.EventMetadata{Actor: "submitter/test"}, submitted)
 	require.ErrorIs(t, err, processes.ErrNotStarted)
-}
-
-// TestHandlerPanicFailsTheStepForGood: a handler that panics on a command
-// would panic again on every retry and redelivery; the agent turns the
-// panic into a permanent failure, with the panic's value as the reason,
-// and the process goes on.
-func TestHandlerPanicFailsTheStepForGood(t *testing.T) {
-	usual := newReplyLog()
-	ag := &processes.Agent{Name: "worker", Instance: "here/worker", Replies: usual, DeadLetters: dropLetters{},
-		Clock: processes.SystemClock, Logger: quiet(),
-		Handler: func(context.Context, protocol.ExecuteStep) (json.RawMessage, error) { panic("nil map in the handler") }}
-	body, err := json.Marshal(protocol.ExecuteStep{TaskID: "panic-1", Workflow: "work", Step: "work", Agent: "worker", Action: protocol.ActionExecute,
-		Attempt: 1, CompleteBy: time.Now().Add(10 * time.Second), IdempotencyKey: "panic-1/work"})
-	require.NoError(t, err)
-	require.NoError(t, ag.HandleCommand(context.Background(), processes.Inbound{Topic: protocol.CommandTopic("worker"), Value: body}))
-	r := usual.await(t, "panic-1")
-	assert.Equal(t, protocol.OutcomeFailed, r.Outcome)
-	assert.Equal(t, domain.FailurePermanent, r.Failure)
-	assert.Contains(t, r.Reason, "the handler panicked: nil map in the handler")
-	assert.Equal(t, 1, r.Tries)
 }

@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/processes/internal/tracing"
 )
 
 // Operator carries out operators' actions on tasks: retry a task in Error,
@@ -71,9 +72,9 @@ func (o *Operator) act(ctx context.Context, taskID, by, action string, decide fu
 		return decide(t, wf, domain.Decision{Now: o.Clock.Now(), Actor: by, Random: rand.Float64()})
 	})
 	if taskTrace != "" {
-		_, span := tracer(o.Tracing).Start(withTraceParent(ctx, taskTrace), SpanOperator, trace.WithTimestamp(began),
+		_, span := tracing.Tracer(o.Tracing).Start(tracing.WithTraceParent(ctx, taskTrace), SpanOperator, trace.WithTimestamp(began),
 			trace.WithAttributes(AttrTaskID.String(taskID), attribute.String("saga.operator.action", action), attribute.String("saga.operator.by", by)))
-		endSpan(span, err)
+		tracing.EndSpan(span, err)
 	}
 	return err
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/domain/protocol"
+	"github.com/sagaengine/saga/processes/port"
 )
 
 // EventStore is what the processes need of the event store.
@@ -25,39 +26,19 @@ type WorkflowSelector interface {
 	Select(ctx context.Context, topic string, doc domain.OrderDocument, ceType string) (*domain.Workflow, error)
 }
 
-// Inbound is a message from a topic, as a handler sees it. A message
-// handed over inside the process instead (InProcess) has no partition or
-// offset: both are -1.
-type Inbound struct {
-	Topic     string
-	Partition int32
-	Offset    int64
-	Key       string
-	Value     []byte
-	Headers   map[string]string
-}
-
-// Source names where a message came from, for causation ids and logs.
-func (m Inbound) Source() string {
-	if m.InProcess() {
-		return m.Topic + "/in-process"
-	}
-	return m.Topic + "/" + itoa(int64(m.Partition)) + "/" + itoa(m.Offset)
-}
-
-// InProcess reports whether the message was handed over inside the
-// process rather than consumed from its topic.
-func (m Inbound) InProcess() bool { return m.Offset < 0 }
-
-// inProcess is the Inbound of a message of topic handed over inside the
-// process, carrying traceparent as consumed messages carry it.
-func inProcess(topic, key, traceparent string) Inbound {
-	return Inbound{Topic: topic, Partition: -1, Offset: -1, Key: key, Headers: map[string]string{protocol.HeaderTraceParent: traceparent}}
-}
+// Inbound is a message from a topic, as a handler sees it (port.Inbound).
+type Inbound = port.Inbound
 
 // CommandSender delivers commands to agents.
 type CommandSender interface {
 	SendCommand(ctx context.Context, cmd protocol.ExecuteStep) error
+}
+
+// CommandRouter maps the agent instance a dispatch names to where its
+// command goes: for Kafka, a partition the instance consumes
+// (protocol.Route). ok is false when the command goes by task id.
+type CommandRouter interface {
+	RouteCommand(agent, instance, topic string, now time.Time) (route *protocol.Route, ok bool)
 }
 
 // TaskStarter records a new task together with the first decisions for
@@ -68,99 +49,33 @@ type TaskStarter interface {
 }
 
 // AgentDirectory knows the agent instances that announce themselves with
-// heartbeats (protocol.AgentsTopic).
-type AgentDirectory interface {
-	// Instances returns the last heartbeat of every instance of agent
-	// that is live at now, in a stable order; none for an agent that
-	// sends no heartbeats.
-	Instances(agent string, now time.Time) []protocol.AgentHeartbeat
-}
+// heartbeats (port.AgentDirectory).
+type AgentDirectory = port.AgentDirectory
 
-// Heartbeats announce agent instances on protocol.AgentsTopic.
-type Heartbeats interface {
-	// Beat publishes an instance's heartbeat and waits until the broker
-	// has it.
-	Beat(ctx context.Context, hb protocol.AgentHeartbeat) error
-	// Leave removes a stopped instance: a tombstone under its key.
-	Leave(ctx context.Context, instance string) error
-}
+// Heartbeats announce agent instances (port.Heartbeats).
+type Heartbeats = port.Heartbeats
 
-// ReplySender delivers agents' replies to the scheduler.
-type ReplySender interface {
-	SendReply(ctx context.Context, reply protocol.StepReply) error
-}
+// ReplySender delivers agents' replies to the scheduler (port.ReplySender).
+type ReplySender = port.ReplySender
 
 // ReplySenderFunc is a ReplySender that is a function.
-type ReplySenderFunc func(ctx context.Context, reply protocol.StepReply) error
+type ReplySenderFunc = port.ReplySenderFunc
 
-// SendReply calls f.
-func (f ReplySenderFunc) SendReply(ctx context.Context, reply protocol.StepReply) error {
-	return f(ctx, reply)
-}
+// DeadLetters keeps messages that cannot be processed (port.DeadLetters).
+type DeadLetters = port.DeadLetters
 
-// DeadLetters keeps messages that cannot be processed, with the reason, so
-// nothing is lost.
-type DeadLetters interface {
-	DeadLetter(ctx context.Context, msg Inbound, reason string) error
-}
+// Clock tells the time and makes the timers the processes wait on
+// (port.Clock).
+type Clock = port.Clock
 
-// Clock tells the time and makes the timers the processes wait on, so that
-// tests control both: a retry falling due, a supervisor's scan, an agent's
-// backoff.
-type Clock interface {
-	Now() time.Time
-	// NewTimer returns a timer that fires once d has passed on this clock.
-	NewTimer(d time.Duration) Timer
-}
-
-// Timer is a one-shot timer of a Clock. Stop and Reset behave as those of
-// time.Timer since Go 1.23: after either returns, no stale time is received.
-type Timer interface {
-	C() <-chan time.Time
-	Stop() bool
-	Reset(d time.Duration) bool
-}
+// Timer is a one-shot timer of a Clock (port.Timer).
+type Timer = port.Timer
 
 // SystemClock is the wall clock, with the runtime's timers.
-var SystemClock Clock = systemClock{}
+var SystemClock = port.SystemClock
 
-// ClockFunc is a Clock that tells the time with now (time.Now when nil)
-// and waits with the runtime's timers: for callers that control only what
-// time it is.
-func ClockFunc(now func() time.Time) Clock {
-	if now == nil {
-		return SystemClock
-	}
-	return funcClock(now)
-}
-
-type funcClock func() time.Time
-
-func (f funcClock) Now() time.Time               { return f() }
-func (funcClock) NewTimer(d time.Duration) Timer { return systemTimer{time.NewTimer(d)} }
-
-type systemClock struct{}
-
-func (systemClock) Now() time.Time                 { return time.Now() }
-func (systemClock) NewTimer(d time.Duration) Timer { return systemTimer{time.NewTimer(d)} }
-
-type systemTimer struct{ t *time.Timer }
-
-func (t systemTimer) C() <-chan time.Time        { return t.t.C }
-func (t systemTimer) Stop() bool                 { return t.t.Stop() }
-func (t systemTimer) Reset(d time.Duration) bool { return t.t.Reset(d) }
-
-// sleep waits d on clock, or until ctx ends; it reports whether d passed.
-func sleep(ctx context.Context, clock Clock, d time.Duration) bool {
-	t := clock.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C():
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
+// ClockFunc is a Clock that tells the time with now (port.ClockFunc).
+func ClockFunc(now func() time.Time) Clock { return port.ClockFunc(now) }
 
 // Ownership says which tasks an instance is responsible for when several
 // instances share the work (by Kafka partition of the task id). Correctness

@@ -19,6 +19,7 @@ import (
 	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/domain/protocol"
 	"github.com/sagaengine/saga/processes"
+	"github.com/sagaengine/saga/processes/agentruntime"
 )
 
 // embeddedStore starts the embedded event store on loopback and connects
@@ -218,7 +219,7 @@ func TestValidateListsEveryProblem(t *testing.T) {
 	require.ErrorIs(t, (&processes.Supervisor{}).Run(context.Background()), processes.ErrInvalidConfig)
 	require.ErrorIs(t, (&processes.StatusPublisher{}).Run(context.Background()), processes.ErrInvalidConfig)
 	require.ErrorIs(t, (&processes.Submitter{}).Validate(), processes.ErrInvalidConfig)
-	require.ErrorIs(t, (&processes.Agent{}).Validate(), processes.ErrInvalidConfig)
+	require.ErrorIs(t, (&agentruntime.Agent{}).Validate(), processes.ErrInvalidConfig)
 }
 
 // fickleLeader leads for its first calls, then not until told again.

@@ -18,6 +18,8 @@ import (
 
 	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/domain/protocol"
+	"github.com/sagaengine/saga/processes/internal/tracing"
+	"github.com/sagaengine/saga/processes/port"
 )
 
 // Scheduler is the process manager that drives tasks through their steps.
@@ -83,6 +85,10 @@ type Scheduler struct {
 	// heartbeats gets its commands by task id, with no limit. Nil means
 	// no agent is known.
 	Agents AgentDirectory
+	// Router, when set, maps the instance a dispatch names to where its
+	// command goes (a partition the instance consumes); nil, or an
+	// instance it cannot map, sends the command by task id.
+	Router CommandRouter
 	// AgentsReady, when set, is closed once Agents has read the heartbeats
 	// there were when it started. The scheduler goes live only after it:
 	// deciding earlier would see no instance of any agent and dispatch
@@ -159,41 +165,93 @@ type shard struct {
 	// state, which are no longer kept in tasks.
 	done      map[string]int64
 	doneOrder *doneOrder
-	// unsure holds the tasks whose stream could not be read: their state
+	// unread holds the tasks whose stream could not be read: their state
 	// is unknown, so checkpoints name them until a read succeeds.
-	unsure map[string]struct{}
+	unread map[string]struct{}
 	live   bool
 	// wakes holds the times at which retries of tasks fall due.
 	wakes dueHeap[wakeEntry]
 	// timer fires when the earliest wake falls due; nil until one is
 	// scheduled.
 	timer Timer
-	// pokes signals that tasks in poked may have room at their agent now.
-	pokes  chan struct{}
-	pokeMu sync.Mutex
-	poked  map[string]struct{}
+	// roomFreedSignal signals that the tasks in roomWoken may have room
+	// at their agent now (wakeForRoom).
+	roomFreedSignal chan struct{}
+	roomWokenMu     sync.Mutex
+	roomWoken       map[string]struct{}
 
 	// held are the sizes of the maps above as of the shard's last turn,
 	// for Held: the maps are the shard goroutine's alone.
-	held struct{ tasks, finished, wakes, unsure atomic.Int64 }
+	held struct{ tasks, finished, wakes, unread atomic.Int64 }
 }
 
-type job struct {
-	event      *domain.RecordedEvent
-	caughtUp   bool
-	rebalanced bool
-	reply      *protocol.StepReply
+// job is work handed to a shard's goroutine, the only one that touches
+// the shard's tasks: each kind of work is a type of its own.
+type job interface {
+	// do carries the work out on the shard's goroutine.
+	do(ctx context.Context, sh *shard)
+}
+
+// caughtUpJob says the subscription has delivered every stored event: the
+// shard goes live.
+type caughtUpJob struct{}
+
+func (caughtUpJob) do(ctx context.Context, sh *shard) { sh.goLive(ctx) }
+
+// rebalancedJob says the tasks this instance owns changed: a live shard
+// resumes every task it now owns.
+type rebalancedJob struct{}
+
+func (rebalancedJob) do(ctx context.Context, sh *shard) {
+	if sh.live {
+		sh.resumeAll(ctx)
+	}
+}
+
+// eventJob is an event of a task stream, as the subscription delivers
+// it.
+type eventJob struct{ event *domain.RecordedEvent }
+
+func (j eventJob) do(ctx context.Context, sh *shard) { sh.onEvent(ctx, j.event) }
+
+// replyJob is an agent's reply to record; done gets the outcome.
+type replyJob struct {
+	reply protocol.StepReply
 	// span is the reply's handling (SpanReply), ended once done answers.
 	span   trace.Span
 	source string
-	done   chan error
-	// snapshot asks for the ids of the shard's unfinished tasks.
-	snapshot chan<- []string
-	// start is a submission to record with its first decisions (Start).
-	start *submission
-	// ctx is the submitter's, for a start: its span is the parent of the
-	// dispatch, and the append ends with it.
-	ctx context.Context
+	done   chan<- error
+}
+
+func (j replyJob) do(ctx context.Context, sh *shard) {
+	j.done <- sh.onReply(trace.ContextWithSpan(ctx, j.span), j.reply, j.source)
+}
+
+// startJob is a submission to record with its first decisions (Start);
+// done gets the outcome.
+type startJob struct {
+	// ctx is the submitter's: its span is the parent of the dispatch, and
+	// the append ends with it.
+	ctx  context.Context
+	sub  submission
+	done chan<- error
+}
+
+func (j startJob) do(_ context.Context, sh *shard) { j.done <- sh.start(j.ctx, &j.sub) }
+
+// snapshotJob asks for the ids of the shard's unfinished tasks, for a
+// checkpoint: those it holds and those it could not read.
+type snapshotJob struct{ answer chan<- []string }
+
+func (j snapshotJob) do(_ context.Context, sh *shard) {
+	ids := make([]string, 0, len(sh.tasks)+len(sh.unread))
+	for id := range sh.tasks {
+		ids = append(ids, id)
+	}
+	for id := range sh.unread {
+		ids = append(ids, id)
+	}
+	j.answer <- ids
 }
 
 // submission is a new task handed to Start.
@@ -210,10 +268,10 @@ func (s *Scheduler) setup() {
 			n = DefaultShards
 		}
 		s.ready = make(chan struct{})
-		s.tracer = tracer(s.Tracing)
+		s.tracer = tracing.Tracer(s.Tracing)
 		for i := 0; i < n; i++ {
 			s.shards = append(s.shards, &shard{s: s, inbox: make(chan job, inboxSize), tasks: map[string]*domain.Task{}, done: map[string]int64{}, doneOrder: &doneOrder{},
-				unsure: map[string]struct{}{}, pokes: make(chan struct{}, 1), poked: map[string]struct{}{}})
+				unread: map[string]struct{}{}, roomFreedSignal: make(chan struct{}, 1), roomWoken: map[string]struct{}{}})
 		}
 		s.capacity = newCapacity(s.Agents, s.Clock, s.PriorityAging)
 	})
@@ -283,7 +341,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 				}
 			}
 			for _, sh := range s.shards {
-				if err := s.enqueue(ctx, sh, job{caughtUp: true}); err != nil {
+				if err := s.enqueue(ctx, sh, caughtUpJob{}); err != nil {
 					return err
 				}
 			}
@@ -297,7 +355,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		if !ok {
 			return nil
 		}
-		if err := s.enqueue(ctx, s.shardOf(id), job{event: it.Event}); err != nil {
+		if err := s.enqueue(ctx, s.shardOf(id), eventJob{event: it.Event}); err != nil {
 			return err
 		}
 		return cps.handled(ctx, it.Event.Position)
@@ -315,12 +373,12 @@ func (s *Scheduler) resumeFrom(ctx context.Context, cp domain.TaskCheckpoint) {
 	tasks, unread := loadTasks(ctx, s.repo, cp.Tasks, s.Logger)
 	s.startLoads.Add(int64(len(cp.Tasks)))
 	for _, t := range tasks {
-		if sh := s.shardOf(t.ID); sh.keep(t) {
+		if sh := s.shardOf(t.ID); sh.putTask(t) {
 			sh.schedule(t)
 		}
 	}
 	for _, id := range unread {
-		s.shardOf(id).unsure[id] = struct{}{}
+		s.shardOf(id).unread[id] = struct{}{}
 	}
 	s.Logger.Info("scheduler resumes from its checkpoint", "position", cp.Position, "tasks", len(cp.Tasks),
 		"unfinished", len(tasks), "took", time.Since(began).Round(time.Millisecond))
@@ -346,7 +404,7 @@ func (s *Scheduler) checkpointer() *checkpointer {
 func (s *Scheduler) snapshot(ctx context.Context, position uint64) (func(), error) {
 	answers := make(chan []string, len(s.shards))
 	for _, sh := range s.shards {
-		if err := s.enqueue(ctx, sh, job{snapshot: answers}); err != nil {
+		if err := s.enqueue(ctx, sh, snapshotJob{answer: answers}); err != nil {
 			return nil, err
 		}
 	}
@@ -387,7 +445,7 @@ func (s *Scheduler) shardOf(taskID string) *shard {
 func (s *Scheduler) Rebalanced(ctx context.Context) {
 	s.setup()
 	for _, sh := range s.shards {
-		if err := s.enqueue(ctx, sh, job{rebalanced: true}); err != nil {
+		if err := s.enqueue(ctx, sh, rebalancedJob{}); err != nil {
 			return
 		}
 	}
@@ -416,8 +474,8 @@ func (s *Scheduler) watchRoom(ctx context.Context) {
 
 // Held is what the scheduler holds in memory, by structure: unfinished
 // tasks, finished ones remembered (at most maxDone a shard), retry wakes,
-// unreadable tasks, and the attempts in flight, waiting for room and
-// avoided instances that dispatch tracks.
+// unreadable tasks, and the attempts in flight (stored, or held while
+// appended), waiting for room and avoided instances that dispatch tracks.
 func (s *Scheduler) Held() Held {
 	s.setup()
 	h := Held{"tasks": 0, "finished": 0, "wakes": 0, "unsure": 0}
@@ -425,10 +483,15 @@ func (s *Scheduler) Held() Held {
 		h["tasks"] += int(sh.held.tasks.Load())
 		h["finished"] += int(sh.held.finished.Load())
 		h["wakes"] += int(sh.held.wakes.Load())
-		h["unsure"] += int(sh.held.unsure.Load())
+		h["unsure"] += int(sh.held.unread.Load())
 	}
 	s.capacity.mu.Lock()
 	h["inflight"] = len(s.capacity.inflight)
+	for id := range s.capacity.held {
+		if _, ok := s.capacity.inflight[id]; !ok {
+			h["inflight"]++
+		}
+	}
 	h["avoided"] = len(s.capacity.avoid)
 	h["waiting"] = 0
 	for _, ws := range s.capacity.waiting {
@@ -474,8 +537,8 @@ func (s *Scheduler) WaitingByPriority() map[string]map[domain.Priority]int {
 // the agent's, and the parent of what the reply leads to.
 func (s *Scheduler) HandleReply(ctx context.Context, msg Inbound) (err error) {
 	s.setup()
-	ctx, span := consumerSpan(ctx, s.tracer, SpanReply, msg)
-	defer func() { endSpan(span, err) }()
+	ctx, span := tracing.ConsumerSpan(ctx, s.tracer, SpanReply, msg)
+	defer func() { tracing.EndSpan(span, err) }()
 	reply, err := protocol.ParseStepReply(msg.Value)
 	if err != nil {
 		return s.rejectReply(ctx, msg, err)
@@ -488,9 +551,9 @@ func (s *Scheduler) HandleReply(ctx context.Context, msg Inbound) (err error) {
 // without the encoding. It is the ReplySender of such commands.
 func (s *Scheduler) RecordReply(ctx context.Context, reply protocol.StepReply) (err error) {
 	s.setup()
-	msg := inProcess(protocol.RepliesTopic, reply.TaskID, reply.TraceParent)
-	ctx, span := consumerSpan(ctx, s.tracer, SpanReply, msg)
-	defer func() { endSpan(span, err) }()
+	msg := port.InProcessMessage(protocol.RepliesTopic, reply.TaskID, reply.TraceParent)
+	ctx, span := tracing.ConsumerSpan(ctx, s.tracer, SpanReply, msg)
+	defer func() { tracing.EndSpan(span, err) }()
 	return s.record(ctx, reply, msg)
 }
 
@@ -499,12 +562,12 @@ func (s *Scheduler) RecordReply(ctx context.Context, reply protocol.StepReply) (
 // recorded.
 func (s *Scheduler) record(ctx context.Context, reply protocol.StepReply, msg Inbound) error {
 	span := trace.SpanFromContext(ctx)
-	setAttributes(span, func() []attribute.KeyValue {
+	tracing.SetAttributes(span, func() []attribute.KeyValue {
 		return []attribute.KeyValue{AttrTaskID.String(reply.TaskID), AttrStep.String(reply.Step), AttrAction.String(reply.Action),
 			AttrAttempt.Int(reply.Attempt), AttrAgent.String(reply.Agent), AttrOutcome.String(reply.Outcome)}
 	})
 	done := make(chan error, 1)
-	if err := s.enqueue(ctx, s.shardOf(reply.TaskID), job{reply: &reply, span: span, source: msg.Source(), done: done}); err != nil {
+	if err := s.enqueue(ctx, s.shardOf(reply.TaskID), replyJob{reply: reply, span: span, source: msg.Source(), done: done}); err != nil {
 		return err
 	}
 	select {
@@ -541,7 +604,7 @@ var ErrNotStarted = errors.New("the scheduler did not start the task")
 func (s *Scheduler) Start(ctx context.Context, id string, meta domain.EventMetadata, submitted ...domain.Event) error {
 	s.setup()
 	done := make(chan error, 1)
-	if err := s.enqueue(ctx, s.shardOf(id), job{start: &submission{id: id, meta: meta, events: submitted}, ctx: ctx, done: done}); err != nil {
+	if err := s.enqueue(ctx, s.shardOf(id), startJob{ctx: ctx, sub: submission{id: id, meta: meta, events: submitted}, done: done}); err != nil {
 		return err
 	}
 	select {
@@ -555,7 +618,7 @@ func (s *Scheduler) Start(ctx context.Context, id string, meta domain.EventMetad
 // rejectReply dead-letters a reply that can never be recorded.
 func (s *Scheduler) rejectReply(ctx context.Context, msg Inbound, reason error) error {
 	s.rejectedReplies.Add(1)
-	failSpan(trace.SpanFromContext(ctx), reason)
+	tracing.FailSpan(trace.SpanFromContext(ctx), reason)
 	s.Logger.Warn("reply rejected to dead letters", "source", msg.Source(), "reason", reason.Error())
 	return errors.Wrap(s.DeadLetters.DeadLetter(ctx, msg, reason.Error()), "dead-letter reply")
 }
@@ -565,74 +628,108 @@ func (sh *shard) run(ctx context.Context) {
 		sh.held.tasks.Store(int64(len(sh.tasks)))
 		sh.held.finished.Store(int64(len(sh.done)))
 		sh.held.wakes.Store(int64(len(sh.wakes)))
-		sh.held.unsure.Store(int64(len(sh.unsure)))
+		sh.held.unread.Store(int64(len(sh.unread)))
 		select {
 		case <-ctx.Done():
 			return
 		case <-sh.timerC():
 			sh.wake(ctx)
-		case <-sh.pokes:
+		case <-sh.roomFreedSignal:
 			sh.roomFreed(ctx)
 		case j := <-sh.inbox:
-			switch {
-			case j.caughtUp:
-				sh.goLive(ctx)
-			case j.rebalanced:
-				if sh.live {
-					sh.resumeAll(ctx)
-				}
-			case j.event != nil:
-				sh.onEvent(ctx, j.event)
-			case j.reply != nil:
-				j.done <- sh.onReply(trace.ContextWithSpan(ctx, j.span), *j.reply, j.source)
-			case j.start != nil:
-				j.done <- sh.start(j.ctx, j.start)
-			case j.snapshot != nil:
-				ids := make([]string, 0, len(sh.tasks)+len(sh.unsure))
-				for id := range sh.tasks {
-					ids = append(ids, id)
-				}
-				for id := range sh.unsure {
-					ids = append(ids, id)
-				}
-				j.snapshot <- ids
-			}
+			j.do(ctx, sh)
 		}
 	}
 }
 
 // decision is what a decision for task t needs: dispatches are admitted
-// by the agents' room (capacity.admit), a waiting one woken by a poke.
-func (sh *shard) decision(t *domain.Task) domain.Decision {
+// by the agents' room, read only (capacity.check); rc remembers where the
+// last admission found no room, for noteWait once the decision is done.
+func (sh *shard) decision(t *domain.Task, rc *roomCheck) domain.Decision {
 	d := domain.Decision{Now: sh.s.Clock.Now(), Actor: sh.s.Actor, Random: rand.Float64()}
-	if sh.s.Agents != nil {
-		id := t.ID
-		d.Admit = func(agent string) domain.Admission { return sh.s.capacity.admit(agent, t, func() { sh.poke(id) }) }
+	if sh.s.Agents != nil && rc != nil {
+		rc.refused = nil
+		d.Admit = func(agent string) domain.Admission {
+			a, refused := sh.s.capacity.check(agent, t)
+			rc.refused = refused
+			return a
+		}
 	}
 	return d
 }
 
-// poke asks the shard to decide again for a task that waits for room; it
-// never blocks, so any goroutine may call it.
-func (sh *shard) poke(id string) {
-	sh.pokeMu.Lock()
-	sh.poked[id] = struct{}{}
-	sh.pokeMu.Unlock()
+// roomCheck carries, out of a decision, where its last admission found no
+// room: the decision itself changes nothing, so that it may run again
+// after a conflict with nothing to undo.
+type roomCheck struct{ refused *refusal }
+
+// maxHoldTries bounds how often one decision is made again because the
+// room it was admitted to was taken meanwhile (decide); past it, the
+// dispatch goes unheld and the agent instance's own limit holds.
+const maxHoldTries = 16
+
+// decide makes a decision for task t with decide, which reads the agents'
+// room only, and holds the room its dispatch was admitted to until the
+// dispatch is stored (capacity.hold). Two shards may read the same free
+// room at once: the one whose hold comes second decides again, as after a
+// conflict in the store.
+func (sh *shard) decide(t *domain.Task, rc *roomCheck, decide func(domain.Decision) ([]domain.Event, error)) ([]domain.Event, error) {
+	for try := 1; ; try++ {
+		events, err := decide(sh.decision(t, rc))
+		if err != nil || sh.s.capacity.hold(t, dispatchOf(events)) || try == maxHoldTries {
+			return events, err
+		}
+	}
+}
+
+// dispatchOf is where the last dispatch among events goes; nil when they
+// dispatch nothing.
+func dispatchOf(events []domain.Event) *route {
+	var r *route
+	for _, e := range events {
+		switch d := e.(type) {
+		case domain.StepDispatched:
+			r = &route{agent: d.Agent, instance: d.Instance}
+		case domain.CompensationDispatched:
+			r = &route{agent: d.Agent, instance: d.Instance}
+		}
+	}
+	return r
+}
+
+// decided follows a decision for task id once it is stored or failed: the
+// room held for its dispatch is released (a stored dispatch counts as in
+// flight by then) and, when waits is set, the task waits where the
+// decision's last admission found no room; wakeForRoom wakes it.
+func (sh *shard) decided(id string, rc *roomCheck, waits bool) {
+	sh.s.capacity.release(id)
+	if r := rc.refused; r != nil && waits {
+		sh.s.capacity.wait(r, func() { sh.wakeForRoom(r.task) })
+	}
+}
+
+// wakeForRoom asks the shard to decide again for a task that waits for
+// room; it never blocks, so any goroutine may call it.
+func (sh *shard) wakeForRoom(id string) {
+	sh.roomWokenMu.Lock()
+	sh.roomWoken[id] = struct{}{}
+	sh.roomWokenMu.Unlock()
 	select {
-	case sh.pokes <- struct{}{}:
+	case sh.roomFreedSignal <- struct{}{}:
 	default:
 	}
 }
 
-// roomFreed decides again for the poked tasks, higher priorities first.
+// roomFreed decides again for the tasks woken for room, higher priorities
+// first.
 func (sh *shard) roomFreed(ctx context.Context) {
-	sh.pokeMu.Lock()
-	ids := make([]string, 0, len(sh.poked))
-	for id := range sh.poked {
+	sh.roomWokenMu.Lock()
+	ids := make([]string, 0, len(sh.roomWoken))
+	for id := range sh.roomWoken {
 		ids = append(ids, id)
 	}
-	clear(sh.poked)
-	sh.pokeMu.Unlock()
+	clear(sh.roomWoken)
+	sh.roomWokenMu.Unlock()
 	var due []*domain.Task
 	for _, id := range ids {
 		if t := sh.tasks[id]; t != nil && sh.live && sh.s.owns(id) {
@@ -641,7 +738,7 @@ func (sh *shard) roomFreed(ctx context.Context) {
 	}
 	slices.SortStableFunc(due, func(a, b *domain.Task) int { return a.Priority.Rank() - b.Priority.Rank() })
 	for _, t := range due {
-		sh.advance(withTraceParent(ctx, t.TraceParent), t, "room-freed")
+		sh.advance(tracing.WithTraceParent(ctx, t.TraceParent), t, "room-freed")
 	}
 }
 
@@ -665,7 +762,7 @@ func (sh *shard) resumeAll(ctx context.Context) {
 		if !sh.s.owns(t.ID) {
 			continue
 		}
-		ctx := withTraceParent(ctx, t.TraceParent)
+		ctx := tracing.WithTraceParent(ctx, t.TraceParent)
 		sh.resend(ctx, t)
 		sh.advance(ctx, t, "resume")
 	}
@@ -695,7 +792,7 @@ func (sh *shard) wake(ctx context.Context) {
 	}
 	slices.SortStableFunc(due, func(a, b *domain.Task) int { return a.Priority.Rank() - b.Priority.Rank() })
 	for _, t := range due {
-		sh.advance(withTraceParent(ctx, t.TraceParent), t, "retry-due")
+		sh.advance(tracing.WithTraceParent(ctx, t.TraceParent), t, "retry-due")
 	}
 	sh.armTimer()
 }
@@ -764,7 +861,7 @@ func (sh *shard) onEvent(ctx context.Context, e *domain.RecordedEvent) {
 	case ev == nil:
 		return // this shard appended it and applied it already
 	}
-	if !sh.keep(t) {
+	if !sh.putTask(t) {
 		return
 	}
 	sh.schedule(t)
@@ -777,7 +874,7 @@ func (sh *shard) onEvent(ctx context.Context, e *domain.RecordedEvent) {
 	if !ValidTraceParent(parent) {
 		parent = t.TraceParent
 	}
-	ctx = withTraceParent(ctx, parent)
+	ctx = tracing.WithTraceParent(ctx, parent)
 	switch ev.(type) {
 	case domain.CompensationRequested, domain.TaskCancelled:
 		var span trace.Span
@@ -792,22 +889,22 @@ func (sh *shard) compensateSpan(ctx context.Context, t *domain.Task) (context.Co
 	return sh.s.tracer.Start(ctx, SpanCompensate, trace.WithAttributes(AttrTaskID.String(t.ID), AttrWorkflow.String(t.Workflow), AttrReason.String(t.Reason)))
 }
 
-// keep stores t in the shard, or forgets it once it is terminal; it reports
-// whether the task still needs decisions.
-func (sh *shard) keep(t *domain.Task) bool {
+// putTask stores t in the shard, or forgets it (rememberFinished) once it
+// is terminal; it reports whether the task still needs decisions.
+func (sh *shard) putTask(t *domain.Task) bool {
 	sh.s.capacity.track(t)
 	if t.State.Terminal() {
 		delete(sh.tasks, t.ID)
-		sh.remember(t)
+		sh.rememberFinished(t)
 		return false
 	}
 	sh.tasks[t.ID] = t
 	return true
 }
 
-// remember notes the final revision of a task that reached a terminal
-// state, forgetting the oldest one past maxDone.
-func (sh *shard) remember(t *domain.Task) {
+// rememberFinished notes the final revision of a task that reached a
+// terminal state, forgetting the oldest one past maxDone.
+func (sh *shard) rememberFinished(t *domain.Task) {
 	if _, ok := sh.done[t.ID]; !ok {
 		ring := sh.doneOrder
 		if old := ring.ids[ring.next]; old != "" {
@@ -819,7 +916,7 @@ func (sh *shard) remember(t *domain.Task) {
 }
 
 // load reads a task's whole stream and folds it. A task whose stream
-// cannot be read or folded is remembered as unsure, so that checkpoints
+// cannot be read or folded is remembered as unread, so that checkpoints
 // keep naming it until a read succeeds, and nothing is decided for it.
 func (sh *shard) load(ctx context.Context, id string) (*domain.Task, error) {
 	t, err := sh.s.repo.Load(ctx, id)
@@ -827,12 +924,12 @@ func (sh *shard) load(ctx context.Context, id string) (*domain.Task, error) {
 		sh.unreadable(id, err)
 		return nil, err
 	}
-	sh.adopt(t)
+	sh.putReadTask(t)
 	return t, nil
 }
 
 // unreadable notes a task whose stream could not be read or folded: it is
-// unsure until a read succeeds. A task with an event this version cannot
+// unread until a read succeeds. A task with an event this version cannot
 // read is forgotten, so nothing is decided for it; after a failed read the
 // state it had is kept, so that a retry falling due tries again.
 func (sh *shard) unreadable(id string, err error) {
@@ -840,12 +937,13 @@ func (sh *shard) unreadable(id string, err error) {
 	if errors.Is(err, domain.ErrUnreadableEvent) {
 		delete(sh.tasks, id)
 	}
-	sh.unsure[id] = struct{}{}
+	sh.unread[id] = struct{}{}
 }
 
-// adopt keeps a task just read from its stream.
-func (sh *shard) adopt(t *domain.Task) {
-	delete(sh.unsure, t.ID)
+// putReadTask stores a task just read from its stream: it is no longer
+// unread, nor finished unless it says so.
+func (sh *shard) putReadTask(t *domain.Task) {
+	delete(sh.unread, t.ID)
 	delete(sh.done, t.ID)
 	if !t.Exists() {
 		// Never submitted (a reply naming an unknown task, say): no state
@@ -853,13 +951,15 @@ func (sh *shard) adopt(t *domain.Task) {
 		delete(sh.tasks, t.ID)
 		return
 	}
-	if sh.keep(t) {
+	if sh.putTask(t) {
 		sh.schedule(t)
 	}
 }
 
 // advance decides what the task needs next and records it.
 func (sh *shard) advance(ctx context.Context, t *domain.Task, causation string) {
+	var rc roomCheck
+	defer sh.decided(t.ID, &rc, true)
 	_ = sh.update(ctx, t.ID, t, causation, func(t *domain.Task) ([]domain.Event, error) {
 		if t.State.Terminal() {
 			return nil, nil
@@ -871,7 +971,7 @@ func (sh *shard) advance(ctx context.Context, t *domain.Task, causation string) 
 		case err != nil:
 			return nil, errors.Wrap(err, "read the workflow of a task")
 		}
-		return t.Next(wf, sh.decision(t)), nil
+		return sh.decide(t, &rc, func(d domain.Decision) ([]domain.Event, error) { return t.Next(wf, d), nil })
 	})
 }
 
@@ -883,6 +983,8 @@ func (sh *shard) onReply(ctx context.Context, r protocol.StepReply, source strin
 	}
 	var agent string
 	var dispatchedAt time.Time
+	var rc roomCheck
+	defer sh.decided(r.TaskID, &rc, true)
 	err := sh.update(ctx, r.TaskID, sh.tasks[r.TaskID], source, func(t *domain.Task) ([]domain.Event, error) {
 		wf, err := sh.s.Workflows.Workflow(ctx, t.Workflow, t.WorkflowVersion)
 		if err != nil {
@@ -891,17 +993,18 @@ func (sh *shard) onReply(ctx context.Context, r protocol.StepReply, source strin
 		if l := legOf(t, r.Step, compensation); l != nil && l.Attempt == r.Attempt {
 			agent, dispatchedAt = t.Step(r.Step).Agent, l.DispatchedAt
 		}
-		d := sh.decision(t)
-		if s := t.Step(r.Step); r.Outcome == protocol.OutcomeUnavailable && s != nil && (r.Target != "" || !sh.s.capacity.usable(s.Agent, d.Now)) {
-			d.ReturnPause = DefaultReturnPause
-		}
-		return t.RecordReply(wf, r.Reply(), d)
+		return sh.decide(t, &rc, func(d domain.Decision) ([]domain.Event, error) {
+			if s := t.Step(r.Step); r.Outcome == protocol.OutcomeUnavailable && s != nil && (r.Target != "" || !sh.s.capacity.usable(s.Agent, d.Now)) {
+				d.ReturnPause = DefaultReturnPause
+			}
+			return t.RecordReply(wf, r.Reply(), d)
+		})
 	})
 	switch {
 	case errors.Is(err, domain.ErrStaleReply):
 		sh.s.staleReplies.Add(1)
 		trace.SpanFromContext(ctx).SetAttributes(AttrOutcome.String("stale"))
-		taskLogger(ctx, sh.s.Logger, r.TaskID).Debug("stale reply ignored", "source", source, "reason", err.Error())
+		tracing.TaskLogger(ctx, sh.s.Logger, r.TaskID).Debug("stale reply ignored", "source", source, "reason", err.Error())
 		return nil
 	case err == nil && sh.s.Observer != nil && !dispatchedAt.IsZero():
 		action := r.Action
@@ -919,7 +1022,7 @@ func (sh *shard) onReply(ctx context.Context, r protocol.StepReply, source strin
 // appended events: commands are produced only after the append that
 // records them.
 func (sh *shard) update(ctx context.Context, id string, known *domain.Task, causation string, decide domain.UpdateFunc) error {
-	meta := domain.EventMetadata{CausationID: causation, Actor: sh.s.Actor, TraceParent: storedTraceParent(ctx)}
+	meta := domain.EventMetadata{CausationID: causation, Actor: sh.s.Actor, TraceParent: tracing.StoredTraceParent(ctx)}
 	u, err := sh.s.repo.Update(ctx, id, known, meta, decide)
 	sh.s.conflicts.Add(int64(u.Conflicts))
 	switch {
@@ -929,11 +1032,11 @@ func (sh *shard) update(ctx context.Context, id string, known *domain.Task, caus
 		}
 		return err
 	case u.Read:
-		sh.adopt(u.Task)
+		sh.putReadTask(u.Task)
 	}
 	if err != nil {
 		if !errors.Is(err, domain.ErrTaskNotFound) && !errors.Is(err, domain.ErrStaleReply) && !errors.Is(err, domain.ErrUnknownStep) && ctx.Err() == nil {
-			taskLogger(ctx, sh.s.Logger, id).Error("decide for a task", "err", err.Error())
+			tracing.TaskLogger(ctx, sh.s.Logger, id).Error("decide for a task", "err", err.Error())
 		}
 		return err
 	}
@@ -960,12 +1063,14 @@ func (sh *shard) start(ctx context.Context, sub *submission) error {
 	if err != nil {
 		return errors.Mark(err, ErrNotStarted)
 	}
-	decided := t.Next(wf, sh.decision(t))
-	meta := domain.EventMetadata{CausationID: sub.meta.CausationID, Actor: sh.s.Actor, TraceParent: storedTraceParent(withTraceParent(ctx, sub.meta.TraceParent))}
+	var rc roomCheck
+	decided, _ := sh.decide(t, &rc, func(d domain.Decision) ([]domain.Event, error) { return t.Next(wf, d), nil })
+	meta := domain.EventMetadata{CausationID: sub.meta.CausationID, Actor: sh.s.Actor, TraceParent: tracing.StoredTraceParent(tracing.WithTraceParent(ctx, sub.meta.TraceParent))}
 	if err := sh.s.repo.CreateDecided(ctx, sub.id, sub.meta, sub.events, meta, decided); err != nil {
-		// What the decision noted (an instance's load) must follow the
-		// stream as it is, whatever it holds.
-		sh.s.capacity.forget(sub.id)
+		// Nothing is noted for the task but the room its dispatch held:
+		// recorded or not, it is decided for again as the store
+		// delivers it.
+		sh.decided(sub.id, &rc, false)
 		if errors.Is(err, domain.ErrAppendRefused) {
 			return errors.Mark(err, ErrNotStarted) // the submission alone may fit
 		}
@@ -977,6 +1082,7 @@ func (sh *shard) start(ctx context.Context, sub *submission) error {
 	taskFinished(sh.s.repo.Observer, t, false)
 	sh.s.started.Add(1)
 	sh.carryOut(ctx, t, decided)
+	sh.decided(sub.id, &rc, true)
 	return nil
 }
 
@@ -991,6 +1097,9 @@ func (sh *shard) carryOut(ctx context.Context, t *domain.Task, events []domain.E
 			break
 		}
 	}
+	// The stored dispatches reserve their room (putTask, capacity.track)
+	// before their commands go.
+	kept := sh.putTask(t)
 	for _, e := range events {
 		switch d := e.(type) {
 		case domain.StepDispatched:
@@ -1000,7 +1109,7 @@ func (sh *shard) carryOut(ctx context.Context, t *domain.Task, events []domain.E
 				CompleteBy: d.CompleteBy})
 		}
 	}
-	if sh.keep(t) {
+	if kept {
 		sh.schedule(t)
 	}
 }
@@ -1008,26 +1117,28 @@ func (sh *shard) carryOut(ctx context.Context, t *domain.Task, events []domain.E
 func (sh *shard) send(ctx context.Context, t *domain.Task, a domain.InFlightAttempt) {
 	cmd, err := commandFor(ctx, sh.s.Workflows, t, a)
 	if err != nil {
-		taskLogger(ctx, sh.s.Logger, t.ID).Error("build command", "step", a.Step, "err", err.Error())
+		tracing.TaskLogger(ctx, sh.s.Logger, t.ID).Error("build command", "step", a.Step, "err", err.Error())
 		return
 	}
 	ctx, span := sh.s.tracer.Start(ctx, SpanDispatch, trace.WithSpanKind(trace.SpanKindProducer))
-	setAttributes(span, func() []attribute.KeyValue {
+	tracing.SetAttributes(span, func() []attribute.KeyValue {
 		return []attribute.KeyValue{AttrTaskID.String(t.ID), AttrWorkflow.String(t.Workflow), AttrStep.String(cmd.Step), AttrAgent.String(cmd.Agent),
 			AttrAction.String(cmd.Action), AttrAttempt.Int(cmd.Attempt),
 			attribute.String("messaging.system", "kafka"), attribute.String("messaging.destination.name", protocol.CommandTopicFor(cmd.Agent, cmd.Priority))}
 	})
 	defer span.End()
-	cmd.TraceParent = outgoingTraceParent(ctx, t.TraceParent)
-	if route, ok := routeOf(sh.s.Agents, cmd.Agent, a.Instance, protocol.CommandTopicFor(cmd.Agent, cmd.Priority), sh.s.Clock.Now()); ok {
-		cmd.Route = route
-		span.SetAttributes(AttrInstance.String(route.Instance))
+	cmd.TraceParent = tracing.OutgoingTraceParent(ctx, t.TraceParent)
+	if sh.s.Router != nil && a.Instance != "" {
+		if route, ok := sh.s.Router.RouteCommand(cmd.Agent, a.Instance, protocol.CommandTopicFor(cmd.Agent, cmd.Priority), sh.s.Clock.Now()); ok {
+			cmd.Route = route
+			span.SetAttributes(AttrInstance.String(route.Instance))
+		}
 	}
 	if err := sh.s.Commands.SendCommand(ctx, cmd); err != nil {
 		// The dispatch is recorded; a restart re-sends it and the
 		// supervisor retries it once CompleteBy passes.
-		failSpan(span, err)
-		taskLogger(ctx, sh.s.Logger, t.ID).Error("send command", "step", cmd.Step, "action", cmd.Action, "attempt", a.Attempt, "err", err.Error())
+		tracing.FailSpan(span, err)
+		tracing.TaskLogger(ctx, sh.s.Logger, t.ID).Error("send command", "step", cmd.Step, "action", cmd.Action, "attempt", a.Attempt, "err", err.Error())
 		return
 	}
 	sh.s.dispatched.Add(1)

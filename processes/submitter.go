@@ -11,6 +11,7 @@ import (
 
 	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/domain/protocol"
+	"github.com/sagaengine/saga/processes/internal/tracing"
 )
 
 // DefaultMaxOrderSize bounds an order message body.
@@ -77,8 +78,8 @@ func (s *Submitter) Stats() SubmitterStats {
 // caller's traceparent; the task records the span's context, so that
 // everything done for the task continues it.
 func (s *Submitter) HandleOrder(ctx context.Context, msg Inbound) (err error) {
-	ctx, span := consumerSpan(ctx, tracer(s.Tracing), SpanSubmit, msg)
-	defer func() { endSpan(span, err) }()
+	ctx, span := tracing.ConsumerSpan(ctx, tracing.Tracer(s.Tracing), SpanSubmit, msg)
+	defer func() { tracing.EndSpan(span, err) }()
 	outcome, err := s.handleOrder(ctx, msg)
 	span.SetAttributes(AttrOutcome.String(outcome))
 	return err
@@ -117,10 +118,10 @@ func (s *Submitter) handleOrder(ctx context.Context, msg Inbound) (string, error
 			return submitDeadLettered, s.reject(ctx, msg, "", err)
 		}
 	}
-	setAttributes(trace.SpanFromContext(ctx), func() []attribute.KeyValue {
+	tracing.SetAttributes(trace.SpanFromContext(ctx), func() []attribute.KeyValue {
 		return []attribute.KeyValue{AttrTaskID.String(order.ID), AttrWorkflow.String(wf.Name), AttrWorkflowVersion.Int(wf.Version)}
 	})
-	tp, recorded := recordedTraceParent(ctx)
+	tp, recorded := tracing.RecordedTraceParent(ctx)
 	if !recorded {
 		// Tracing is off: the caller's trace context as it came, if it
 		// can be trusted; a missing, malformed or oversized one is never
@@ -140,7 +141,7 @@ func (s *Submitter) handleOrder(ctx context.Context, msg Inbound) (string, error
 	switch {
 	case errors.Is(err, domain.ErrTaskExists):
 		s.duplicates.Add(1)
-		taskLogger(ctx, s.Logger, order.ID).Info("duplicate order acknowledged", "source", msg.Source())
+		tracing.TaskLogger(ctx, s.Logger, order.ID).Info("duplicate order acknowledged", "source", msg.Source())
 		return submitDuplicate, nil
 	case errors.Is(err, domain.ErrAppendRefused):
 		// Retrying cannot help (too large, invalid): the record must not
@@ -199,7 +200,7 @@ func (s *Submitter) allowedReplyTo(ctx context.Context, msg Inbound, wf *domain.
 // a reply topic, tells the caller there at once.
 func (s *Submitter) reject(ctx context.Context, msg Inbound, replyTo string, reason error) error {
 	s.rejected.Add(1)
-	failSpan(trace.SpanFromContext(ctx), reason)
+	tracing.FailSpan(trace.SpanFromContext(ctx), reason)
 	s.Logger.Warn("order rejected to dead letters", "source", msg.Source(), "reason", reason.Error())
 	if err := s.DeadLetters.DeadLetter(ctx, msg, reason.Error()); err != nil {
 		return errors.Wrap(err, "dead-letter rejected order")
@@ -216,7 +217,7 @@ func (s *Submitter) reject(ctx context.Context, msg Inbound, replyTo string, rea
 		}
 	}
 	s.Rejections.PublishStatus(ctx, protocol.TaskStatus{OrderID: id, Status: protocol.StatusRejected, Reason: truncateReason(reason.Error()),
-		Time: s.Clock.Now(), ReplyTo: replyTo, TraceParent: outgoingTraceParent(ctx, msg.Headers[protocol.HeaderTraceParent])})
+		Time: s.Clock.Now(), ReplyTo: replyTo, TraceParent: tracing.OutgoingTraceParent(ctx, msg.Headers[protocol.HeaderTraceParent])})
 	err := s.Rejections.Flush(ctx)
 	if forgetter, ok := s.Rejections.(ReplyTopicForgetter); ok && err == nil {
 		// Nothing else goes there: the sink need not know the topic.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/domain/protocol"
+	"github.com/sagaengine/saga/processes/internal/tracing"
 )
 
 // Supervisor finds attempts past their CompleteBy and records that they
@@ -446,11 +447,11 @@ func (s *Supervisor) timeOut(ctx context.Context, a dueAttempt, now time.Time) {
 	if d.compensation {
 		action = protocol.ActionCompensate
 	}
-	ctx, span := tracer(s.Tracing).Start(withTraceParent(ctx, t.TraceParent), SpanTimeout, trace.WithAttributes(AttrTaskID.String(t.ID),
+	ctx, span := tracing.Tracer(s.Tracing).Start(tracing.WithTraceParent(ctx, t.TraceParent), SpanTimeout, trace.WithAttributes(AttrTaskID.String(t.ID),
 		AttrWorkflow.String(t.Workflow), AttrStep.String(d.step), AttrAction.String(action), AttrAttempt.Int(d.attempt)))
 	defer span.End()
-	log := taskLogger(ctx, s.Logger, t.ID)
-	meta := domain.EventMetadata{CausationID: "timeout/" + d.step + "/" + itoa(int64(d.attempt)), Actor: s.Actor, TraceParent: storedTraceParent(ctx)}
+	log := tracing.TaskLogger(ctx, s.Logger, t.ID)
+	meta := domain.EventMetadata{CausationID: "timeout/" + d.step + "/" + itoa(int64(d.attempt)), Actor: s.Actor, TraceParent: tracing.StoredTraceParent(ctx)}
 	u, err := s.repo.Update(ctx, t.ID, t, meta, func(t *domain.Task) ([]domain.Event, error) {
 		wf, err := s.Workflows.Workflow(ctx, t.Workflow, t.WorkflowVersion)
 		if err != nil {
@@ -469,7 +470,7 @@ func (s *Supervisor) timeOut(ctx context.Context, a dueAttempt, now time.Time) {
 		span.SetAttributes(AttrOutcome.String("dispatched again"))
 		return
 	case err != nil:
-		failSpan(span, err)
+		tracing.FailSpan(span, err)
 		if ctx.Err() == nil {
 			log.Error("supervisor timeout", "err", err.Error())
 		}
@@ -499,7 +500,7 @@ func (s *Supervisor) timeOut(ctx context.Context, a dueAttempt, now time.Time) {
 func (s *Supervisor) alert(ctx context.Context, t *domain.Task) {
 	step := t.FailedStep
 	a := protocol.RaisedAlert(t)
-	log := taskLogger(withTraceParent(ctx, t.TraceParent), s.Logger, t.ID)
+	log := tracing.TaskLogger(tracing.WithTraceParent(ctx, t.TraceParent), s.Logger, t.ID)
 	if err := s.Alerts.RaiseAlert(ctx, a); err != nil {
 		log.Error("raise alert", "err", err.Error())
 		return

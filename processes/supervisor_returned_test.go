@@ -85,12 +85,12 @@ func TestAGivenBackAttemptIsTimedOutByItsNewDeadline(t *testing.T) {
 	// (start+3s).
 	tick := func(n int) {
 		for range n {
-			require.Eventually(t, func() bool { return clock.pending() > 0 }, 10*time.Second, time.Millisecond)
+			require.Eventually(t, func() bool { return clock.Pending() > 0 }, 10*time.Second, time.Millisecond)
 			clock.Advance(100 * time.Millisecond)
 		}
 	}
 	tick(25)
-	require.Eventually(t, func() bool { return clock.pending() > 0 }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return clock.Pending() > 0 }, 10*time.Second, time.Millisecond)
 	assert.Zero(t, sup.Stats().Timeouts)
 	assert.NotContains(t, logs.String(), "level=ERROR", "the first dispatch's deadline is no error")
 

@@ -61,10 +61,11 @@ import (
 	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/domain/protocol"
 	"github.com/sagaengine/saga/processes"
+	"github.com/sagaengine/saga/processes/agentruntime"
 )
 
 // ErrPermanent marks a failure that retrying cannot fix (see Permanent).
-var ErrPermanent = processes.ErrPermanent
+var ErrPermanent = agentruntime.ErrPermanent
 
 // ErrNoResult is returned by the Decode methods when there is nothing to
 // decode: no such step result, or no result of the step being undone.
@@ -74,7 +75,7 @@ var ErrNoResult = errors.New("no result")
 // refused for good and nothing took effect. The step then fails at once
 // (and its workflow compensates or stops, as its definition says). Any
 // error not marked so is transient and retried.
-func Permanent(err error) error { return processes.Permanent(err) }
+func Permanent(err error) error { return agentruntime.Permanent(err) }
 
 // Request is one command: a step to carry out, or to undo.
 type Request struct {
@@ -156,7 +157,7 @@ type Directory = processes.AgentDirectory
 // BreakerState is what breakers a handler keeps itself say: Open while
 // they refuse calls, Trial once a trial call may go through, and Cause, the
 // failure that opened them.
-type BreakerState = processes.BreakerState
+type BreakerState = agentruntime.BreakerState
 
 // Config configures an agent. Brokers is required.
 type Config struct {
@@ -171,7 +172,7 @@ type Config struct {
 	// service fails too often; default 2 s; negative means no breaker.
 	BreakerOpenFor time.Duration
 	// Capacity bounds the calls the instance makes at once; default
-	// processes.DefaultAgentCapacity (1024). Past it, commands wait, and
+	// agentruntime.DefaultAgentCapacity (1024). Past it, commands wait, and
 	// higher priorities go first; the instance receives up to
 	// 2×Capacity+16 commands, so that it can give back those waiting when
 	// it turns unhealthy. Heartbeats announce it, and a scheduler that reads
@@ -199,10 +200,10 @@ type Config struct {
 	// HangAfter is the calls' latency budget: when the oldest call in
 	// flight has run longer, and no call has been answered meanwhile, the
 	// instance is unhealthy and gives commands back. Default
-	// processes.DefaultHangAfter (2 s).
+	// agentruntime.DefaultHangAfter (2 s).
 	HangAfter time.Duration
 	// Instance names this instance in heartbeats and replies; default
-	// hostname-pid-random/<name> (processes.DefaultInstance).
+	// hostname-pid-random/<name> (agentruntime.DefaultInstance).
 	Instance string
 	// HeartbeatEvery is the time between heartbeats on
 	// protocol.AgentsTopic; default protocol.DefaultHeartbeatEvery.
@@ -216,7 +217,7 @@ type Config struct {
 	// HealthByTarget says the handler judges the health of each of its
 	// targets itself, as saga's built-in HTTP agent does per host: calls
 	// that hang do not make the instance unhealthy, and a
-	// *processes.CircuitOpenError with a Target gives the command back for
+	// *agentruntime.CircuitOpenError with a Target gives the command back for
 	// that target alone.
 	HealthByTarget bool
 	// PriorityAging is how long a command waits before it competes as if
@@ -267,7 +268,7 @@ func validAgentName(name string) bool {
 type Agent struct {
 	name    string
 	cfg     Config
-	runtime *processes.Agent
+	runtime *agentruntime.Agent
 	client  *kgo.Client
 }
 
@@ -289,17 +290,17 @@ func New(name string, handler Handler, cfg Config) (*Agent, error) {
 		cfg.Capacity = cfg.MaxInFlight
 	}
 	if cfg.Capacity == 0 {
-		cfg.Capacity = processes.DefaultAgentCapacity
+		cfg.Capacity = agentruntime.DefaultAgentCapacity
 	}
 	if cfg.Instance == "" {
-		cfg.Instance = processes.DefaultInstance(name)
+		cfg.Instance = agentruntime.DefaultInstance(name)
 	}
 	client, err := kafka.NewClient(cfg.Brokers, cfg.KafkaOptions...)
 	if err != nil {
 		return nil, err
 	}
 	producer := kafka.NewProducer(client, "saga/agent/"+name, cfg.Logger)
-	rt := &processes.Agent{Name: name, Replies: producer, DeadLetters: producer, Clock: processes.ClockFunc(cfg.Clock), Logger: cfg.Logger,
+	rt := &agentruntime.Agent{Name: name, Replies: producer, DeadLetters: producer, Clock: processes.ClockFunc(cfg.Clock), Logger: cfg.Logger,
 		Backoff: cfg.Backoff, Handler: adapt(handler), Tracing: cfg.TracerProvider, Instance: cfg.Instance, Capacity: cfg.Capacity,
 		Aging: cfg.PriorityAging, GlobalLimit: cfg.GlobalLimit, RateLimit: cfg.RateLimit, Directory: cfg.Directory, HangAfter: cfg.HangAfter,
 		Breakers: cfg.Breakers, HealthByTarget: cfg.HealthByTarget, HeartbeatEvery: max(cfg.HeartbeatEvery, 0)}
@@ -311,7 +312,7 @@ func New(name string, handler Handler, cfg Config) (*Agent, error) {
 		if openFor == 0 {
 			openFor = 2 * time.Second
 		}
-		rt.Breaker = processes.NewBreaker(openFor, processes.ClockFunc(cfg.Clock))
+		rt.Breaker = agentruntime.NewBreaker(openFor, processes.ClockFunc(cfg.Clock))
 	}
 	if err := rt.Validate(); err != nil {
 		client.Close()
@@ -321,7 +322,7 @@ func New(name string, handler Handler, cfg Config) (*Agent, error) {
 }
 
 // adapt turns a Handler into the agent runtime's step handler.
-func adapt(h Handler) processes.StepHandler {
+func adapt(h Handler) agentruntime.StepHandler {
 	return func(ctx context.Context, cmd protocol.ExecuteStep) (json.RawMessage, error) {
 		result, err := h(ctx, RequestOf(cmd))
 		if err != nil {

@@ -5,7 +5,7 @@ import (
 
 	"github.com/sagaengine/saga/adapters/agent"
 	"github.com/sagaengine/saga/domain/protocol"
-	"github.com/sagaengine/saga/processes"
+	"github.com/sagaengine/saga/processes/agentruntime"
 )
 
 // AgentInstances configures the instances of the agents a process runs
@@ -14,7 +14,7 @@ import (
 // name.
 type AgentInstances struct {
 	// Capacity bounds an agent's calls at once in this process; agents
-	// not named take DefaultCapacity (0: processes.DefaultAgentCapacity).
+	// not named take DefaultCapacity (0: agentruntime.DefaultAgentCapacity).
 	Capacity        map[string]int
 	DefaultCapacity int
 	// RateLimit bounds an agent's calls per period across its instances.
@@ -22,7 +22,7 @@ type AgentInstances struct {
 	// GlobalLimit bounds an agent's calls at once across its instances.
 	GlobalLimit map[string]int
 	// HangAfter is an agent's latency budget; agents not named take
-	// DefaultHangAfter (0: processes.DefaultHangAfter).
+	// DefaultHangAfter (0: agentruntime.DefaultHangAfter).
 	HangAfter        map[string]time.Duration
 	DefaultHangAfter time.Duration
 	// HeartbeatEvery is the time between the agents' heartbeats; 0 means
@@ -69,11 +69,11 @@ func (a *App) directory() agent.Directory {
 
 // agentInstance names this process's instance of an agent:
 // <instance>/<agent> when the process was given an instance name, else
-// one unique to the process (processes.DefaultInstance), so that two
+// one unique to the process (agentruntime.DefaultInstance), so that two
 // processes on one host never share a heartbeat key.
 func (a *App) agentInstance(name string) string {
 	if a.cfg.instanceGiven {
 		return a.cfg.Instance + "/" + name
 	}
-	return processes.DefaultInstance(name)
+	return agentruntime.DefaultInstance(name)
 }

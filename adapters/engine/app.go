@@ -41,6 +41,7 @@ import (
 	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/domain/protocol"
 	"github.com/sagaengine/saga/processes"
+	"github.com/sagaengine/saga/processes/agentruntime"
 )
 
 // Config says what to run and where. The zero value of a listen address
@@ -668,7 +669,7 @@ func (a *App) startScheduler(ctx context.Context) error {
 		Checkpoints: a.Store, CheckpointEvery: a.cfg.CheckpointEvery, Observer: a.Metrics, Tracing: a.tracing}
 	if a.AgentDirectory != nil {
 		// Dispatches go by the room and health of agents' instances.
-		a.Scheduler.Agents, a.Scheduler.AgentsReady = a.AgentDirectory, a.AgentDirectory.Ready()
+		a.Scheduler.Agents, a.Scheduler.AgentsReady, a.Scheduler.Router = a.AgentDirectory, a.AgentDirectory.Ready(), a.AgentDirectory
 	}
 	if a.inProcess != nil {
 		a.inProcess.replies = processes.ReplySenderFunc(a.Scheduler.RecordReply)
@@ -852,7 +853,7 @@ func (a *App) startHTTPAgent(ctx context.Context, name string, cfg httpagent.Con
 }
 
 // startAgent runs an agent through the Go agent SDK, as any program would.
-func (a *App) startAgent(ctx context.Context, name string, handler agent.Handler, breakerOpenFor time.Duration, breakers func() processes.BreakerState,
+func (a *App) startAgent(ctx context.Context, name string, handler agent.Handler, breakerOpenFor time.Duration, breakers func() agentruntime.BreakerState,
 	healthByTarget bool) error {
 	cfg := agent.Config{Brokers: a.KafkaBrokers, KafkaOptions: a.kafkaOpts, Logger: a.logger, Clock: a.cfg.Clock, BreakerOpenFor: breakerOpenFor,
 		TracerProvider: a.tracing, Instance: a.agentInstance(name), Breakers: breakers, HealthByTarget: healthByTarget}

@@ -12,7 +12,7 @@
 // Every request carries the command's idempotency key in the
 // Idempotency-Key header, which stays the same across attempts: the service
 // must make a repeated key have no second effect. The call ends when the
-// context does; processes.Agent sets its deadline from the command's
+// context does; agentruntime.Agent sets its deadline from the command's
 // CompleteBy. Answers are classified by Classify: 2xx succeed, 408, 429, 5xx
 // and network errors are transient, other answers permanent. A Handler keeps
 // a circuit breaker per host and is safe for concurrent use; with

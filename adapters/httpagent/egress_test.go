@@ -14,7 +14,7 @@ import (
 
 	"github.com/sagaengine/saga/adapters/httpagent"
 	"github.com/sagaengine/saga/domain"
-	"github.com/sagaengine/saga/processes"
+	"github.com/sagaengine/saga/processes/agentruntime"
 )
 
 // redirector answers every request with a redirect to location.
@@ -36,7 +36,7 @@ func TestRedirectsAreNotFollowedByDefault(t *testing.T) {
 			result, err := handle(t, httpagent.New(httpagent.Config{}), command(&domain.HTTPCall{Method: http.MethodPost, URL: srv.URL + "/charge"}))
 			require.Error(t, err)
 			assert.Nil(t, result)
-			assert.True(t, errors.Is(err, processes.ErrPermanent), "%v", err)
+			assert.True(t, errors.Is(err, agentruntime.ErrPermanent), "%v", err)
 			assert.Contains(t, err.Error(), "answered "+strconv.Itoa(status))
 			assert.Contains(t, err.Error(), "followRedirects")
 			assert.Zero(t, other.calls.Load(), "the redirect's target was called")
@@ -68,7 +68,7 @@ func TestFollowRedirectsStaysOnTheStepsHost(t *testing.T) {
 	_, err = handle(t, h, command(&domain.HTTPCall{Method: http.MethodGet, URL: away.URL, FollowRedirects: true}))
 	require.Error(t, err)
 	assert.True(t, errors.Is(err, httpagent.ErrRedirectRefused), "%v", err)
-	assert.True(t, errors.Is(err, processes.ErrPermanent), "%v", err)
+	assert.True(t, errors.Is(err, agentruntime.ErrPermanent), "%v", err)
 	assert.Zero(t, other.calls.Load())
 }
 
@@ -137,7 +137,7 @@ func TestEgressIsCheckedWhenConnecting(t *testing.T) {
 	_, err = handle(t, h, command(&domain.HTTPCall{Method: http.MethodPost, URL: "http://localhost:" + port + "/api/tasks/o-2/cancel"}))
 	require.Error(t, err)
 	assert.True(t, errors.Is(err, httpagent.ErrEgressRefused), "%v", err)
-	assert.True(t, errors.Is(err, processes.ErrPermanent), "%v", err)
+	assert.True(t, errors.Is(err, agentruntime.ErrPermanent), "%v", err)
 	assert.Contains(t, err.Error(), "saga's own listeners")
 
 	// Through a redirect the step follows.

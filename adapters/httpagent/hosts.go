@@ -5,7 +5,7 @@ import (
 
 	"github.com/cockroachdb/errors"
 
-	"github.com/sagaengine/saga/processes"
+	"github.com/sagaengine/saga/processes/agentruntime"
 )
 
 // hostCalls is what a Handler with HealthByTarget knows of a host's calls:
@@ -43,7 +43,7 @@ func (h *Handler) callStarted(host string) (*hostCall, error) {
 	c := &hostCall{start: now}
 	if st.hanging {
 		if now.Before(st.until) || st.trial != nil {
-			return nil, errors.Wrapf(&processes.CircuitOpenError{Until: st.until, Cause: "host " + host + ": " + st.reason, Target: host}, "host %s", host)
+			return nil, errors.Wrapf(&agentruntime.CircuitOpenError{Until: st.until, Cause: "host " + host + ": " + st.reason, Target: host}, "host %s", host)
 		}
 		st.trial = c
 	}
@@ -95,7 +95,7 @@ func (h *Handler) callEnded(host string, c *hostCall, err error, answered bool) 
 	}
 	if st.hanging {
 		switch {
-		case answered && (err == nil || errors.Is(err, processes.ErrPermanent)):
+		case answered && (err == nil || errors.Is(err, agentruntime.ErrPermanent)):
 			st.hanging = false
 		case wasTrial:
 			st.until = now.Add(h.cfg.BreakerOpenFor)

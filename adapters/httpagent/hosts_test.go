@@ -14,7 +14,7 @@ import (
 
 	"github.com/sagaengine/saga/adapters/httpagent"
 	"github.com/sagaengine/saga/domain"
-	"github.com/sagaengine/saga/processes"
+	"github.com/sagaengine/saga/processes/agentruntime"
 )
 
 // manualClock is a clock the test moves.
@@ -70,11 +70,11 @@ func TestAHangingHostHoldsNoOtherHost(t *testing.T) {
 	clock.Advance(2100 * time.Millisecond)
 
 	_, err := handle(t, h, command(&domain.HTTPCall{Method: http.MethodGet, URL: slow.URL + "/other"}))
-	var open *processes.CircuitOpenError
+	var open *agentruntime.CircuitOpenError
 	require.True(t, errors.As(err, &open), "%v", err)
 	assert.Equal(t, slowHost, open.Target)
 	assert.Contains(t, open.Cause, "calls hang")
-	assert.True(t, errors.Is(err, processes.ErrCircuitOpen))
+	assert.True(t, errors.Is(err, agentruntime.ErrCircuitOpen))
 
 	result, err := handle(t, h, command(&domain.HTTPCall{Method: http.MethodGet, URL: fast.URL}))
 	require.NoError(t, err, "another host is called while one hangs")

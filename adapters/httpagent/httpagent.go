@@ -24,6 +24,7 @@ import (
 	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/domain/protocol"
 	"github.com/sagaengine/saga/processes"
+	"github.com/sagaengine/saga/processes/agentruntime"
 )
 
 // Headers the agent sends with every request.
@@ -76,8 +77,8 @@ type Config struct {
 	// TracerProvider.
 	TracerProvider trace.TracerProvider
 	// HealthByTarget makes the handler judge each host's health itself
-	// (with processes.Agent.HealthByTarget): a host whose calls hang, or
-	// whose breaker is open, is refused with a processes.CircuitOpenError
+	// (with agentruntime.Agent.HealthByTarget): a host whose calls hang, or
+	// whose breaker is open, is refused with a agentruntime.CircuitOpenError
 	// naming it, while calls to other hosts go on. Without it the agent
 	// judges the instance as a whole (BreakerState).
 	HealthByTarget bool
@@ -85,7 +86,7 @@ type Config struct {
 	// oldest call in flight has run longer, and no call to it was answered
 	// meanwhile, its calls hang: refused for BreakerOpenFor, then one
 	// trial call goes through, whose answer ends the hang. Default
-	// processes.DefaultHangAfter.
+	// agentruntime.DefaultHangAfter.
 	HangAfter time.Duration
 	// Secrets resolves {{secret.NAME}} at call time; default the
 	// environment alone (Secrets{}).
@@ -115,7 +116,7 @@ type Handler struct {
 	tracer trace.Tracer
 
 	mu       sync.Mutex
-	breakers map[string]*processes.Breaker
+	breakers map[string]*agentruntime.Breaker
 	// hosts are the hosts with calls in flight or hanging, with
 	// HealthByTarget.
 	hosts map[string]*hostCalls
@@ -140,7 +141,7 @@ func New(cfg Config) *Handler {
 		cfg.Secrets = &Secrets{}
 	}
 	if cfg.HangAfter <= 0 {
-		cfg.HangAfter = processes.DefaultHangAfter
+		cfg.HangAfter = agentruntime.DefaultHangAfter
 	}
 	if cfg.MaxResponseBytes <= 0 {
 		cfg.MaxResponseBytes = domain.MaxResultBytes
@@ -152,7 +153,7 @@ func New(cfg Config) *Handler {
 	if cfg.TracerProvider == nil {
 		cfg.TracerProvider = otel.GetTracerProvider()
 	}
-	return &Handler{cfg: cfg, tracer: cfg.TracerProvider.Tracer(TracerName), breakers: map[string]*processes.Breaker{}, hosts: map[string]*hostCalls{}}
+	return &Handler{cfg: cfg, tracer: cfg.TracerProvider.Tracer(TracerName), breakers: map[string]*agentruntime.Breaker{}, hosts: map[string]*hostCalls{}}
 }
 
 // DefaultClient returns a client with keep-alive connections, up to 256
@@ -259,7 +260,7 @@ func (e *StatusError) Error() string {
 
 // RetryAfterError is a transient failure whose answer (429 or 503) said,
 // in a Retry-After header, how long to wait before trying again.
-// processes.Agent honours it through the RetryAfter method.
+// agentruntime.Agent honours it through the RetryAfter method.
 type RetryAfterError struct {
 	Wait time.Duration
 	Err  error
@@ -275,9 +276,9 @@ func (e *RetryAfterError) Unwrap() error { return e.Err }
 // RetryAfter returns how long the service asked the caller to wait.
 func (e *RetryAfterError) RetryAfter() time.Duration { return e.Wait }
 
-// Handle carries out one command: it implements processes.StepHandler.
+// Handle carries out one command: it implements agentruntime.StepHandler.
 // Template errors, invalid headers and permanent answers are returned as
-// processes.Permanent failures; any other error is transient.
+// agentruntime.Permanent failures; any other error is transient.
 func (h *Handler) Handle(ctx context.Context, cmd protocol.ExecuteStep) (_ json.RawMessage, err error) {
 	secrets := &secretsUsed{lookup: h.cfg.Secrets.Lookup}
 	req, call, err := h.request(ctx, cmd, secrets)
@@ -296,7 +297,7 @@ func (h *Handler) Handle(ctx context.Context, cmd protocol.ExecuteStep) (_ json.
 	}
 	breaker := h.breaker(host)
 	if err := breaker.Allow(); err != nil {
-		var open *processes.CircuitOpenError
+		var open *agentruntime.CircuitOpenError
 		if h.cfg.HealthByTarget && errors.As(err, &open) {
 			open.Target = host
 		}
@@ -358,39 +359,39 @@ func (h *Handler) request(ctx context.Context, cmd protocol.ExecuteStep, secrets
 		// Secrets go in headers and bodies only (the definition was
 		// checked so; this holds for any command).
 		if target, err = render.Text(call.URL, domain.EscapeURLValue); err != nil {
-			return nil, nil, processes.Permanent(errors.Wrapf(err, "%s: render url", what))
+			return nil, nil, agentruntime.Permanent(errors.Wrapf(err, "%s: render url", what))
 		}
 		render.ResolveSecrets(secrets.resolve)
 		headers = http.Header{}
 		for name, tmpl := range call.Headers {
 			if !validHeaderName(name) {
-				return nil, nil, processes.Permanent(errors.Newf("%s: header name %q is not valid", what, name))
+				return nil, nil, agentruntime.Permanent(errors.Newf("%s: header name %q is not valid", what, name))
 			}
 			value, err := render.Text(tmpl, nil)
 			if err != nil {
-				return nil, nil, processes.Permanent(errors.Wrapf(err, "%s: render header %s", what, name))
+				return nil, nil, agentruntime.Permanent(errors.Wrapf(err, "%s: render header %s", what, name))
 			}
 			if strings.ContainsAny(value, "\r\n") {
-				return nil, nil, processes.Permanent(errors.Newf("%s: header %s would contain a line break (CR or LF); refused", what, name))
+				return nil, nil, agentruntime.Permanent(errors.Newf("%s: header %s would contain a line break (CR or LF); refused", what, name))
 			}
 			if !validHeaderValue(value) {
-				return nil, nil, processes.Permanent(errors.Newf("%s: header %s would contain a control character; refused", what, name))
+				return nil, nil, agentruntime.Permanent(errors.Newf("%s: header %s would contain a control character; refused", what, name))
 			}
 			headers.Set(name, value)
 		}
 		switch {
 		case len(call.Body) > 0:
 			if body, err = render.JSON(call.Body); err != nil {
-				return nil, nil, processes.Permanent(errors.Wrapf(err, "%s: render body", what))
+				return nil, nil, agentruntime.Permanent(errors.Wrapf(err, "%s: render body", what))
 			}
 		case method != http.MethodGet && method != http.MethodDelete:
 			if body, err = DefaultBody(cmd); err != nil {
-				return nil, nil, processes.Permanent(err)
+				return nil, nil, agentruntime.Permanent(err)
 			}
 		}
 	} else {
 		if h.cfg.BaseURL == "" {
-			return nil, nil, processes.Permanent(errors.Wrap(ErrNoBaseURL, what))
+			return nil, nil, agentruntime.Permanent(errors.Wrap(ErrNoBaseURL, what))
 		}
 		action := cmd.Step
 		if cmd.Action == protocol.ActionCompensate {
@@ -402,12 +403,12 @@ func (h *Handler) request(ctx context.Context, cmd protocol.ExecuteStep, secrets
 		method, target = http.MethodPost, h.cfg.BaseURL+"/"+url.PathEscape(action)
 		var err error
 		if body, err = DefaultBody(cmd); err != nil {
-			return nil, nil, processes.Permanent(err)
+			return nil, nil, agentruntime.Permanent(err)
 		}
 	}
 	u, err := url.Parse(target)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, nil, processes.Permanent(errors.Newf("%s: %q is not an http or https URL", what, truncate(target, 200)))
+		return nil, nil, agentruntime.Permanent(errors.Newf("%s: %q is not an http or https URL", what, truncate(target, 200)))
 	}
 	var reader io.Reader
 	if body != nil {
@@ -415,7 +416,7 @@ func (h *Handler) request(ctx context.Context, cmd protocol.ExecuteStep, secrets
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u.String(), reader)
 	if err != nil {
-		return nil, nil, processes.Permanent(errors.Wrapf(err, "%s: build request", what))
+		return nil, nil, agentruntime.Permanent(errors.Wrapf(err, "%s: build request", what))
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -477,7 +478,7 @@ func (h *Handler) do(req *http.Request, call *domain.HTTPCall) (json.RawMessage,
 		err = errors.Wrapf(err, "%s", target)
 		if errors.Is(err, ErrEgressRefused) || errors.Is(err, ErrRedirectRefused) {
 			// Trying again would be refused again.
-			return nil, processes.Permanent(err)
+			return nil, agentruntime.Permanent(err)
 		}
 		return nil, err
 	}
@@ -504,7 +505,7 @@ func (h *Handler) do(req *http.Request, call *domain.HTTPCall) (json.RawMessage,
 		if resp.StatusCode >= 300 && resp.StatusCode < 400 {
 			failure = errors.Wrap(failure, "redirect not followed (the step does not set followRedirects)")
 		}
-		return nil, processes.Permanent(failure)
+		return nil, agentruntime.Permanent(failure)
 	}
 	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
 		if wait, ok := retryAfter(resp.Header.Get("Retry-After"), h.cfg.Clock()); ok {
@@ -534,7 +535,7 @@ func retryAfter(value string, now time.Time) (time.Duration, bool) {
 }
 
 // breaker returns the circuit breaker of a host.
-func (h *Handler) breaker(host string) *processes.Breaker {
+func (h *Handler) breaker(host string) *agentruntime.Breaker {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	b, ok := h.breakers[host]
@@ -548,7 +549,7 @@ func (h *Handler) breaker(host string) *processes.Breaker {
 			}
 		}
 	}
-	b = processes.NewBreaker(h.cfg.BreakerOpenFor, processes.ClockFunc(h.cfg.Clock))
+	b = agentruntime.NewBreaker(h.cfg.BreakerOpenFor, processes.ClockFunc(h.cfg.Clock))
 	h.breakers[host] = b
 	return b
 }
@@ -598,7 +599,7 @@ func truncate(s string, n int) string {
 	return s[:cut] + "…"
 }
 
-var _ processes.StepHandler = (*Handler)(nil).Handle
+var _ agentruntime.StepHandler = (*Handler)(nil).Handle
 
 // AnyBreakerOpen reports whether the breaker of any host refuses calls now.
 func (h *Handler) AnyBreakerOpen() bool {
@@ -616,20 +617,20 @@ func (h *Handler) AnyBreakerOpen() bool {
 // agent's health: open while a host's breaker refuses calls (Cause names
 // the host and the failure that opened it), in trial while one lets a
 // trial call through.
-func (h *Handler) BreakerState() processes.BreakerState {
+func (h *Handler) BreakerState() agentruntime.BreakerState {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	// The first host in order of those open (else in trial), so that the
 	// same one is named every time.
-	var out processes.BreakerState
+	var out agentruntime.BreakerState
 	var named string
 	for host, b := range h.breakers {
 		s := b.State()
 		switch {
 		case s.Open && (!out.Open || host < named):
-			out, named = processes.BreakerState{Open: true, Cause: "host " + host + ": " + s.Cause}, host
+			out, named = agentruntime.BreakerState{Open: true, Cause: "host " + host + ": " + s.Cause}, host
 		case s.Trial && !out.Open && (!out.Trial || host < named):
-			out, named = processes.BreakerState{Trial: true, Cause: "host " + host + ": " + s.Cause}, host
+			out, named = agentruntime.BreakerState{Trial: true, Cause: "host " + host + ": " + s.Cause}, host
 		}
 	}
 	return out

@@ -21,7 +21,7 @@ import (
 	"github.com/sagaengine/saga/adapters/httpagent"
 	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/domain/protocol"
-	"github.com/sagaengine/saga/processes"
+	"github.com/sagaengine/saga/processes/agentruntime"
 )
 
 // seen is a request as the server received it.
@@ -182,10 +182,10 @@ func TestClassification(t *testing.T) {
 				require.NoError(t, err)
 			case httpagent.Transient:
 				require.Error(t, err)
-				assert.False(t, errors.Is(err, processes.ErrPermanent), "%v", err)
+				assert.False(t, errors.Is(err, agentruntime.ErrPermanent), "%v", err)
 			case httpagent.Permanent:
 				require.Error(t, err)
-				assert.True(t, errors.Is(err, processes.ErrPermanent), "%v", err)
+				assert.True(t, errors.Is(err, agentruntime.ErrPermanent), "%v", err)
 			}
 			if err != nil {
 				assert.Contains(t, err.Error(), "answered "+strconv.Itoa(tc.status))
@@ -215,7 +215,7 @@ func TestNetworkErrorIsTransient(t *testing.T) {
 	srv.Close()
 	_, err := handle(t, httpagent.New(httpagent.Config{}), command(&domain.HTTPCall{Method: "POST", URL: addr + "/x?token=secret"}))
 	require.Error(t, err)
-	assert.False(t, errors.Is(err, processes.ErrPermanent))
+	assert.False(t, errors.Is(err, agentruntime.ErrPermanent))
 	assert.NotContains(t, err.Error(), "secret")
 }
 
@@ -233,7 +233,7 @@ func TestDeadlineIsTransient(t *testing.T) {
 	_, err := httpagent.New(httpagent.Config{}).Handle(ctx, command(&domain.HTTPCall{Method: "POST", URL: srv.URL}))
 	require.Error(t, err)
 	assert.True(t, errors.Is(err, context.DeadlineExceeded), "%v", err)
-	assert.False(t, errors.Is(err, processes.ErrPermanent))
+	assert.False(t, errors.Is(err, agentruntime.ErrPermanent))
 }
 
 func TestRetryAfter(t *testing.T) {
@@ -259,7 +259,7 @@ func TestRetryAfter(t *testing.T) {
 			h := httpagent.New(httpagent.Config{Clock: func() time.Time { return now }})
 			_, err := handle(t, h, command(&domain.HTTPCall{Method: "POST", URL: srv.URL}))
 			require.Error(t, err)
-			assert.False(t, errors.Is(err, processes.ErrPermanent))
+			assert.False(t, errors.Is(err, agentruntime.ErrPermanent))
 			var ra interface{ RetryAfter() time.Duration }
 			require.Equal(t, tc.carried, errors.As(err, &ra), "%v", err)
 			if tc.carried {
@@ -282,7 +282,7 @@ func TestTemplateErrorIsPermanentAndNamesThePlaceholder(t *testing.T) {
 	} {
 		_, err := handle(t, h, command(call))
 		require.Error(t, err, name)
-		assert.True(t, errors.Is(err, processes.ErrPermanent), "%s: %v", name, err)
+		assert.True(t, errors.Is(err, agentruntime.ErrPermanent), "%s: %v", name, err)
 		assert.True(t, errors.Is(err, domain.ErrTemplate), "%s: %v", name, err)
 		assert.Contains(t, err.Error(), "order.customer.id", name)
 	}
@@ -299,7 +299,7 @@ func TestOversizedRenderingFailsTheStepForGood(t *testing.T) {
 	cmd.Order = json.RawMessage(`{"orderId":"o-1","blob":"` + strings.Repeat("b", 10_000) + `"}`)
 	_, err := handle(t, h, cmd)
 	require.Error(t, err)
-	assert.True(t, errors.Is(err, processes.ErrPermanent), "%v", err)
+	assert.True(t, errors.Is(err, agentruntime.ErrPermanent), "%v", err)
 	assert.True(t, errors.Is(err, domain.ErrRenderTooLarge), "%v", err)
 	assert.Contains(t, err.Error(), "render body")
 	assert.Zero(t, srv.calls.Load(), "nothing is sent when the rendering is too large")
@@ -310,12 +310,12 @@ func TestHeaderInjectionRefused(t *testing.T) {
 	h := httpagent.New(httpagent.Config{})
 	_, err := handle(t, h, command(&domain.HTTPCall{Method: "POST", URL: srv.URL, Headers: map[string]string{"X-Note": "{{order.user.note}}"}}))
 	require.Error(t, err)
-	assert.True(t, errors.Is(err, processes.ErrPermanent))
+	assert.True(t, errors.Is(err, agentruntime.ErrPermanent))
 	assert.Contains(t, err.Error(), "X-Note")
 
 	_, err = handle(t, h, command(&domain.HTTPCall{Method: "POST", URL: srv.URL, Headers: map[string]string{"Bad Name": "x"}}))
 	require.Error(t, err)
-	assert.True(t, errors.Is(err, processes.ErrPermanent))
+	assert.True(t, errors.Is(err, agentruntime.ErrPermanent))
 	assert.Zero(t, srv.calls.Load())
 }
 
@@ -325,7 +325,7 @@ func TestRenderedURLMustBeHTTP(t *testing.T) {
 	cmd.Order = json.RawMessage(`{"target":"file:///etc/passwd"}`)
 	_, err := handle(t, h, cmd)
 	require.Error(t, err)
-	assert.True(t, errors.Is(err, processes.ErrPermanent))
+	assert.True(t, errors.Is(err, agentruntime.ErrPermanent))
 }
 
 func TestBaseURLMode(t *testing.T) {
@@ -362,7 +362,7 @@ func TestBaseURLMode(t *testing.T) {
 
 	_, err = handle(t, httpagent.New(httpagent.Config{}), command(nil))
 	require.Error(t, err)
-	assert.True(t, errors.Is(err, processes.ErrPermanent))
+	assert.True(t, errors.Is(err, agentruntime.ErrPermanent))
 	assert.True(t, errors.Is(err, httpagent.ErrNoBaseURL))
 }
 
@@ -387,8 +387,8 @@ func TestBreakerIsPerHost(t *testing.T) {
 	calls := failing.calls.Load()
 	_, err := handle(t, h, command(&domain.HTTPCall{Method: "POST", URL: failing.URL}))
 	require.Error(t, err)
-	assert.True(t, errors.Is(err, processes.ErrCircuitOpen), "%v", err)
-	assert.False(t, errors.Is(err, processes.ErrPermanent))
+	assert.True(t, errors.Is(err, agentruntime.ErrCircuitOpen), "%v", err)
+	assert.False(t, errors.Is(err, agentruntime.ErrPermanent))
 	assert.Equal(t, calls, failing.calls.Load(), "an open breaker sends nothing")
 
 	_, err = handle(t, h, command(&domain.HTTPCall{Method: "POST", URL: healthy.URL}))
@@ -410,7 +410,7 @@ func TestPermanentAnswersDoNotOpenTheBreaker(t *testing.T) {
 	h := httpagent.New(httpagent.Config{})
 	for i := 0; i < 30; i++ {
 		_, err := handle(t, h, command(&domain.HTTPCall{Method: "POST", URL: srv.URL}))
-		require.True(t, errors.Is(err, processes.ErrPermanent))
+		require.True(t, errors.Is(err, agentruntime.ErrPermanent))
 	}
 	assert.False(t, h.BreakerOpen(strings.TrimPrefix(srv.URL, "http://")))
 }
@@ -432,7 +432,7 @@ func TestOversizedResponse(t *testing.T) {
 	_, err = handle(t, h, command(call))
 	require.Error(t, err)
 	assert.True(t, errors.Is(err, httpagent.ErrResponseTooLarge), "%v", err)
-	assert.False(t, errors.Is(err, processes.ErrPermanent))
+	assert.False(t, errors.Is(err, agentruntime.ErrPermanent))
 	assert.Contains(t, err.Error(), "response over the limit")
 }
 

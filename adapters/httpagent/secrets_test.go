@@ -13,7 +13,7 @@ import (
 
 	"github.com/sagaengine/saga/adapters/httpagent"
 	"github.com/sagaengine/saga/domain"
-	"github.com/sagaengine/saga/processes"
+	"github.com/sagaengine/saga/processes/agentruntime"
 )
 
 // TestSecretsAreResolvedAtCallTime: a header and the body name secrets;
@@ -50,7 +50,7 @@ func TestMissingSecretFailsForGoodNamingIt(t *testing.T) {
 	_, err := handle(t, h, command(&domain.HTTPCall{Method: http.MethodPost, URL: srv.URL,
 		Headers: map[string]string{"Authorization": "Bearer {{secret.PAY_TOKEN}}"}}))
 	require.Error(t, err)
-	assert.True(t, errors.Is(err, processes.ErrPermanent), "%v", err)
+	assert.True(t, errors.Is(err, agentruntime.ErrPermanent), "%v", err)
 	assert.Contains(t, err.Error(), "secret PAY_TOKEN is not set")
 	assert.Contains(t, err.Error(), "SAGA_SECRET_PAY_TOKEN")
 	assert.Contains(t, err.Error(), filepath.Join(dir, "PAY_TOKEN"))
@@ -85,7 +85,7 @@ func TestSecretValuesNeverLeaveInResultsOrErrors(t *testing.T) {
 		require.Error(t, err)
 		assert.NotContains(t, err.Error(), "hunter2")
 		assert.Contains(t, err.Error(), "[secret TOKEN]")
-		assert.Equal(t, status == http.StatusBadRequest, errors.Is(err, processes.ErrPermanent), "%v", err)
+		assert.Equal(t, status == http.StatusBadRequest, errors.Is(err, agentruntime.ErrPermanent), "%v", err)
 		var se *httpagent.StatusError
 		assert.True(t, errors.As(err, &se), "the error keeps its kind")
 	}

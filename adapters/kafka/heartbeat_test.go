@@ -17,6 +17,7 @@ import (
 	"github.com/sagaengine/saga/adapters/kafka/broker"
 	"github.com/sagaengine/saga/domain/protocol"
 	"github.com/sagaengine/saga/processes"
+	"github.com/sagaengine/saga/processes/agentruntime"
 )
 
 // TestAgentInstanceAnnouncesItselfAndLeaves runs an agent instance on the
@@ -32,7 +33,7 @@ func TestAgentInstanceAnnouncesItselfAndLeaves(t *testing.T) {
 	ctx := testContext(t)
 
 	producer := kafka.NewProducer(client, "saga/agent/payment", nil)
-	ag := &processes.Agent{Name: "payment", Instance: "host-1/payment", Capacity: 4, Clock: processes.SystemClock, Logger: slog.New(slog.DiscardHandler),
+	ag := &agentruntime.Agent{Name: "payment", Instance: "host-1/payment", Capacity: 4, Clock: processes.SystemClock, Logger: slog.New(slog.DiscardHandler),
 		Replies: producer, DeadLetters: producer, Heartbeats: kafka.NewHeartbeats(client, "saga/agent/payment"), HeartbeatEvery: 100 * time.Millisecond,
 		RateLimit: &protocol.RateLimit{Calls: 50, PeriodMillis: 1000}, GlobalLimit: 20,
 		Handler: func(context.Context, protocol.ExecuteStep) (json.RawMessage, error) { return nil, nil }}

@@ -2,9 +2,45 @@ package kafka
 
 import (
 	"context"
+	"math/rand/v2"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sagaengine/saga/domain/protocol"
+	"github.com/sagaengine/saga/processes"
 )
+
+var _ processes.CommandRouter = (*AgentDirectory)(nil)
+
+// RouteCommand maps the agent instance a dispatch names to a partition it
+// consumes (CommandRoute), from its last heartbeat.
+func (d *AgentDirectory) RouteCommand(agent, instance, topic string, now time.Time) (*protocol.Route, bool) {
+	return CommandRoute(d.Instances(agent, now), agent, instance, topic)
+}
+
+// CommandRoute is where a command for instance goes, among the live
+// instances of agent: a partition, picked at random, that the instance
+// consumes of topic (the command's band) or, when it has none of that
+// band, of the agent's other command topics, highest first. ok is false
+// when the instance announced none (the command then goes by task id).
+func CommandRoute(instances []protocol.AgentHeartbeat, agent, instance, topic string) (*protocol.Route, bool) {
+	if instance == "" {
+		return nil, false
+	}
+	for _, h := range instances {
+		if h.Instance != instance {
+			continue
+		}
+		for _, t := range append([]string{topic}, protocol.CommandTopics(agent)...) {
+			if parts := h.Partitions[t]; len(parts) > 0 {
+				return &protocol.Route{Instance: instance, Topic: t, Partition: parts[rand.IntN(len(parts))]}, true
+			}
+		}
+		return nil, false
+	}
+	return nil, false
+}
 
 // routeKey is the context key of a record's chosen partition.
 type routeKey struct{}

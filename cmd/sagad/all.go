@@ -22,6 +22,7 @@ import (
 	"github.com/sagaengine/saga/adapters/workflowfile"
 	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/processes"
+	"github.com/sagaengine/saga/processes/agentruntime"
 	"github.com/sagaengine/saga/projections"
 )
 
@@ -151,11 +152,11 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	fs.Var(faults, "fault", "inject a fault into a demo service: AGENT=MODE[:RATE], MODE transient, permanent or hang (repeatable)")
 	capacity, rates, globalLimits, hangAfter := agentCounts{}, agentRates{}, agentCounts{}, agentDurations{}
 	fs.Var(capacity, "agent-capacity", "calls an agent's instance in this process makes at once, at most: AGENT=N[,AGENT=N...] (repeatable); other agents take --agent-capacity-default. Heartbeats announce it; past it, commands wait, higher priority first")
-	defaultCapacity := fs.Int("agent-capacity-default", processes.DefaultAgentCapacity, "calls at once of the agents --agent-capacity does not name")
+	defaultCapacity := fs.Int("agent-capacity-default", agentruntime.DefaultAgentCapacity, "calls at once of the agents --agent-capacity does not name")
 	fs.Var(rates, "agent-rate", "calls an agent makes per period across all its instances, each taking its share: AGENT=CALLS/PERIOD, e.g. payment=50/1s (repeatable). No window of the period holds more, and an instance waits one period after it starts")
 	fs.Var(globalLimits, "agent-global-limit", "calls an agent makes at once across all its instances, each taking its share: AGENT=N[,AGENT=N...] (repeatable)")
 	fs.Var(hangAfter, "agent-hang-after", "latency budget of an agent's calls: once the oldest call in flight has run longer with no answer meanwhile, the instance is unhealthy and gives commands back: AGENT=DURATION[,...] (repeatable); others take --agent-hang-after-default")
-	defaultHangAfter := fs.Duration("agent-hang-after-default", processes.DefaultHangAfter, "latency budget of the agents --agent-hang-after does not name")
+	defaultHangAfter := fs.Duration("agent-hang-after-default", agentruntime.DefaultHangAfter, "latency budget of the agents --agent-hang-after does not name")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package processes
+package agentruntime
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,6 +18,8 @@ import (
 
 	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/domain/protocol"
+	"github.com/sagaengine/saga/processes/internal/tracing"
+	"github.com/sagaengine/saga/processes/port"
 )
 
 // ErrPermanent marks a failure that retrying cannot fix: the remote service
@@ -54,11 +57,11 @@ type StepHandler func(ctx context.Context, cmd protocol.ExecuteStep) (json.RawMe
 type Agent struct {
 	Name        string
 	Handler     StepHandler
-	Replies     ReplySender
-	DeadLetters DeadLetters
-	Clock       Clock
+	Replies     port.ReplySender
+	DeadLetters port.DeadLetters
+	Clock       port.Clock
 	Logger      *slog.Logger
-	// Backoff spaces retries; default DefaultBackoff.
+	// Backoff spaces retries; default port.DefaultBackoff.
 	Backoff domain.Backoff
 	// Breaker guards the remote service; nil means none.
 	Breaker *Breaker
@@ -97,7 +100,7 @@ type Agent struct {
 	RateLimit *protocol.RateLimit
 	// Directory tells how many instances share the limits; nil means this
 	// one alone.
-	Directory AgentDirectory
+	Directory port.AgentDirectory
 	// HangAfter is the calls' latency budget: once the oldest call in
 	// flight has run longer, and no call finished meanwhile, the calls
 	// hang and the instance is unhealthy. Default DefaultHangAfter.
@@ -107,7 +110,7 @@ type Agent struct {
 	// DefaultHealthOpenFor.
 	OpenFor time.Duration
 	// Heartbeats announce the instance while Run runs; nil means none.
-	Heartbeats Heartbeats
+	Heartbeats port.Heartbeats
 	// HeartbeatEvery is the time between heartbeats; default
 	// protocol.DefaultHeartbeatEvery.
 	HeartbeatEvery time.Duration
@@ -138,14 +141,14 @@ func (a *Agent) Stats() AgentStats {
 // dead letter could not be written). Its span (SpanAgent) is a child of the
 // dispatch's and the parent of the reply's handling; the handler's context
 // carries it, so that the handler's calls continue the trace.
-func (a *Agent) HandleCommand(ctx context.Context, msg Inbound) (err error) {
+func (a *Agent) HandleCommand(ctx context.Context, msg port.Inbound) (err error) {
 	a.setup()
-	ctx, span := consumerSpan(ctx, tracer(a.Tracing), SpanAgent, msg)
-	defer func() { endSpan(span, err) }()
+	ctx, span := tracing.ConsumerSpan(ctx, tracing.Tracer(a.Tracing), tracing.SpanAgent, msg)
+	defer func() { tracing.EndSpan(span, err) }()
 	cmd, err := protocol.ParseExecuteStep(msg.Value)
 	if err != nil {
 		a.rejected.Add(1)
-		failSpan(span, err)
+		tracing.FailSpan(span, err)
 		a.Logger.Warn("command rejected to dead letters", "agent", a.Name, "source", msg.Source(), "reason", err.Error())
 		return errors.Wrap(a.DeadLetters.DeadLetter(ctx, msg, err.Error()), "dead-letter command")
 	}
@@ -160,11 +163,11 @@ func (a *Agent) HandleCommand(ctx context.Context, msg Inbound) (err error) {
 // error only when the process is stopping or no reply could be sent; the
 // command is then sent again after a restart, or retried once its
 // CompleteBy passes, as one lost in Kafka would be.
-func (a *Agent) Execute(ctx context.Context, cmd protocol.ExecuteStep, replies ReplySender) (err error) {
+func (a *Agent) Execute(ctx context.Context, cmd protocol.ExecuteStep, replies port.ReplySender) (err error) {
 	a.setup()
 	topic := protocol.CommandTopicFor(cmd.Agent, cmd.Priority)
-	ctx, span := consumerSpan(ctx, tracer(a.Tracing), SpanAgent, inProcess(topic, cmd.TaskID, cmd.TraceParent))
-	defer func() { endSpan(span, err) }()
+	ctx, span := tracing.ConsumerSpan(ctx, tracing.Tracer(a.Tracing), tracing.SpanAgent, port.InProcessMessage(topic, cmd.TaskID, cmd.TraceParent))
+	defer func() { tracing.EndSpan(span, err) }()
 	return a.run(context.WithValue(ctx, inProcessReplies{}, replies), cmd)
 }
 
@@ -175,13 +178,13 @@ type inProcessReplies struct{}
 // run carries out a decoded command under its span.
 func (a *Agent) run(ctx context.Context, cmd protocol.ExecuteStep) error {
 	span := trace.SpanFromContext(ctx)
-	setAttributes(span, func() []attribute.KeyValue {
-		return []attribute.KeyValue{AttrAgent.String(a.Name), AttrTaskID.String(cmd.TaskID), AttrWorkflow.String(cmd.Workflow),
-			AttrStep.String(cmd.Step), AttrAction.String(cmd.Action), AttrAttempt.Int(cmd.Attempt)}
+	tracing.SetAttributes(span, func() []attribute.KeyValue {
+		return []attribute.KeyValue{tracing.AttrAgent.String(a.Name), tracing.AttrTaskID.String(cmd.TaskID), tracing.AttrWorkflow.String(cmd.Workflow),
+			tracing.AttrStep.String(cmd.Step), tracing.AttrAction.String(cmd.Action), tracing.AttrAttempt.Int(cmd.Attempt)}
 	})
 	if !a.Clock.Now().Before(cmd.CompleteBy) {
 		a.expired.Add(1)
-		span.SetAttributes(AttrOutcome.String(outcomeExpired))
+		span.SetAttributes(tracing.AttrOutcome.String(outcomeExpired))
 		a.log(ctx, cmd).Info("command past its complete-by dropped")
 		return nil
 	}
@@ -206,7 +209,7 @@ func (a *Agent) attempt(ctx context.Context, cmd protocol.ExecuteStep, reserve t
 	defer cancel()
 	backoff := a.Backoff
 	if backoff.Initial == 0 {
-		backoff = DefaultBackoff
+		backoff = port.DefaultBackoff
 	}
 	tries := 0
 	var cause error // the last failure that was not a refusal
@@ -219,12 +222,12 @@ func (a *Agent) attempt(ctx context.Context, cmd protocol.ExecuteStep, reserve t
 				return a.giveBack(ctx, cmd, reason)
 			}
 			return a.reply(ctx, cmd, protocol.StepReply{Outcome: protocol.OutcomeFailed, Failure: domain.FailureTransient, Tries: tries,
-				Reason: "gave up after " + itoa(int64(tries)) + " tries: " + cause.Error() + " (then: " + reason + ")"})
+				Reason: "gave up after " + strconv.Itoa(tries) + " tries: " + cause.Error() + " (then: " + reason + ")"})
 		}
 		result, called, err := a.call(callCtx, cmd)
 		if called {
 			tries++
-			span.SetAttributes(AttrTries.Int(tries))
+			span.SetAttributes(tracing.AttrTries.Int(tries))
 		}
 		switch {
 		case err == nil:
@@ -242,10 +245,10 @@ func (a *Agent) attempt(ctx context.Context, cmd protocol.ExecuteStep, reserve t
 			// Calls failed, then the breaker refused: name what went
 			// wrong, not the refusal.
 			return a.reply(ctx, cmd, protocol.StepReply{Outcome: protocol.OutcomeFailed, Failure: domain.FailureTransient, Tries: tries,
-				Reason: "gave up after " + itoa(int64(tries)) + " tries: " + cause.Error() + " (the service is unhealthy)"})
+				Reason: "gave up after " + strconv.Itoa(tries) + " tries: " + cause.Error() + " (the service is unhealthy)"})
 		}
 		cause = err
-		pause := wait(backoff, tries)
+		pause := port.Wait(backoff, tries)
 		var hinted interface{ RetryAfter() time.Duration }
 		if errors.As(err, &hinted) {
 			// The service said when to come back (Retry-After).
@@ -253,11 +256,11 @@ func (a *Agent) attempt(ctx context.Context, cmd protocol.ExecuteStep, reserve t
 		}
 		if a.Clock.Now().Add(pause).After(cmd.CompleteBy.Add(-reserve)) {
 			return a.reply(ctx, cmd, protocol.StepReply{Outcome: protocol.OutcomeFailed, Failure: domain.FailureTransient, Tries: tries,
-				Reason: "gave up after " + itoa(int64(tries)) + " tries: " + err.Error()})
+				Reason: "gave up after " + strconv.Itoa(tries) + " tries: " + err.Error()})
 		}
 		a.retries.Add(1)
-		span.AddEvent("retry", trace.WithAttributes(AttrTries.Int(tries), AttrReason.String(err.Error()), attribute.String("saga.pause", pause.String())))
-		if !sleep(ctx, a.Clock, pause) {
+		span.AddEvent("retry", trace.WithAttributes(tracing.AttrTries.Int(tries), tracing.AttrReason.String(err.Error()), attribute.String("saga.pause", pause.String())))
+		if !port.Sleep(ctx, a.Clock, pause) {
 			return ctx.Err()
 		}
 	}
@@ -325,7 +328,7 @@ func (a *Agent) handle(ctx context.Context, cmd protocol.ExecuteStep) (result js
 
 // log returns the logger of lines about a command.
 func (a *Agent) log(ctx context.Context, cmd protocol.ExecuteStep) *slog.Logger {
-	return taskLogger(ctx, a.Logger, cmd.TaskID).With("agent", a.Name, "step", cmd.Step, "attempt", cmd.Attempt)
+	return tracing.TaskLogger(ctx, a.Logger, cmd.TaskID).With("agent", a.Name, "step", cmd.Step, "attempt", cmd.Attempt)
 }
 
 // giveBack replies that the instance gives the command back without
@@ -338,15 +341,15 @@ func (a *Agent) reply(ctx context.Context, cmd protocol.ExecuteStep, r protocol.
 	span := trace.SpanFromContext(ctx)
 	if !a.Clock.Now().Before(cmd.CompleteBy) {
 		a.expired.Add(1)
-		span.SetAttributes(AttrOutcome.String(outcomeExpired))
+		span.SetAttributes(tracing.AttrOutcome.String(outcomeExpired))
 		a.log(ctx, cmd).Info("complete-by passed; staying silent")
 		return nil
 	}
 	r.TaskID, r.Step, r.Action, r.Attempt, r.Agent, r.Instance = cmd.TaskID, cmd.Step, cmd.Action, cmd.Attempt, a.Name, a.Instance
-	r.TraceParent = outgoingTraceParent(ctx, cmd.TraceParent)
-	span.SetAttributes(AttrOutcome.String(r.Outcome))
+	r.TraceParent = tracing.OutgoingTraceParent(ctx, cmd.TraceParent)
+	span.SetAttributes(tracing.AttrOutcome.String(r.Outcome))
 	if r.Outcome != protocol.OutcomeSucceeded {
-		span.SetAttributes(AttrReason.String(r.Reason))
+		span.SetAttributes(tracing.AttrReason.String(r.Reason))
 	}
 	if r.Outcome == protocol.OutcomeFailed {
 		span.SetStatus(codes.Error, string(r.Failure)+": "+r.Reason)
@@ -370,12 +373,12 @@ func (a *Agent) reply(ctx context.Context, cmd protocol.ExecuteStep, r protocol.
 // came so (Execute), falling back to Replies when that fails while the
 // process still runs.
 func (a *Agent) sendReply(ctx context.Context, r protocol.StepReply) error {
-	if direct, ok := ctx.Value(inProcessReplies{}).(ReplySender); ok && direct != nil {
+	if direct, ok := ctx.Value(inProcessReplies{}).(port.ReplySender); ok && direct != nil {
 		err := direct.SendReply(ctx, r)
 		if err == nil || ctx.Err() != nil {
 			return err
 		}
-		taskLogger(ctx, a.Logger, r.TaskID).Warn("in-process reply failed; sending it the usual way",
+		tracing.TaskLogger(ctx, a.Logger, r.TaskID).Warn("in-process reply failed; sending it the usual way",
 			"agent", a.Name, "step", r.Step, "attempt", r.Attempt, "err", err.Error())
 	}
 	return a.Replies.SendReply(ctx, r)

@@ -1,4 +1,4 @@
-package processes_test
+package agentruntime_test
 
 import (
 	"errors"
@@ -8,12 +8,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sagaengine/saga/processes"
+	"github.com/sagaengine/saga/processes/agentruntime"
+	"github.com/sagaengine/saga/processes/port"
 )
 
 func TestBreakerOpensOnOutagesNotOnFlakiness(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	b := processes.NewBreaker(time.Second, processes.ClockFunc(func() time.Time { return now }))
+	b := agentruntime.NewBreaker(time.Second, port.ClockFunc(func() time.Time { return now }))
 	boom := errors.New("503")
 
 	for i := 0; i < 100; i++ { // every other call fails: flaky, not down
@@ -36,16 +37,16 @@ func TestBreakerOpensOnOutagesNotOnFlakiness(t *testing.T) {
 		b.Record(boom)
 	}
 	assert.Equal(t, 20, failures, "the breaker opened once the window held enough calls, all failed")
-	assert.ErrorIs(t, b.Allow(), processes.ErrCircuitOpen, "an unreachable service is left alone")
+	assert.ErrorIs(t, b.Allow(), agentruntime.ErrCircuitOpen, "an unreachable service is left alone")
 	assert.True(t, b.IsOpen())
 	assert.Equal(t, int64(1), b.Opened())
 
 	now = now.Add(time.Second)
 	assert.False(t, b.IsOpen(), "after OpenFor a trial may go through")
 	require.NoError(t, b.Allow(), "after OpenFor one trial goes through")
-	assert.ErrorIs(t, b.Allow(), processes.ErrCircuitOpen, "only one trial at a time")
+	assert.ErrorIs(t, b.Allow(), agentruntime.ErrCircuitOpen, "only one trial at a time")
 	b.Record(boom)
-	assert.ErrorIs(t, b.Allow(), processes.ErrCircuitOpen, "a failed trial opens it again")
+	assert.ErrorIs(t, b.Allow(), agentruntime.ErrCircuitOpen, "a failed trial opens it again")
 
 	now = now.Add(time.Second)
 	require.NoError(t, b.Allow())
@@ -54,7 +55,7 @@ func TestBreakerOpensOnOutagesNotOnFlakiness(t *testing.T) {
 		assert.NoError(t, b.Allow(), "a successful trial closes it")
 		b.Record(nil)
 	}
-	permanent := processes.Permanent(errors.New("422"))
+	permanent := agentruntime.Permanent(errors.New("422"))
 	for i := 0; i < 30; i++ {
 		require.NoError(t, b.Allow())
 		b.Record(permanent)
@@ -67,7 +68,7 @@ func TestBreakerOpensOnOutagesNotOnFlakiness(t *testing.T) {
 // "circuit breaker open".
 func TestOpenBreakerNamesTheRootCause(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	b := processes.NewBreaker(time.Second, processes.ClockFunc(func() time.Time { return now }))
+	b := agentruntime.NewBreaker(time.Second, port.ClockFunc(func() time.Time { return now }))
 	var err error
 	for range 100 {
 		if err = b.Allow(); err != nil {
@@ -75,6 +76,6 @@ func TestOpenBreakerNamesTheRootCause(t *testing.T) {
 		}
 		b.Record(errors.New("payment service hung: context deadline exceeded"))
 	}
-	require.ErrorIs(t, err, processes.ErrCircuitOpen)
+	require.ErrorIs(t, err, agentruntime.ErrCircuitOpen)
 	assert.Contains(t, err.Error(), "payment service hung")
 }

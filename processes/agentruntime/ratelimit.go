@@ -1,4 +1,4 @@
-package processes
+package agentruntime
 
 import (
 	"sync"

@@ -1,4 +1,4 @@
-package processes
+package agentruntime
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/domain/protocol"
+	"github.com/sagaengine/saga/processes/port"
 )
 
 // Defaults of an agent instance.
@@ -473,7 +474,7 @@ func (a *Agent) awaitRate(ctx context.Context, giveUpAt time.Time) (string, bool
 		if now.Add(w).After(giveUpAt) {
 			return "rate limit of " + strconv.Itoa(limit) + " calls per " + a.RateLimit.Period().String() + " (this instance's share) leaves no call before complete-by", false
 		}
-		if !sleep(ctx, a.Clock, w) {
+		if !port.Sleep(ctx, a.Clock, w) {
 			return "", false
 		}
 	}
@@ -627,4 +628,29 @@ func (a *Agent) beat(ctx context.Context) {
 	if err := a.Heartbeats.Beat(beatCtx, hb); err != nil && ctx.Err() == nil {
 		a.Logger.Warn("agent heartbeat not sent", "agent", a.Name, "instance", a.Instance, "err", err.Error())
 	}
+}
+
+// Validate reports every problem of the agent's configuration; the wiring
+// calls it before commands are consumed.
+func (a *Agent) Validate() error {
+	p := port.Problems{Process: "agent " + a.Name}
+	p.Require(a.Name != "", "Name")
+	p.Require(a.Handler != nil, "Handler")
+	p.Require(a.Replies != nil, "Replies")
+	p.Require(a.DeadLetters != nil, "DeadLetters")
+	p.Require(a.Clock != nil, "Clock")
+	p.Require(a.Logger != nil, "Logger")
+	if a.Backoff.Initial < 0 || a.Backoff.Max < 0 || a.Backoff.Multiplier < 0 {
+		p.Add("Backoff must not be negative")
+	}
+	p.NotNegative(int64(a.Capacity), "Capacity")
+	p.NotNegative(int64(a.GlobalLimit), "GlobalLimit")
+	p.NotNegative(int64(a.Aging), "Aging")
+	p.NotNegative(int64(a.HangAfter), "HangAfter")
+	p.NotNegative(int64(a.OpenFor), "OpenFor")
+	p.NotNegative(int64(a.HeartbeatEvery), "HeartbeatEvery")
+	if r := a.RateLimit; r != nil && (r.Calls < 1 || r.PeriodMillis < 1) {
+		p.Add("RateLimit needs at least 1 call and a period of at least 1ms")
+	}
+	return p.Err()
 }

@@ -1,4 +1,4 @@
-package processes_test
+package agentruntime_test
 
 import (
 	"context"
@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,57 +15,21 @@ import (
 
 	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/domain/protocol"
-	"github.com/sagaengine/saga/processes"
+	"github.com/sagaengine/saga/processes/agentruntime"
+	"github.com/sagaengine/saga/processes/internal/agenttest"
+	"github.com/sagaengine/saga/processes/port"
 )
 
-// replyLog keeps the replies an agent sends, by task.
-type replyLog struct {
-	mu      sync.Mutex
-	replies map[string]protocol.StepReply
-	arrived chan string
-}
-
-func newReplyLog() *replyLog {
-	return &replyLog{replies: map[string]protocol.StepReply{}, arrived: make(chan string, 1000)}
-}
-
-func (l *replyLog) SendReply(_ context.Context, r protocol.StepReply) error {
-	l.mu.Lock()
-	l.replies[r.TaskID] = r
-	l.mu.Unlock()
-	l.arrived <- r.TaskID
-	return nil
-}
-
-// await waits for the reply of a task.
-func (l *replyLog) await(t *testing.T, task string) protocol.StepReply {
-	t.Helper()
-	deadline := time.After(10 * time.Second)
-	for {
-		l.mu.Lock()
-		r, ok := l.replies[task]
-		l.mu.Unlock()
-		if ok {
-			return r
-		}
-		select {
-		case <-l.arrived:
-		case <-deadline:
-			t.Fatalf("no reply for %s", task)
-		}
-	}
-}
-
 // command is a command message for a task, due by completeBy.
-func command(task string, priority domain.Priority, completeBy time.Time) processes.Inbound {
+func command(task string, priority domain.Priority, completeBy time.Time) port.Inbound {
 	body, _ := json.Marshal(protocol.ExecuteStep{TaskID: task, Workflow: "w", Step: "s", Agent: "payment", Action: protocol.ActionExecute,
 		Attempt: 1, CompleteBy: completeBy, IdempotencyKey: task + "/s", Priority: priority})
-	return processes.Inbound{Topic: protocol.CommandTopicFor("payment", priority), Key: task, Value: body}
+	return port.Inbound{Topic: protocol.CommandTopicFor("payment", priority), Key: task, Value: body}
 }
 
 // handle runs HandleCommand in the background until the test ends, or
 // until the returned function stops it (as a consumer that stops).
-func handle(t *testing.T, a *processes.Agent, msg processes.Inbound) (stop func()) {
+func handle(t *testing.T, a *agentruntime.Agent, msg port.Inbound) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = a.HandleCommand(ctx, msg) }()
@@ -75,93 +38,12 @@ func handle(t *testing.T, a *processes.Agent, msg processes.Inbound) (stop func(
 	return stop
 }
 
-// pending counts the timers not fired yet.
-func (c *fakeClock) pending() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.timers)
-}
-
-// scripted is a service whose answer to each task the test decides: by
-// default it succeeds at once; a task in hang waits until released.
-type scripted struct {
-	mu       sync.Mutex
-	fail     map[string]error
-	hang     map[string]chan struct{}
-	started  chan string
-	calls    atomic.Int64
-	now, top atomic.Int64 // calls at once, and the most seen
-}
-
-func newScripted() *scripted {
-	return &scripted{fail: map[string]error{}, hang: map[string]chan struct{}{}, started: make(chan string, 1000)}
-}
-
-func (s *scripted) hold(task string) chan struct{} {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	ch := make(chan struct{})
-	s.hang[task] = ch
-	return ch
-}
-
-func (s *scripted) failWith(task string, err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.fail[task] = err
-}
-
-func (s *scripted) handle(ctx context.Context, cmd protocol.ExecuteStep) (json.RawMessage, error) {
-	s.calls.Add(1)
-	n := s.now.Add(1)
-	defer s.now.Add(-1)
-	for {
-		top := s.top.Load()
-		if n <= top || s.top.CompareAndSwap(top, n) {
-			break
-		}
-	}
-	s.started <- cmd.TaskID
-	s.mu.Lock()
-	hang, err := s.hang[cmd.TaskID], s.fail[cmd.TaskID]
-	s.mu.Unlock()
-	if hang != nil {
-		select {
-		case <-hang:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-	if err != nil {
-		return nil, err
-	}
-	return json.RawMessage(`{}`), nil
-}
-
-func (s *scripted) awaitStart(t *testing.T) string {
-	t.Helper()
-	select {
-	case task := <-s.started:
-		return task
-	case <-time.After(10 * time.Second):
-		t.Fatal("no call started")
-		return ""
-	}
-}
-
 // epoch is ahead of the wall clock: the calls' contexts end at their
 // complete-by in real time.
-// awaitStartOf waits for the call of task, passing over others.
-func (s *scripted) awaitStartOf(t *testing.T, task string) {
-	t.Helper()
-	for s.awaitStart(t) != task {
-	}
-}
-
 var epoch = time.Date(2036, 3, 1, 12, 0, 0, 0, time.UTC)
 
-func newTestAgent(clock processes.Clock, svc *scripted, replies *replyLog) *processes.Agent {
-	return &processes.Agent{Name: "payment", Instance: "test-1", Handler: svc.handle, Replies: replies, DeadLetters: dropLetters{},
+func newTestAgent(clock port.Clock, svc *agenttest.Scripted, replies *agenttest.ReplyLog) *agentruntime.Agent {
+	return &agentruntime.Agent{Name: "payment", Instance: "test-1", Handler: svc.Handle, Replies: replies, DeadLetters: dropLetters{},
 		Clock: clock, Logger: quiet(), Backoff: domain.Backoff{Initial: time.Minute, Multiplier: 1, Max: time.Minute}}
 }
 
@@ -170,15 +52,15 @@ func newTestAgent(clock processes.Clock, svc *scripted, replies *replyLog) *proc
 // up the high ones go first, whatever their order of arrival.
 func TestGateNeverExceedsCapacityAndServesHighFirst(t *testing.T) {
 	clock := newFakeClock(epoch)
-	svc, replies := newScripted(), newReplyLog()
+	svc, replies := agenttest.NewScripted(), agenttest.NewReplyLog()
 	a := newTestAgent(clock, svc, replies)
 	a.Capacity = 2
 	due := epoch.Add(time.Minute)
 	holds := map[string]chan struct{}{}
 	for _, task := range []string{"first", "second"} {
-		holds[task] = svc.hold(task)
+		holds[task] = svc.Hold(task)
 		handle(t, a, command(task, domain.PriorityNormal, due))
-		svc.awaitStart(t)
+		svc.AwaitStart(t)
 	}
 	waiting := []struct {
 		task     string
@@ -186,7 +68,7 @@ func TestGateNeverExceedsCapacityAndServesHighFirst(t *testing.T) {
 	}{{"low-1", domain.PriorityLow}, {"normal-1", domain.PriorityNormal}, {"low-2", domain.PriorityLow},
 		{"high-1", domain.PriorityHigh}, {"high-2", domain.PriorityHigh}}
 	for i, w := range waiting {
-		holds[w.task] = svc.hold(w.task)
+		holds[w.task] = svc.Hold(w.task)
 		handle(t, a, command(w.task, w.priority, due))
 		require.Eventually(t, func() bool {
 			n := 0
@@ -204,20 +86,20 @@ func TestGateNeverExceedsCapacityAndServesHighFirst(t *testing.T) {
 	finish := "first"
 	for range waiting {
 		close(holds[finish])
-		replies.await(t, finish)
-		finish = svc.awaitStart(t)
+		replies.Await(t, finish)
+		finish = svc.AwaitStart(t)
 		order = append(order, finish)
 	}
 	assert.Equal(t, []string{"high-1", "high-2", "normal-1", "low-1", "low-2"}, order)
-	assert.EqualValues(t, 2, svc.top.Load(), "never more calls than the capacity")
+	assert.EqualValues(t, 2, svc.Top.Load(), "never more calls than the capacity")
 }
 
 // TestGateUnderConcurrency: many commands at once through three places;
 // the service never sees more than three calls, and every command is
 // answered.
 func TestGateUnderConcurrency(t *testing.T) {
-	svc, replies := newScripted(), newReplyLog()
-	a := newTestAgent(processes.SystemClock, svc, replies)
+	svc, replies := agenttest.NewScripted(), agenttest.NewReplyLog()
+	a := newTestAgent(port.SystemClock, svc, replies)
 	a.Capacity = 3
 	var wg sync.WaitGroup
 	for i := range 60 {
@@ -229,31 +111,31 @@ func TestGateUnderConcurrency(t *testing.T) {
 		}()
 	}
 	go func() {
-		for range svc.started {
+		for range svc.Started {
 		}
 	}()
 	wg.Wait()
-	close(svc.started)
+	close(svc.Started)
 	assert.EqualValues(t, 60, a.Stats().Succeeded)
-	assert.LessOrEqual(t, svc.top.Load(), int64(3))
+	assert.LessOrEqual(t, svc.Top.Load(), int64(3))
 }
 
 // TestGlobalLimitIsSharedByInstances: a global limit of 5 over three
 // instances (two others in the directory) leaves this one a single place.
 func TestGlobalLimitIsSharedByInstances(t *testing.T) {
 	clock := newFakeClock(epoch)
-	svc, replies := newScripted(), newReplyLog()
+	svc, replies := agenttest.NewScripted(), agenttest.NewReplyLog()
 	a := newTestAgent(clock, svc, replies)
 	a.Capacity, a.GlobalLimit = 10, 5
 	a.Directory = fixedDirectory{"payment": {{Instance: "other-1"}, {Instance: "other-2"}}}
-	hold := svc.hold("a")
+	hold := svc.Hold("a")
 	handle(t, a, command("a", domain.PriorityNormal, epoch.Add(time.Minute)))
-	svc.awaitStart(t)
+	svc.AwaitStart(t)
 	handle(t, a, command("b", domain.PriorityNormal, epoch.Add(time.Minute)))
 	require.Eventually(t, func() bool { return a.Heartbeat().Waiting[domain.PriorityNormal] == 1 }, 10*time.Second, time.Millisecond)
 	assert.Equal(t, 1, a.Heartbeat().InFlight)
 	close(hold)
-	assert.Equal(t, "b", svc.awaitStart(t))
+	assert.Equal(t, "b", svc.AwaitStart(t))
 }
 
 type fixedDirectory map[string][]protocol.AgentHeartbeat
@@ -271,7 +153,7 @@ func TestRateWindowNeverExceedsTheLimitInAnyWindow(t *testing.T) {
 		rng := rand.New(rand.NewPCG(seed, 7))
 		period := time.Duration(100+rng.IntN(900)) * time.Millisecond
 		limit := 1 + rng.IntN(8)
-		w := processes.NewRateWindow(limit, period, epoch)
+		w := agentruntime.NewRateWindow(limit, period, epoch)
 		now := epoch
 		var starts []time.Time
 		for range 2000 {
@@ -308,15 +190,15 @@ func TestRateWindowNeverExceedsTheLimitInAnyWindow(t *testing.T) {
 // again, a successful one healthy.
 func TestOpenBreakerMakesTheInstanceUnhealthyThenTrialThenHealthy(t *testing.T) {
 	clock := newFakeClock(epoch)
-	svc, replies := newScripted(), newReplyLog()
+	svc, replies := agenttest.NewScripted(), agenttest.NewReplyLog()
 	a := newTestAgent(clock, svc, replies)
-	a.Breaker = &processes.Breaker{Window: 5 * time.Second, MinCalls: 2, FailureRatio: 0.8, OpenFor: time.Second, Clock: clock}
+	a.Breaker = &agentruntime.Breaker{Window: 5 * time.Second, MinCalls: 2, FailureRatio: 0.8, OpenFor: time.Second, Clock: clock}
 	due := func() time.Time { return clock.Now().Add(10 * time.Second) }
 	down := errors.New("payment service answered 503: down")
 	for _, task := range []string{"f-1", "f-2"} {
-		svc.failWith(task, down)
+		svc.FailWith(task, down)
 		require.NoError(t, a.HandleCommand(context.Background(), command(task, domain.PriorityNormal, due())))
-		r := replies.await(t, task)
+		r := replies.Await(t, task)
 		assert.Equal(t, protocol.OutcomeFailed, r.Outcome)
 		assert.Equal(t, 1, r.Tries)
 		assert.Equal(t, "test-1", r.Instance)
@@ -326,29 +208,29 @@ func TestOpenBreakerMakesTheInstanceUnhealthyThenTrialThenHealthy(t *testing.T) 
 	assert.Contains(t, reason, "down")
 
 	require.NoError(t, a.HandleCommand(context.Background(), command("back-1", domain.PriorityNormal, due())))
-	r := replies.await(t, "back-1")
+	r := replies.Await(t, "back-1")
 	assert.Equal(t, protocol.OutcomeUnavailable, r.Outcome)
 	assert.Zero(t, r.Tries)
 	assert.Equal(t, down.Error(), r.Reason, "the root cause")
-	assert.EqualValues(t, 2, svc.calls.Load(), "a command given back calls nothing")
+	assert.EqualValues(t, 2, svc.Calls.Load(), "a command given back calls nothing")
 
 	clock.Advance(time.Second)
 	health, _ = a.Health()
 	require.Equal(t, protocol.HealthTrial, health)
-	svc.failWith("trial-1", down)
+	svc.FailWith("trial-1", down)
 	require.NoError(t, a.HandleCommand(context.Background(), command("trial-1", domain.PriorityNormal, due())))
-	assert.Equal(t, protocol.OutcomeFailed, replies.await(t, "trial-1").Outcome)
+	assert.Equal(t, protocol.OutcomeFailed, replies.Await(t, "trial-1").Outcome)
 	health, _ = a.Health()
 	assert.Equal(t, protocol.HealthUnhealthy, health, "a failed trial")
 
 	clock.Advance(time.Second)
-	hold := svc.hold("trial-2")
+	hold := svc.Hold("trial-2")
 	handle(t, a, command("trial-2", domain.PriorityNormal, due()))
-	svc.awaitStartOf(t, "trial-2")
+	svc.AwaitStartOf(t, "trial-2")
 	require.NoError(t, a.HandleCommand(context.Background(), command("during-trial", domain.PriorityNormal, due())))
-	assert.Equal(t, protocol.OutcomeUnavailable, replies.await(t, "during-trial").Outcome, "one command at a time in a trial")
+	assert.Equal(t, protocol.OutcomeUnavailable, replies.Await(t, "during-trial").Outcome, "one command at a time in a trial")
 	close(hold)
-	assert.Equal(t, protocol.OutcomeSucceeded, replies.await(t, "trial-2").Outcome)
+	assert.Equal(t, protocol.OutcomeSucceeded, replies.Await(t, "trial-2").Outcome)
 	health, reason = a.Health()
 	assert.Equal(t, protocol.HealthHealthy, health)
 	assert.Empty(t, reason)
@@ -363,23 +245,21 @@ func TestOpenBreakerMakesTheInstanceUnhealthyThenTrialThenHealthy(t *testing.T) 
 // from the start is given back.
 func TestBreakerRefusingAfterTriesReportsTheRootCause(t *testing.T) {
 	clock := newFakeClock(epoch)
-	svc, replies := newScripted(), newReplyLog()
+	svc, replies := agenttest.NewScripted(), agenttest.NewReplyLog()
 	a := newTestAgent(clock, svc, replies)
 	a.Backoff = domain.Backoff{Initial: 10 * time.Millisecond, Multiplier: 1, Max: 10 * time.Millisecond}
-	a.Breaker = &processes.Breaker{Window: 5 * time.Second, MinCalls: 2, FailureRatio: 0.8, OpenFor: time.Minute, Clock: clock}
+	a.Breaker = &agentruntime.Breaker{Window: 5 * time.Second, MinCalls: 2, FailureRatio: 0.8, OpenFor: time.Minute, Clock: clock}
 	down := errors.New("ledger database unreachable")
 	require.NoError(t, a.Breaker.Allow())
 	a.Breaker.Record(down) // one failure before: the next opens it
-	svc.failWith("x", down)
+	svc.FailWith("x", down)
 	handle(t, a, command("x", domain.PriorityNormal, epoch.Add(10*time.Second)))
-	svc.awaitStart(t)
+	svc.AwaitStart(t)
 	var r protocol.StepReply
 	require.Eventually(t, func() bool {
 		clock.Advance(10 * time.Millisecond) // the retry's backoff
-		replies.mu.Lock()
-		defer replies.mu.Unlock()
 		var ok bool
-		r, ok = replies.replies["x"]
+		r, ok = replies.Reply("x")
 		return ok
 	}, 10*time.Second, time.Millisecond)
 	assert.Equal(t, protocol.OutcomeFailed, r.Outcome)
@@ -387,7 +267,7 @@ func TestBreakerRefusingAfterTriesReportsTheRootCause(t *testing.T) {
 	assert.Equal(t, 1, r.Tries)
 	assert.Contains(t, r.Reason, "ledger database unreachable")
 	assert.NotContains(t, r.Reason, "circuit breaker open")
-	assert.EqualValues(t, 1, svc.calls.Load())
+	assert.EqualValues(t, 1, svc.Calls.Load())
 }
 
 // TestHangingCallsMakeTheInstanceUnhealthy: a call that runs past the
@@ -397,16 +277,16 @@ func TestBreakerRefusingAfterTriesReportsTheRootCause(t *testing.T) {
 // unhealthy again; one that answers makes it healthy.
 func TestHangingCallsMakeTheInstanceUnhealthy(t *testing.T) {
 	clock := newFakeClock(epoch)
-	svc, replies := newScripted(), newReplyLog()
+	svc, replies := agenttest.NewScripted(), agenttest.NewReplyLog()
 	a := newTestAgent(clock, svc, replies)
 	a.Capacity, a.HangAfter, a.OpenFor = 2, 2*time.Second, time.Second
 	due := func() time.Time { return clock.Now().Add(time.Minute) }
-	svc.hold("hung-0")
+	svc.Hold("hung-0")
 	stop0 := handle(t, a, command("hung-0", domain.PriorityNormal, due()))
-	svc.awaitStart(t)
-	svc.hold("hung-1")
+	svc.AwaitStart(t)
+	svc.Hold("hung-1")
 	handle(t, a, command("hung-1", domain.PriorityNormal, due()))
-	svc.awaitStart(t)
+	svc.AwaitStart(t)
 	handle(t, a, command("waiting", domain.PriorityHigh, due()))
 	require.Eventually(t, func() bool { return a.Heartbeat().Waiting[domain.PriorityHigh] == 1 }, 10*time.Second, time.Millisecond)
 
@@ -414,19 +294,19 @@ func TestHangingCallsMakeTheInstanceUnhealthy(t *testing.T) {
 	health, reason := a.Health()
 	assert.Equal(t, protocol.HealthUnhealthy, health)
 	assert.Equal(t, "calls hang: oldest in flight 2.1s", reason)
-	r := replies.await(t, "waiting")
+	r := replies.Await(t, "waiting")
 	assert.Equal(t, protocol.OutcomeUnavailable, r.Outcome, "a waiting command is given back")
 	assert.Contains(t, r.Reason, "calls hang")
 	require.NoError(t, a.HandleCommand(context.Background(), command("arriving", domain.PriorityNormal, due())))
-	assert.Equal(t, protocol.OutcomeUnavailable, replies.await(t, "arriving").Outcome)
+	assert.Equal(t, protocol.OutcomeUnavailable, replies.Await(t, "arriving").Outcome)
 	stop0() // a call cut off is no answer: room for a trial
 
 	clock.Advance(time.Second)
 	health, _ = a.Health()
 	require.Equal(t, protocol.HealthTrial, health)
-	svc.hold("hung-2")
+	svc.Hold("hung-2")
 	stop2 := handle(t, a, command("hung-2", domain.PriorityNormal, due()))
-	svc.awaitStartOf(t, "hung-2")
+	svc.AwaitStartOf(t, "hung-2")
 	clock.Advance(2100 * time.Millisecond)
 	health, _ = a.Health()
 	assert.Equal(t, protocol.HealthUnhealthy, health, "a trial that hangs")
@@ -436,27 +316,27 @@ func TestHangingCallsMakeTheInstanceUnhealthy(t *testing.T) {
 	health, _ = a.Health()
 	require.Equal(t, protocol.HealthTrial, health)
 	require.NoError(t, a.HandleCommand(context.Background(), command("quick", domain.PriorityNormal, due())))
-	assert.Equal(t, protocol.OutcomeSucceeded, replies.await(t, "quick").Outcome)
+	assert.Equal(t, protocol.OutcomeSucceeded, replies.Await(t, "quick").Outcome)
 	health, _ = a.Health()
 	assert.Equal(t, protocol.HealthHealthy, health, "a trial that answers")
-	assert.EqualValues(t, 4, svc.calls.Load(), "no call for the commands given back")
+	assert.EqualValues(t, 4, svc.Calls.Load(), "no call for the commands given back")
 }
 
 // TestHangThatRecovers: calls that hang and then answer make the instance
 // healthy again without waiting for a trial.
 func TestHangThatRecovers(t *testing.T) {
 	clock := newFakeClock(epoch)
-	svc, replies := newScripted(), newReplyLog()
+	svc, replies := agenttest.NewScripted(), agenttest.NewReplyLog()
 	a := newTestAgent(clock, svc, replies)
-	hold := svc.hold("slow")
+	hold := svc.Hold("slow")
 	handle(t, a, command("slow", domain.PriorityNormal, epoch.Add(time.Minute)))
-	svc.awaitStart(t)
+	svc.AwaitStart(t)
 	clock.Advance(3 * time.Second)
 	health, reason := a.Health()
 	require.Equal(t, protocol.HealthUnhealthy, health)
 	assert.Equal(t, "calls hang: oldest in flight 3s", reason)
 	close(hold)
-	r := replies.await(t, "slow")
+	r := replies.Await(t, "slow")
 	assert.Equal(t, protocol.OutcomeSucceeded, r.Outcome)
 	assert.Equal(t, 1, r.Tries)
 	health, _ = a.Health()
@@ -469,21 +349,21 @@ func TestHangThatRecovers(t *testing.T) {
 // handler's open breaker.
 func TestHandlerBreakerRefusalIsGivenBack(t *testing.T) {
 	clock := newFakeClock(epoch)
-	replies := newReplyLog()
-	refusal := &processes.CircuitOpenError{Until: epoch.Add(time.Second), Cause: "POST http://pay/charge answered 503"}
-	a := &processes.Agent{Name: "payment", Replies: replies, DeadLetters: dropLetters{}, Clock: clock, Logger: quiet(),
+	replies := agenttest.NewReplyLog()
+	refusal := &agentruntime.CircuitOpenError{Until: epoch.Add(time.Second), Cause: "POST http://pay/charge answered 503"}
+	a := &agentruntime.Agent{Name: "payment", Replies: replies, DeadLetters: dropLetters{}, Clock: clock, Logger: quiet(),
 		Handler: func(context.Context, protocol.ExecuteStep) (json.RawMessage, error) {
 			return nil, fmt.Errorf("host pay: %w", refusal)
 		}}
 	require.NoError(t, a.HandleCommand(context.Background(), command("h-1", domain.PriorityNormal, epoch.Add(time.Minute))))
-	r := replies.await(t, "h-1")
+	r := replies.Await(t, "h-1")
 	assert.Equal(t, protocol.OutcomeUnavailable, r.Outcome)
 	assert.Equal(t, "POST http://pay/charge answered 503", r.Reason)
 	assert.Zero(t, r.Tries)
 	assert.NotEmpty(t, r.Instance, "a default instance name")
 
-	a2 := newTestAgent(clock, newScripted(), replies)
-	a2.Breakers = func() processes.BreakerState { return processes.BreakerState{Open: true, Cause: "host pay: 503"} }
+	a2 := newTestAgent(clock, agenttest.NewScripted(), replies)
+	a2.Breakers = func() agentruntime.BreakerState { return agentruntime.BreakerState{Open: true, Cause: "host pay: 503"} }
 	health, reason := a2.Health()
 	assert.Equal(t, protocol.HealthUnhealthy, health)
 	assert.Equal(t, "host pay: 503", reason)
@@ -495,19 +375,19 @@ func TestHandlerBreakerRefusalIsGivenBack(t *testing.T) {
 // complete-by is given back.
 func TestRateLimitWaitsAPeriodAfterStart(t *testing.T) {
 	clock := newFakeClock(epoch)
-	svc, replies := newScripted(), newReplyLog()
+	svc, replies := agenttest.NewScripted(), agenttest.NewReplyLog()
 	a := newTestAgent(clock, svc, replies)
 	a.RateLimit = &protocol.RateLimit{Calls: 2, PeriodMillis: 1000}
 	require.NoError(t, a.HandleCommand(context.Background(), command("soon", domain.PriorityNormal, epoch.Add(500*time.Millisecond))))
-	r := replies.await(t, "soon")
+	r := replies.Await(t, "soon")
 	assert.Equal(t, protocol.OutcomeUnavailable, r.Outcome)
 	assert.Contains(t, r.Reason, "rate limit")
 
 	handle(t, a, command("later", domain.PriorityNormal, epoch.Add(time.Minute)))
-	require.Eventually(t, func() bool { return clock.pending() > 0 }, 10*time.Second, time.Millisecond)
-	assert.Zero(t, svc.calls.Load())
+	require.Eventually(t, func() bool { return clock.Pending() > 0 }, 10*time.Second, time.Millisecond)
+	assert.Zero(t, svc.Calls.Load())
 	clock.Advance(1100 * time.Millisecond) // the period and its margin
-	assert.Equal(t, protocol.OutcomeSucceeded, replies.await(t, "later").Outcome)
+	assert.Equal(t, protocol.OutcomeSucceeded, replies.Await(t, "later").Outcome)
 	hb := a.Heartbeat()
 	assert.Equal(t, &protocol.RateLimit{Calls: 2, PeriodMillis: 1000}, hb.RateLimit)
 }
@@ -549,10 +429,10 @@ func (b *beats) next(t *testing.T, ok func(protocol.AgentHeartbeat) bool) protoc
 // stop says stopping, then leaves.
 func TestRunAnnouncesHealthChangesAtOnce(t *testing.T) {
 	clock := newFakeClock(epoch)
-	svc, replies := newScripted(), newReplyLog()
+	svc, replies := agenttest.NewScripted(), agenttest.NewReplyLog()
 	a := newTestAgent(clock, svc, replies)
 	a.HeartbeatEvery = time.Hour
-	a.Breaker = &processes.Breaker{Window: 5 * time.Second, MinCalls: 1, FailureRatio: 0.8, OpenFor: time.Second, Clock: clock}
+	a.Breaker = &agentruntime.Breaker{Window: 5 * time.Second, MinCalls: 1, FailureRatio: 0.8, OpenFor: time.Second, Clock: clock}
 	hb := &beats{got: make(chan protocol.AgentHeartbeat, 100), left: make(chan string, 1)}
 	a.Heartbeats = hb
 	ctx, cancel := context.WithCancel(context.Background())
@@ -564,7 +444,7 @@ func TestRunAnnouncesHealthChangesAtOnce(t *testing.T) {
 	assert.Equal(t, protocol.HealthHealthy, first.Health)
 	assert.Equal(t, epoch.Add(3*time.Hour), first.ExpiresAt)
 
-	svc.failWith("f", errors.New("gateway timeout"))
+	svc.FailWith("f", errors.New("gateway timeout"))
 	require.NoError(t, a.HandleCommand(context.Background(), command("f", domain.PriorityNormal, epoch.Add(time.Minute))))
 	down := hb.next(t, func(h protocol.AgentHeartbeat) bool { return h.Health != protocol.HealthHealthy })
 	assert.Equal(t, protocol.HealthUnhealthy, down.Health)
@@ -583,19 +463,19 @@ func TestRunAnnouncesHealthChangesAtOnce(t *testing.T) {
 // a reply can still be sent.
 func TestNoRoomBeforeCompleteByGivesTheCommandBack(t *testing.T) {
 	clock := newFakeClock(epoch)
-	svc, replies := newScripted(), newReplyLog()
+	svc, replies := agenttest.NewScripted(), agenttest.NewReplyLog()
 	a := newTestAgent(clock, svc, replies)
 	a.Capacity = 1
-	svc.hold("long")
+	svc.Hold("long")
 	handle(t, a, command("long", domain.PriorityNormal, epoch.Add(time.Minute)))
-	svc.awaitStart(t)
+	svc.AwaitStart(t)
 	handle(t, a, command("short", domain.PriorityHigh, epoch.Add(time.Second)))
-	require.Eventually(t, func() bool { return clock.pending() > 0 }, 10*time.Second, time.Millisecond, "waiting, until 100 ms before its complete-by")
+	require.Eventually(t, func() bool { return clock.Pending() > 0 }, 10*time.Second, time.Millisecond, "waiting, until 100 ms before its complete-by")
 	clock.Advance(900 * time.Millisecond)
-	r := replies.await(t, "short")
+	r := replies.Await(t, "short")
 	assert.Equal(t, protocol.OutcomeUnavailable, r.Outcome)
 	assert.Equal(t, "no room before complete-by: capacity 1 in use", r.Reason)
-	assert.EqualValues(t, 1, svc.calls.Load())
+	assert.EqualValues(t, 1, svc.Calls.Load())
 }
 
 // TestHealthByTargetKeepsTheInstanceHealthyWhileOneTargetHangs: with
@@ -604,25 +484,45 @@ func TestNoRoomBeforeCompleteByGivesTheCommandBack(t *testing.T) {
 // given back naming it.
 func TestHealthByTargetKeepsTheInstanceHealthyWhileOneTargetHangs(t *testing.T) {
 	clock := newFakeClock(epoch)
-	svc, replies := newScripted(), newReplyLog()
+	svc, replies := agenttest.NewScripted(), agenttest.NewReplyLog()
 	a := newTestAgent(clock, svc, replies)
 	a.HealthByTarget, a.Capacity, a.HangAfter = true, 4, 2*time.Second
 	due := func() time.Time { return clock.Now().Add(time.Minute) }
-	svc.hold("slow-host")
+	svc.Hold("slow-host")
 	handle(t, a, command("slow-host", domain.PriorityNormal, due()))
-	svc.awaitStart(t)
+	svc.AwaitStart(t)
 	clock.Advance(3 * time.Second)
 	health, reason := a.Health()
 	assert.Equal(t, protocol.HealthHealthy, health, reason)
 	require.NoError(t, a.HandleCommand(context.Background(), command("fast-host", domain.PriorityNormal, due())))
-	assert.Equal(t, protocol.OutcomeSucceeded, replies.await(t, "fast-host").Outcome)
+	assert.Equal(t, protocol.OutcomeSucceeded, replies.Await(t, "fast-host").Outcome)
 
-	svc.failWith("refused", fmt.Errorf("host slow:80: %w", &processes.CircuitOpenError{Until: due(), Cause: "host slow:80: calls hang", Target: "slow:80"}))
+	svc.FailWith("refused", fmt.Errorf("host slow:80: %w", &agentruntime.CircuitOpenError{Until: due(), Cause: "host slow:80: calls hang", Target: "slow:80"}))
 	require.NoError(t, a.HandleCommand(context.Background(), command("refused", domain.PriorityNormal, due())))
-	r := replies.await(t, "refused")
+	r := replies.Await(t, "refused")
 	assert.Equal(t, protocol.OutcomeUnavailable, r.Outcome)
 	assert.Equal(t, "slow:80", r.Target)
 	assert.Equal(t, "host slow:80: calls hang", r.Reason)
 	health, _ = a.Health()
 	assert.Equal(t, protocol.HealthHealthy, health)
+}
+
+// TestHandlerPanicFailsTheStepForGood: a handler that panics on a command
+// would panic again on every retry and redelivery; the agent turns the
+// panic into a permanent failure, with the panic's value as the reason,
+// and the process goes on.
+func TestHandlerPanicFailsTheStepForGood(t *testing.T) {
+	usual := agenttest.NewReplyLog()
+	ag := &agentruntime.Agent{Name: "worker", Instance: "here/worker", Replies: usual, DeadLetters: dropLetters{},
+		Clock: port.SystemClock, Logger: quiet(),
+		Handler: func(context.Context, protocol.ExecuteStep) (json.RawMessage, error) { panic("nil map in the handler") }}
+	body, err := json.Marshal(protocol.ExecuteStep{TaskID: "panic-1", Workflow: "work", Step: "work", Agent: "worker", Action: protocol.ActionExecute,
+		Attempt: 1, CompleteBy: time.Now().Add(10 * time.Second), IdempotencyKey: "panic-1/work"})
+	require.NoError(t, err)
+	require.NoError(t, ag.HandleCommand(context.Background(), port.Inbound{Topic: protocol.CommandTopic("worker"), Value: body}))
+	r := usual.Await(t, "panic-1")
+	assert.Equal(t, protocol.OutcomeFailed, r.Outcome)
+	assert.Equal(t, domain.FailurePermanent, r.Failure)
+	assert.Contains(t, r.Reason, "the handler panicked: nil map in the handler")
+	assert.Equal(t, 1, r.Tries)
 }

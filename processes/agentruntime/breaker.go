@@ -1,10 +1,12 @@
-package processes
+package agentruntime
 
 import (
 	"sync"
 	"time"
 
 	"github.com/cockroachdb/errors"
+
+	"github.com/sagaengine/saga/processes/port"
 )
 
 // ErrCircuitOpen is returned instead of calling a remote service whose
@@ -51,7 +53,7 @@ type Breaker struct {
 	MinCalls     int
 	FailureRatio float64
 	OpenFor      time.Duration
-	Clock        Clock
+	Clock        port.Clock
 
 	mu        sync.Mutex
 	buckets   [breakerBuckets]bucket
@@ -71,7 +73,7 @@ type bucket struct {
 
 // NewBreaker returns a breaker that opens for openFor when 80 % of the
 // calls of the last 5 s (at least 20) failed.
-func NewBreaker(openFor time.Duration, clock Clock) *Breaker {
+func NewBreaker(openFor time.Duration, clock port.Clock) *Breaker {
 	return &Breaker{Window: 5 * time.Second, MinCalls: 20, FailureRatio: 0.8, OpenFor: openFor, Clock: clock}
 }
 

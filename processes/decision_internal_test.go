@@ -1,0 +1,118 @@
+package processes
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/domain/protocol"
+)
+
+// agents is a fixed set of agent instances.
+type agents []protocol.AgentHeartbeat
+
+func (a agents) Instances(agent string, now time.Time) []protocol.AgentHeartbeat {
+	var out []protocol.AgentHeartbeat
+	for _, h := range a {
+		if h.Agent == agent && h.Live(now) {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// roomState prints what capacity holds, for comparing before and after.
+func roomState(c *capacity) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	waiting := map[string]map[string]string{}
+	for agent, ws := range c.waiting {
+		waiting[agent] = map[string]string{}
+		for id, w := range ws {
+			waiting[agent][id] = string(w.priority) + "@" + w.since.Format(time.RFC3339Nano)
+		}
+	}
+	return fmt.Sprint("inflight ", c.inflight, " load ", c.load, " held ", c.held, " waiting ", waiting, " avoid ", c.avoid)
+}
+
+// TestNextTwiceOnTheSameStateHasNoSideEffect runs the scheduler's decision
+// for a task twice on the same state, with the agents' room as the
+// scheduler admits by: whether the dispatch may go (to the instance with
+// the most room) or must wait, both runs decide the same, and the
+// scheduler's room (attempts in flight, held, waiting) is as it was. The
+// room taken for a dispatch while it is appended is not counted against
+// the decision made again after a conflict.
+func TestNextTwiceOnTheSameStateHasNoSideEffect(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	wf := &domain.Workflow{Name: "work", Version: 1, Steps: []domain.StepDefinition{{Name: "work", Agent: "worker", Budget: 10 * time.Second,
+		MaxAttempts: 3, OnExhausted: domain.CompensateOnExhausted, Backoff: domain.Backoff{Initial: time.Second, Multiplier: 2, Max: time.Second}}}}
+	worker := func(instance string, capacity int) protocol.AgentHeartbeat {
+		return protocol.AgentHeartbeat{Agent: "worker", Instance: instance, Health: protocol.HealthHealthy, Capacity: capacity, At: now,
+			ExpiresAt: now.Add(time.Hour)}
+	}
+	submitted := func(id string, p domain.Priority) *domain.Task {
+		task := domain.NewTask(id)
+		task.Apply(domain.TaskSubmitted{TaskID: id, Workflow: "work", WorkflowVersion: 1, Steps: []string{"work"}, SubmittedAt: now, Priority: p})
+		return task
+	}
+	// scheduler has one task in flight on w-1 and a low-priority one
+	// waiting.
+	scheduler := func(instances ...protocol.AgentHeartbeat) (*shard, *capacity) {
+		s := &Scheduler{Agents: agents(instances), Clock: ClockFunc(func() time.Time { return now }), Actor: "scheduler/test", Shards: 1}
+		s.setup()
+		busy := submitted("busy", "")
+		busy.Apply(domain.StepDispatched{TaskID: "busy", Step: "work", Agent: "worker", Instance: "w-1", Attempt: 1,
+			CompleteBy: now.Add(10 * time.Second), DispatchedAt: now})
+		s.capacity.track(busy)
+		s.capacity.wait(&refusal{agent: "worker", task: "queued", priority: domain.PriorityLow, since: now.Add(-time.Second)}, func() {})
+		return s.shards[0], s.capacity
+	}
+
+	t.Run("room", func(t *testing.T) {
+		sh, c := scheduler(worker("w-1", 2), worker("w-2", 1))
+		task := submitted("t-1", "")
+		before := roomState(c)
+		var rc roomCheck
+		first := task.Next(wf, sh.decision(task, &rc))
+		second := task.Next(wf, sh.decision(task, &rc))
+		require.Len(t, first, 1)
+		dispatched, ok := first[0].(domain.StepDispatched)
+		require.True(t, ok, "%T", first[0])
+		assert.Equal(t, "w-2", dispatched.Instance, "the instance with the most room for its capacity")
+		assert.Equal(t, first, second, "the same decision")
+		assert.Equal(t, before, roomState(c), "the decisions took no room")
+		assert.Nil(t, rc.refused)
+
+		// The shard holds the room while the dispatch is appended; after
+		// a conflict, the decision made again does not count it.
+		require.True(t, c.hold(task, dispatchOf(first)))
+		held := roomState(c)
+		assert.NotEqual(t, before, held)
+		again := task.Next(wf, sh.decision(task, &rc))
+		assert.Equal(t, first, again, "the same decision after a conflict")
+		assert.Equal(t, held, roomState(c))
+		c.release(task.ID)
+		assert.Equal(t, before, roomState(c))
+	})
+
+	t.Run("no room", func(t *testing.T) {
+		sh, c := scheduler(worker("w-1", 1))
+		task := submitted("t-2", domain.PriorityHigh)
+		before := roomState(c)
+		var rc roomCheck
+		first := task.Next(wf, sh.decision(task, &rc))
+		second := task.Next(wf, sh.decision(task, &rc))
+		require.Len(t, first, 1)
+		waits, ok := first[0].(domain.StepWaiting)
+		require.True(t, ok, "%T", first[0])
+		assert.Equal(t, "at capacity: worker takes 1 at once on 1 healthy instance", waits.Reason)
+		assert.Equal(t, first, second, "the same decision")
+		assert.Equal(t, before, roomState(c), "the decisions noted no waiter")
+		require.NotNil(t, rc.refused, "the refusal is carried out of the decision")
+		assert.Equal(t, "worker", rc.refused.agent)
+	})
+}
