@@ -16,9 +16,10 @@ const DefaultMaxUnfinishedTasks = 10_000
 const intakePoll = 10 * time.Millisecond
 
 // IntakeGate holds new tasks back. AwaitRoom returns once a new task may
-// start, or with ctx's error.
+// start, or with ctx's error; release is called once the task is recorded
+// (or could not be), when the count of unfinished tasks includes it.
 type IntakeGate interface {
-	AwaitRoom(ctx context.Context) error
+	AwaitRoom(ctx context.Context) (release func(), err error)
 }
 
 // UnfinishedLimit is an IntakeGate that keeps the tasks an engine holds in
@@ -40,48 +41,71 @@ type UnfinishedLimit struct {
 	// turn is held by the one waiting order that looks for room.
 	turn chan struct{}
 	mu   sync.Mutex
-	held bool
+	// starting counts the tasks let through and not yet recorded.
+	starting int
+	noteMu   sync.Mutex
+	held     bool
 }
 
-// AwaitRoom waits until fewer than Max tasks are unfinished. Orders that
-// find no room wait their turn, and only the first looks for room, so a
-// thousand waiting orders cost one poll, and they pass one at a time.
-func (l *UnfinishedLimit) AwaitRoom(ctx context.Context) error {
+// AwaitRoom waits until fewer than Max tasks are unfinished or being
+// started. Orders that find no room wait their turn, and only the first
+// looks for room, so a thousand waiting orders cost one poll.
+func (l *UnfinishedLimit) AwaitRoom(ctx context.Context) (func(), error) {
 	limit := l.Max
 	if limit <= 0 {
 		limit = DefaultMaxUnfinishedTasks
 	}
-	if l.Unfinished() < limit {
-		return nil
+	if l.enter(limit) {
+		return l.leave, nil
 	}
 	l.once.Do(func() { l.turn = make(chan struct{}, 1) })
 	select {
 	case l.turn <- struct{}{}:
 	case <-ctx.Done():
-		return ctx.Err()
+		return nil, ctx.Err()
 	}
 	defer func() { <-l.turn }()
-	if l.Unfinished() < limit {
-		return nil
+	if l.enter(limit) {
+		return l.leave, nil
 	}
 	l.note(true, limit)
 	tick := time.NewTicker(intakePoll)
 	defer tick.Stop()
-	for l.Unfinished() >= limit {
+	for !l.enter(limit) {
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return nil, ctx.Err()
 		case <-tick.C:
 		}
 	}
 	l.note(false, limit)
-	return nil
+	return l.leave, nil
+}
+
+// enter counts a task as being started if there is room for it: the tasks
+// being started are not yet among the unfinished ones, and without them
+// every order that looked in the meantime would pass.
+func (l *UnfinishedLimit) enter(limit int) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.Unfinished()+l.starting >= limit {
+		return false
+	}
+	l.starting++
+	return true
+}
+
+// leave stops counting a task as being started.
+func (l *UnfinishedLimit) leave() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.starting--
 }
 
 // note logs when intake stops and starts again.
 func (l *UnfinishedLimit) note(held bool, limit int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	l.noteMu.Lock()
+	defer l.noteMu.Unlock()
 	if l.held == held || l.Logger == nil {
 		l.held = held
 		return

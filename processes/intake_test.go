@@ -74,10 +74,11 @@ func TestWaitingOrdersPassOneAtATime(t *testing.T) {
 	errs := make(chan error, 20)
 	for range 20 {
 		go func() {
-			err := limit.AwaitRoom(ctx)
+			release, err := limit.AwaitRoom(ctx)
 			if err == nil {
 				passed.Add(1)
 				unfinished.Add(1) // the order became a task
+				release()
 			}
 			errs <- err
 		}()
@@ -94,4 +95,27 @@ func TestWaitingOrdersPassOneAtATime(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 19, given, "the others were still waiting")
+}
+
+// TestTasksBeingStartedCountAgainstTheBound: orders let through but not yet
+// recorded as tasks (the scheduler does not count them yet) take room, so
+// a burst of orders at an empty engine lets only Max through.
+func TestTasksBeingStartedCountAgainstTheBound(t *testing.T) {
+	limit := &processes.UnfinishedLimit{Max: 5, Unfinished: func() int { return 0 }}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var passed atomic.Int64
+	releases := make(chan func(), 50)
+	for range 50 {
+		go func() {
+			if release, err := limit.AwaitRoom(ctx); err == nil {
+				passed.Add(1)
+				releases <- release
+			}
+		}()
+	}
+	require.Eventually(t, func() bool { return passed.Load() == 5 }, 10*time.Second, time.Millisecond)
+	assert.Never(t, func() bool { return passed.Load() > 5 }, 200*time.Millisecond, 5*time.Millisecond)
+	(<-releases)() // one is recorded, and finishes at once
+	require.Eventually(t, func() bool { return passed.Load() == 6 }, 10*time.Second, time.Millisecond)
 }

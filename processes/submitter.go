@@ -133,9 +133,11 @@ func (s *Submitter) handleOrder(ctx context.Context, msg Inbound) (string, error
 	submitted := domain.Submit(order, wf, tp, s.Clock.Now())
 	meta := domain.EventMetadata{CausationID: causation(msg), Actor: s.Actor, TraceParent: tp}
 	if s.Intake != nil {
-		if err := s.Intake.AwaitRoom(ctx); err != nil {
+		release, err := s.Intake.AwaitRoom(ctx)
+		if err != nil {
 			return "", errors.Wrapf(err, "order %s waits for room", order.ID)
 		}
+		defer release()
 	}
 	err = s.create(ctx, order.ID, meta, submitted)
 	switch {
