@@ -2,7 +2,6 @@ package processes
 
 import (
 	"maps"
-	"slices"
 	"sync"
 	"time"
 
@@ -33,7 +32,7 @@ type capacity struct {
 	inflight map[string]route
 	load     map[string]map[string]int
 	// waiting is, by agent, the tasks that wait for room.
-	waiting map[string]map[string]waiter
+	waiting map[string]*waiters
 	// avoid is, by instance, when it gave an attempt back: it gets no work
 	// until a heartbeat sent after that says it may.
 	avoid map[string]time.Time
@@ -49,16 +48,9 @@ type capacity struct {
 // route is where an attempt in flight went.
 type route struct{ agent, instance string }
 
-// waiter is a task waiting for room at an agent.
-type waiter struct {
-	priority domain.Priority
-	since    time.Time
-	wake     func()
-}
-
 func newCapacity(dir AgentDirectory, clock Clock, aging time.Duration) *capacity {
 	return &capacity{dir: dir, clock: clock, aging: aging, inflight: map[string]route{}, load: map[string]map[string]int{},
-		waiting: map[string]map[string]waiter{}, avoid: map[string]time.Time{}, freed: map[string]uint64{}, held: map[string]route{}}
+		waiting: map[string]*waiters{}, avoid: map[string]time.Time{}, freed: map[string]uint64{}, held: map[string]route{}}
 }
 
 // setLocked notes task id's attempt in flight, or none (nil).
@@ -190,10 +182,10 @@ func (c *capacity) wait(r *refusal, wake func()) {
 	c.mu.Lock()
 	ws := c.waiting[r.agent]
 	if ws == nil {
-		ws = map[string]waiter{}
+		ws = newWaiters()
 		c.waiting[r.agent] = ws
 	}
-	ws[r.task] = waiter{priority: r.priority, since: r.since, wake: wake}
+	ws.put(waiter{task: r.task, priority: r.priority, since: r.since, wake: wake})
 	missed := c.freed[r.agent] != r.freed
 	c.mu.Unlock()
 	if missed {
@@ -204,14 +196,11 @@ func (c *capacity) wait(r *refusal, wake func()) {
 // aheadLocked counts the tasks waiting at agent that rank above t
 // (domain.AgedRank), which go first.
 func (c *capacity) aheadLocked(agent string, t *domain.Task, since, now time.Time) int {
-	mine := domain.AgedRank(t.Priority, now.Sub(since), c.aging)
-	ahead := 0
-	for id, w := range c.waiting[agent] {
-		if id != t.ID && domain.AgedRank(w.priority, now.Sub(w.since), c.aging) < mine {
-			ahead++
-		}
+	ws := c.waiting[agent]
+	if ws == nil {
+		return 0
 	}
-	return ahead
+	return ws.ahead(t.ID, domain.AgedRank(t.Priority, now.Sub(since), c.aging), now, c.aging)
 }
 
 // viewLocked is agent as dispatch policy sees it now.
@@ -267,7 +256,7 @@ func (c *capacity) track(t *domain.Task) {
 	// (wait): the append of its StepWaiting may have failed.
 	if t.State.Terminal() || (!waiting && now != nil) {
 		for _, ws := range c.waiting {
-			delete(ws, t.ID)
+			ws.remove(t.ID)
 		}
 	}
 	var wake []func()
@@ -296,7 +285,7 @@ func (c *capacity) returned(instance string) {
 func (c *capacity) wakeLocked(agent string) []func() {
 	c.freed[agent]++
 	ws := c.waiting[agent]
-	if len(ws) == 0 {
+	if ws == nil || ws.len() == 0 {
 		return nil
 	}
 	now := c.clock.Now()
@@ -304,26 +293,7 @@ func (c *capacity) wakeLocked(agent string) []func() {
 	if r.Free == 0 {
 		return nil
 	}
-	type ranked struct {
-		rank  int
-		since time.Time
-		wake  func()
-	}
-	all := make([]ranked, 0, len(ws))
-	for _, w := range ws {
-		all = append(all, ranked{domain.AgedRank(w.priority, now.Sub(w.since), c.aging), w.since, w.wake})
-	}
-	slices.SortFunc(all, func(a, b ranked) int {
-		if a.rank != b.rank {
-			return a.rank - b.rank
-		}
-		return a.since.Compare(b.since)
-	})
-	out := make([]func(), 0, min(r.Free, len(all)))
-	for _, w := range all[:min(r.Free, len(all))] {
-		out = append(out, w.wake)
-	}
-	return out
+	return ws.best(r.Free, now, c.aging)
 }
 
 // wakeAll wakes, for every agent with waiters, as many as it has room for:
@@ -358,12 +328,11 @@ func (c *capacity) waitingCount() map[string]map[domain.Priority]int {
 	defer c.mu.Unlock()
 	out := map[string]map[domain.Priority]int{}
 	for agent, ws := range c.waiting {
-		for _, w := range ws {
-			if out[agent] == nil {
-				out[agent] = map[domain.Priority]int{}
-			}
-			out[agent][w.priority.OrNormal()]++
+		if ws.len() == 0 {
+			continue
 		}
+		out[agent] = map[domain.Priority]int{}
+		ws.count(out[agent])
 	}
 	return out
 }

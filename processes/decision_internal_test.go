@@ -32,7 +32,7 @@ func roomState(c *capacity) string {
 	waiting := map[string]map[string]string{}
 	for agent, ws := range c.waiting {
 		waiting[agent] = map[string]string{}
-		for id, w := range ws {
+		for id, w := range ws.byTask {
 			waiting[agent][id] = string(w.priority) + "@" + w.since.Format(time.RFC3339Nano)
 		}
 	}

@@ -495,7 +495,7 @@ func (s *Scheduler) Held() Held {
 	h["avoided"] = len(s.capacity.avoid)
 	h["waiting"] = 0
 	for _, ws := range s.capacity.waiting {
-		h["waiting"] += len(ws)
+		h["waiting"] += ws.len()
 	}
 	s.capacity.mu.Unlock()
 	return h
