@@ -194,9 +194,12 @@ func (c *topicCap) evictLocked(named map[string]bool, remove func(string) error)
 // oldest auto-created reply topics to make room. When one still does not
 // fit, it turns auto-creation off for the request and creates the others
 // itself (create), so that one refused topic does not hold up another a
-// client names in the same request. exists says whether the broker has a
-// topic (one created meanwhile by CreateTopics); remove deletes one.
-func (c *topicCap) admit(req *kmsg.MetadataRequest, exists func(string) bool, create, remove func(string) error) {
+// client names in the same request; remove deletes a topic. The cap knows
+// every topic without asking the broker: it sees each creation, and a
+// retention pass lists them (reset). Asking the broker about each unknown
+// name a request carries cost a round trip through the broker's loop per
+// name, and a status publisher's request names thousands in a flood.
+func (c *topicCap) admit(req *kmsg.MetadataRequest, create, remove func(string) error) {
 	if !req.AllowAutoTopicCreation || c.max <= 0 {
 		return
 	}
@@ -211,10 +214,6 @@ func (c *topicCap) admit(req *kmsg.MetadataRequest, exists func(string) bool, cr
 		name := *t.Topic
 		named[name] = true
 		if _, ok := c.names[name]; ok {
-			continue
-		}
-		if exists(name) {
-			c.addLocked(name, true, true)
 			continue
 		}
 		fresh = append(fresh, name)
@@ -268,7 +267,7 @@ func (c *topicCap) admit(req *kmsg.MetadataRequest, exists func(string) bool, cr
 // with nothing to evict they are still created, as before the cap: a
 // client that may create topics is trusted with them (secure mode's
 // authentication decides who may).
-func (c *topicCap) created(req *kmsg.CreateTopicsRequest, exists func(string) bool, remove func(string) error) {
+func (c *topicCap) created(req *kmsg.CreateTopicsRequest, remove func(string) error) {
 	if c.max <= 0 || req.ValidateOnly {
 		return
 	}
@@ -279,7 +278,7 @@ func (c *topicCap) created(req *kmsg.CreateTopicsRequest, exists func(string) bo
 		named[t.Topic] = true
 	}
 	for _, t := range req.Topics {
-		if _, ok := c.names[t.Topic]; ok || exists(t.Topic) {
+		if _, ok := c.names[t.Topic]; ok {
 			continue
 		}
 		if !domain.ReservedTopic(t.Topic) && len(c.names) >= c.max {
@@ -292,16 +291,15 @@ func (c *topicCap) created(req *kmsg.CreateTopicsRequest, exists func(string) bo
 // install makes cluster ask the cap before every Metadata and CreateTopics
 // request.
 func (c *topicCap) install(cluster *kfake.Cluster) {
-	exists := func(topic string) bool { return cluster.TopicInfo(topic) != nil }
 	cluster.ControlKey(int16(kmsg.Metadata), func(r kmsg.Request) (kmsg.Response, error, bool) {
 		if req, ok := r.(*kmsg.MetadataRequest); ok {
-			c.admit(req, exists, func(topic string) error { return cluster.CreateTopic(topic, -1, nil) }, cluster.DeleteTopic)
+			c.admit(req, func(topic string) error { return cluster.CreateTopic(topic, -1, nil) }, cluster.DeleteTopic)
 		}
 		return nil, nil, false
 	})
 	cluster.ControlKey(int16(kmsg.CreateTopics), func(r kmsg.Request) (kmsg.Response, error, bool) {
 		if req, ok := r.(*kmsg.CreateTopicsRequest); ok {
-			c.created(req, exists, cluster.DeleteTopic)
+			c.created(req, cluster.DeleteTopic)
 		}
 		return nil, nil, false
 	})

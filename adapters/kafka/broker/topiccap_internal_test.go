@@ -71,7 +71,6 @@ func TestEvictingATopicTheRequestNamesStopsItsAutoCreation(t *testing.T) {
 	c := newTopicCap(3, slog.New(slog.DiscardHandler))
 	c.reset([]string{"saga.status"})
 	var created, removed []string
-	exists := func(string) bool { return false }
 	create := func(name string) error { created = append(created, name); return nil }
 	remove := func(name string) error { removed = append(removed, name); return nil }
 	topics := func(names ...string) *kmsg.MetadataRequest {
@@ -84,19 +83,19 @@ func TestEvictingATopicTheRequestNamesStopsItsAutoCreation(t *testing.T) {
 		}
 		return req
 	}
-	c.created(&kmsg.CreateTopicsRequest{Topics: []kmsg.CreateTopicsRequestTopic{{Topic: "reply.mine"}}}, exists, remove)
+	c.created(&kmsg.CreateTopicsRequest{Topics: []kmsg.CreateTopicsRequestTopic{{Topic: "reply.mine"}}}, remove)
 	req := topics("reply.a")
-	c.admit(req, exists, create, remove)
+	c.admit(req, create, remove)
 	assert.True(t, req.AllowAutoTopicCreation, "room left: the broker creates it")
 
 	req = topics("reply.a", "reply.b")
-	c.admit(req, exists, create, remove)
+	c.admit(req, create, remove)
 	assert.Equal(t, []string{"reply.a"}, removed, "reply.a is the only auto-created topic")
 	assert.False(t, req.AllowAutoTopicCreation, "reply.a is named: auto-creation would bring it back")
 	assert.Equal(t, []string{"reply.b"}, created)
 
 	req = topics("reply.c")
-	c.admit(req, exists, create, remove)
+	c.admit(req, create, remove)
 	assert.Equal(t, []string{"reply.a", "reply.b"}, removed)
 	assert.True(t, req.AllowAutoTopicCreation, "reply.b was not named: the broker creates reply.c")
 	topicsHeld, _, evictable := c.count()
