@@ -561,7 +561,11 @@ func (a *App) startKafka(ctx context.Context) error {
 
 // newProducer gives a process a Kafka client of its own.
 func (a *App) newProducer(role string) *kafka.Producer {
-	client, err := kafka.NewClient(a.KafkaBrokers, a.kafkaOpts...)
+	newClient := kafka.NewClient
+	if role == "status" {
+		newClient = kafka.NewStatusClient
+	}
+	client, err := newClient(a.KafkaBrokers, a.kafkaOpts...)
 	if err != nil {
 		// NewClient fails only on invalid options, checked in startKafka.
 		panic(err)

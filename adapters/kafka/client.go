@@ -41,6 +41,15 @@ func NewClientForExistingTopics(brokers []string, opts ...kgo.Opt) (*kgo.Client,
 	return newClient(brokers, false, append([]kgo.Opt{kgo.UnknownTopicRetries(0)}, opts...)...)
 }
 
+// NewStatusClient is NewClient for the status publisher: a reply topic
+// the broker does not create (the embedded broker's topic cap) fails its
+// status at once, to be dead-lettered, instead of after four metadata
+// retries. In a flood of orders naming new reply topics those retries held
+// back every other status, a waiting caller's included.
+func NewStatusClient(brokers []string, opts ...kgo.Opt) (*kgo.Client, error) {
+	return newClient(brokers, true, append([]kgo.Opt{kgo.UnknownTopicRetries(0)}, opts...)...)
+}
+
 func newClient(brokers []string, autoCreate bool, opts ...kgo.Opt) (*kgo.Client, error) {
 	base := []kgo.Opt{
 		kgo.SeedBrokers(brokers...),

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,6 +44,9 @@ type Producer struct {
 
 	mu        sync.Mutex
 	statusErr error
+	// replyTopics are the reply topics statuses went to since the last
+	// Flush, which purges them from the client.
+	replyTopics map[string]struct{}
 	// undeliverable counts statuses a reply topic refused.
 	undeliverable atomic.Int64
 	// noBarrier says the broker has no sync barrier topic (logged once).
@@ -199,6 +204,12 @@ func (p *Producer) PublishStatus(_ context.Context, st protocol.TaskStatus) {
 	topics := []string{protocol.StatusTopic}
 	if st.ReplyTo != "" {
 		topics = append(topics, st.ReplyTo)
+		p.mu.Lock()
+		if p.replyTopics == nil {
+			p.replyTopics = map[string]struct{}{}
+		}
+		p.replyTopics[st.ReplyTo] = struct{}{}
+		p.mu.Unlock()
 	}
 	for _, topic := range topics {
 		rec := p.TracedRecord(topic, st.OrderID, protocol.StatusMessageType, body, st.TraceParent)
@@ -258,7 +269,22 @@ func (p *Producer) Flush(ctx context.Context) error {
 	p.mu.Lock()
 	err := p.statusErr
 	p.statusErr = nil
+	replies := slices.Collect(maps.Keys(p.replyTopics))
+	p.replyTopics = nil
 	p.mu.Unlock()
+	if len(replies) > 0 {
+		// A topic the client knows stays in its every metadata request
+		// until it is purged. Orders with distinct reply topics made the
+		// status publisher's client know thousands, more than the
+		// embedded broker may hold at once: every metadata request then
+		// named topics the broker does not have, each such load was
+		// retried, and the first load of every new reply topic waited
+		// behind them, seconds per flush. Nothing is in flight here (the
+		// client is flushed, the publisher waits on this call), and the
+		// next status to a purged topic loads it again, one metadata
+		// request for all the new topics of a flush interval.
+		p.client.PurgeTopicsFromClient(replies...)
+	}
 	if err != nil {
 		return err
 	}
