@@ -36,7 +36,6 @@ import (
 	"github.com/sagaengine/saga/adapters/metrics"
 	"github.com/sagaengine/saga/adapters/secure"
 	"github.com/sagaengine/saga/adapters/topics"
-	"github.com/sagaengine/saga/adapters/workflowfile"
 	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/domain/protocol"
 	"github.com/sagaengine/saga/processes"
@@ -145,6 +144,18 @@ type Config struct {
 	// supervisor's task checkpoints, from which they resume; default
 	// processes.DefaultTaskCheckpointEvery.
 	CheckpointEvery time.Duration
+	// RegisterWorkflowsTimeout bounds registering Workflows at start;
+	// default DefaultRegisterWorkflowsTimeout.
+	RegisterWorkflowsTimeout time.Duration
+	// CreateTopicsTimeout bounds creating saga's topics at start; default
+	// DefaultCreateTopicsTimeout.
+	CreateTopicsTimeout time.Duration
+	// SchedulerSetupTimeout bounds finding the partitions the scheduler
+	// shares tasks by, at start; default DefaultSchedulerSetupTimeout.
+	SchedulerSetupTimeout time.Duration
+	// SupervisorSetupTimeout bounds setting up the supervisors' lease, at
+	// start; default DefaultSupervisorSetupTimeout.
+	SupervisorSetupTimeout time.Duration
 	// Faults injects failures into demo services, by agent name.
 	Faults map[string][]demo.Fault
 	// Workflows are registered at start (a new version for each one that
@@ -321,50 +332,16 @@ type App struct {
 	closed sync.Once
 }
 
-// Start starts every part and returns once all of them are serving.
+// Start starts every part and returns once all of them are serving. It
+// fills in the defaults of cfg and checks it first (Config.Validate): a
+// Config with problems starts nothing.
 func Start(cfg Config) (*App, error) {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+	cfg.setDefaults()
+	workflows, err := cfg.validate()
+	if err != nil {
+		return nil, err
 	}
-	if cfg.Clock == nil {
-		cfg.Clock = time.Now
-	}
-	cfg.instanceGiven = cfg.Instance != ""
-	if cfg.Instance == "" {
-		host, _ := os.Hostname()
-		cfg.Instance = "sagad@" + host
-	}
-	if cfg.Partitions <= 0 {
-		cfg.Partitions = 4
-	}
-	for _, dir := range cfg.WorkflowDirs {
-		loaded, err := workflowfile.LoadDir(dir)
-		if err != nil {
-			return nil, err
-		}
-		if len(loaded) == 0 {
-			return nil, errors.Newf("no workflow definitions (*.yaml, *.yml, *.json) in %s", dir)
-		}
-		cfg.Workflows = append(cfg.Workflows, loaded...)
-	}
-	if len(cfg.Workflows) == 0 && cfg.DemoAgents {
-		cfg.Workflows = []*domain.Workflow{demo.Workflow()}
-	}
-	var problems error
-	if cfg.MaxRenderedBytes < 0 {
-		problems = errors.Newf("MaxRenderedBytes must not be negative, not %d", cfg.MaxRenderedBytes)
-	}
-	for _, w := range cfg.Workflows {
-		problems = errors.CombineErrors(problems, errors.Wrapf(w.Validate(), "workflow %s", w.Name))
-	}
-	if problems != nil {
-		return nil, problems
-	}
-	if cfg.SecretsDir != "" {
-		if info, err := os.Stat(cfg.SecretsDir); err != nil || !info.IsDir() {
-			return nil, errors.Newf("secrets directory %s is not a directory", cfg.SecretsDir)
-		}
-	}
+	cfg.Workflows = workflows
 	egress, err := httpagent.NewEgress(httpagent.EgressPolicy{Allow: cfg.HTTPAgentAllow,
 		AllowLoopback: len(cfg.HTTPAgentAllow) == 0 && len(cfg.KafkaBrokers) == 0 && cfg.EventStoreURL == ""})
 	if err != nil {
@@ -384,21 +361,11 @@ func Start(cfg Config) (*App, error) {
 	return a, nil
 }
 
-func listenOr(addr, def string) string {
-	if addr == "" {
-		return def
-	}
-	return addr
-}
-
 func (a *App) startEventStore() error {
 	a.EventStoreURL = a.cfg.EventStoreURL
 	if a.EventStoreURL == "" {
-		if a.cfg.DataDir == "" {
-			return errors.New("a data directory is required for the embedded event store")
-		}
 		esCfg := esdbserver.Config{
-			Listen: listenOr(a.cfg.EventStoreListen, esdbserver.DefaultListen), DataDir: filepath.Join(a.cfg.DataDir, "eventstore"), Logger: a.logger,
+			Listen: a.cfg.EventStoreListen, DataDir: filepath.Join(a.cfg.DataDir, "eventstore"), Logger: a.logger,
 			IndexMemtableEntries: a.cfg.EventStoreIndexMemtable,
 		}
 		if a.cfg.Secure {
@@ -442,7 +409,7 @@ func (a *App) startEventStore() error {
 // the agents and trigger topics of every registered one.
 func (a *App) registerWorkflows(ctx context.Context) error {
 	a.Workflows = processes.NewRegistry(a.Store, a.clock)
-	regCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	regCtx, cancel := context.WithTimeout(ctx, a.cfg.RegisterWorkflowsTimeout)
 	defer cancel()
 	for _, w := range a.cfg.Workflows {
 		registered, changed, err := a.Workflows.Apply(regCtx, w, "sagad/"+a.cfg.Instance)
@@ -503,11 +470,8 @@ func (a *App) Topics() []string {
 func (a *App) startKafka(ctx context.Context) error {
 	a.KafkaBrokers = a.cfg.KafkaBrokers
 	if len(a.KafkaBrokers) == 0 {
-		if a.cfg.DataDir == "" {
-			return errors.New("a data directory is required for the embedded kafka")
-		}
 		brokerCfg := kafka.BrokerConfig{
-			Listen: listenOr(a.cfg.KafkaListen, kafka.DefaultListen), DataDir: filepath.Join(a.cfg.DataDir, "kafka"),
+			Listen: a.cfg.KafkaListen, DataDir: filepath.Join(a.cfg.DataDir, "kafka"),
 			Partitions: a.cfg.Partitions, Topics: a.Topics(), Fsync: a.cfg.KafkaFsync, SyncTopics: a.cfg.KafkaSyncTopics, Retention: a.cfg.KafkaRetention, Logger: a.logger,
 			MaxTopics: a.cfg.KafkaMaxTopics,
 		}
@@ -538,7 +502,7 @@ func (a *App) startKafka(ctx context.Context) error {
 		return err
 	}
 	a.client = client
-	topicCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	topicCtx, cancel := context.WithTimeout(ctx, a.cfg.CreateTopicsTimeout)
 	defer cancel()
 	if err := kafka.EnsureTopics(topicCtx, client, a.cfg.Partitions, a.Topics()...); err != nil {
 		return a.KafkaSecurity.Explain(err)
@@ -641,7 +605,7 @@ func (a *App) startProcesses(ctx context.Context) error {
 // startScheduler runs the scheduler; it shares tasks with other schedulers
 // by the partitions of the replies topic its consumer group assigns it.
 func (a *App) startScheduler(ctx context.Context) error {
-	lookupCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	lookupCtx, cancel := context.WithTimeout(ctx, a.cfg.SchedulerSetupTimeout)
 	defer cancel()
 	ownership, err := kafka.NewPartitionOwnership(lookupCtx, a.client, protocol.RepliesTopic)
 	if err != nil {
@@ -675,7 +639,7 @@ func (a *App) startScheduler(ctx context.Context) error {
 // lease acts. The lease is set up (its topic, its client) under a bounded
 // context, then runs under the app's until Close.
 func (a *App) startSupervisor(ctx context.Context) error {
-	setupCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	setupCtx, cancel := context.WithTimeout(ctx, a.cfg.SupervisorSetupTimeout)
 	defer cancel()
 	lease, err := kafka.NewLease(setupCtx, a.KafkaBrokers, "saga-supervisor", a.logger, a.kafkaOpts...)
 	if err != nil {
@@ -693,9 +657,6 @@ func (a *App) startSupervisor(ctx context.Context) error {
 // startAPI serves the task view and the operators' actions over HTTP.
 func (a *App) startAPI(ctx context.Context) error {
 	dir := a.cfg.TaskViewDir
-	if dir == "" && a.cfg.DataDir != "" {
-		dir = filepath.Join(a.cfg.DataDir, "taskview")
-	}
 	if dir == "" {
 		tmp, err := os.MkdirTemp("", "saga-taskview-")
 		if err != nil {
@@ -716,11 +677,11 @@ func (a *App) startAPI(ctx context.Context) error {
 			return err
 		}
 	}
-	hosts, err := httpapi.ParseAllowedHosts(strings.Join(a.cfg.HTTPAllowedHosts, ","), listenOr(a.cfg.HTTPListen, httpapi.DefaultListen))
+	hosts, err := httpapi.ParseAllowedHosts(strings.Join(a.cfg.HTTPAllowedHosts, ","), a.cfg.HTTPListen)
 	if err != nil {
 		return err
 	}
-	lis, err := net.Listen("tcp", listenOr(a.cfg.HTTPListen, httpapi.DefaultListen))
+	lis, err := net.Listen("tcp", a.cfg.HTTPListen)
 	if err != nil {
 		return errors.Wrap(err, "http api listen")
 	}
