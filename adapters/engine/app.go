@@ -105,7 +105,7 @@ type Config struct {
 	// TaskViewBatch bounds the events the task view folds per SQLite
 	// commit; 0 means projections.StoredTasks's default.
 	TaskViewBatch int
-	// Partitions of the topics saga creates.
+	// Partitions of the topics saga creates; default DefaultPartitions.
 	Partitions int32
 	// Instance names this process in events (actor, LockedBy).
 	Instance string
