@@ -19,8 +19,13 @@ import (
 const queuesTimeout = 2 * time.Second
 
 // startAgentDirectory runs the directory of agent instances, which the
-// scheduler routes by and the API and console show.
+// scheduler routes by and the API and console show; agents with limits
+// shared by their instances read it too, to know their share.
 func (a *App) startAgentDirectory(ctx context.Context) error {
+	cfg := &a.cfg
+	if !cfg.has(RoleScheduler) && !cfg.has(RoleAPI) && (!cfg.has(RoleAgents) || !cfg.AgentInstances.shared()) {
+		return nil
+	}
 	dir, err := kafka.NewAgentDirectory(kafka.AgentDirectoryConfig{Brokers: a.KafkaBrokers, Opts: a.kafkaOpts, Logger: a.logger, Now: a.cfg.Clock})
 	if err != nil {
 		return err

@@ -37,7 +37,6 @@ import (
 	"github.com/sagaengine/saga/adapters/metrics"
 	"github.com/sagaengine/saga/adapters/secure"
 	"github.com/sagaengine/saga/adapters/topics"
-	"github.com/sagaengine/saga/adapters/workflowfile"
 	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/domain/protocol"
 	"github.com/sagaengine/saga/processes"
@@ -108,7 +107,7 @@ type Config struct {
 	// TaskViewBatch bounds the events the task view folds per SQLite
 	// commit; 0 means projections.StoredTasks's default.
 	TaskViewBatch int
-	// Partitions of the topics saga creates.
+	// Partitions of the topics saga creates; default DefaultPartitions.
 	Partitions int32
 	// Instance names this process in events (actor, LockedBy).
 	Instance string
@@ -147,6 +146,18 @@ type Config struct {
 	// supervisor's task checkpoints, from which they resume; default
 	// processes.DefaultTaskCheckpointEvery.
 	CheckpointEvery time.Duration
+	// RegisterWorkflowsTimeout bounds registering Workflows at start;
+	// default DefaultRegisterWorkflowsTimeout.
+	RegisterWorkflowsTimeout time.Duration
+	// CreateTopicsTimeout bounds creating saga's topics at start; default
+	// DefaultCreateTopicsTimeout.
+	CreateTopicsTimeout time.Duration
+	// SchedulerSetupTimeout bounds finding the partitions the scheduler
+	// shares tasks by, at start; default DefaultSchedulerSetupTimeout.
+	SchedulerSetupTimeout time.Duration
+	// SupervisorSetupTimeout bounds setting up the supervisors' lease, at
+	// start; default DefaultSupervisorSetupTimeout.
+	SupervisorSetupTimeout time.Duration
 	// Faults injects failures into demo services, by agent name.
 	Faults map[string][]demo.Fault
 	// Workflows are registered at start (a new version for each one that
@@ -212,6 +223,9 @@ type Config struct {
 
 	// instanceGiven says Instance was set rather than defaulted.
 	instanceGiven bool
+	// startFault, set by tests, fails start-up after the step it names
+	// has started its part.
+	startFault func(step string) error
 }
 
 // Role is a part of the system a process runs.
@@ -301,77 +315,33 @@ type App struct {
 	esServer *esdbserver.Server
 	broker   *broker.Broker
 	client   *kgo.Client
-	// clients are the producers of the processes: each has its own, so
-	// that one's traffic (statuses) never queues another's (commands).
-	clients []*kgo.Client
-	http    *http.Server
-	lease   *kafka.Lease
-	// metricsHTTP serves MetricsListen.
-	metricsHTTP *http.Server
-	// tracing starts the spans of every part; stopTracing flushes and
-	// stops what the engine set up itself.
-	tracing     trace.TracerProvider
-	stopTracing func(context.Context) error
+	// tracing starts the spans of every part.
+	tracing trace.TracerProvider
 	// groups are the Kafka consumer groups this process consumes in.
 	groups []string
 
 	// runCtx is the context every part runs under; Close cancels it.
 	runCtx context.Context
-	// tempDirs are removed by Close.
-	tempDirs []string
 	// agents and triggerTopics are those of the workflows registered at start.
 	agents, triggerTopics []string
 
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	errs   chan error
-	closed sync.Once
+	// closers stop the parts started, newest first (Close).
+	closers closers
+	cancel  context.CancelFunc
+	errs    chan error
+	closed  sync.Once
 }
 
-// Start starts every part and returns once all of them are serving.
+// Start starts every part and returns once all of them are serving. It
+// fills in the defaults of cfg and checks it first (Config.Validate): a
+// Config with problems starts nothing.
 func Start(cfg Config) (*App, error) {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+	cfg.setDefaults()
+	workflows, err := cfg.validate()
+	if err != nil {
+		return nil, err
 	}
-	if cfg.Clock == nil {
-		cfg.Clock = time.Now
-	}
-	cfg.instanceGiven = cfg.Instance != ""
-	if cfg.Instance == "" {
-		host, _ := os.Hostname()
-		cfg.Instance = "sagad@" + host
-	}
-	if cfg.Partitions <= 0 {
-		cfg.Partitions = 4
-	}
-	for _, dir := range cfg.WorkflowDirs {
-		loaded, err := workflowfile.LoadDir(dir)
-		if err != nil {
-			return nil, err
-		}
-		if len(loaded) == 0 {
-			return nil, errors.Newf("no workflow definitions (*.yaml, *.yml, *.json) in %s", dir)
-		}
-		cfg.Workflows = append(cfg.Workflows, loaded...)
-	}
-	if len(cfg.Workflows) == 0 && cfg.DemoAgents {
-		cfg.Workflows = []*domain.Workflow{demo.Workflow()}
-	}
-	var problems error
-	if cfg.MaxRenderedBytes < 0 {
-		problems = errors.Newf("MaxRenderedBytes must not be negative, not %d", cfg.MaxRenderedBytes)
-	}
-	for _, w := range cfg.Workflows {
-		problems = errors.CombineErrors(problems, errors.Wrapf(w.Validate(), "workflow %s", w.Name))
-	}
-	if problems != nil {
-		return nil, problems
-	}
-	if cfg.SecretsDir != "" {
-		if info, err := os.Stat(cfg.SecretsDir); err != nil || !info.IsDir() {
-			return nil, errors.Newf("secrets directory %s is not a directory", cfg.SecretsDir)
-		}
-	}
+	cfg.Workflows = workflows
 	egress, err := httpagent.NewEgress(httpagent.EgressPolicy{Allow: cfg.HTTPAgentAllow,
 		AllowLoopback: len(cfg.HTTPAgentAllow) == 0 && len(cfg.KafkaBrokers) == 0 && cfg.EventStoreURL == ""})
 	if err != nil {
@@ -381,9 +351,12 @@ func Start(cfg Config) (*App, error) {
 	a := &App{egress: egress, cfg: cfg, logger: cfg.Logger, clock: processes.ClockFunc(cfg.Clock), cancel: cancel, runCtx: ctx, errs: make(chan error, 16),
 		Services: map[string]*demo.Service{}, AgentProcs: map[string]*agent.Agent{},
 		HTTPHandlers: map[string]*httpagent.Handler{}, Metrics: metrics.New()}
-	for _, start := range []func() error{a.startTracing, a.startEventStore, func() error { return a.registerWorkflows(ctx) },
-		func() error { return a.startKafka(ctx) }, func() error { return a.startProcesses(ctx) }, a.startMetrics} {
-		if err := start(); err != nil {
+	for _, step := range a.startSteps() {
+		err := step.start(ctx)
+		if err == nil && cfg.startFault != nil {
+			err = cfg.startFault(step.name)
+		}
+		if err != nil {
 			a.Close()
 			return nil, err
 		}
@@ -391,21 +364,45 @@ func Start(cfg Config) (*App, error) {
 	return a, nil
 }
 
-func listenOr(addr, def string) string {
-	if addr == "" {
-		return def
-	}
-	return addr
+// startStep is one step of start-up: it starts a part (or, for a role
+// this process does not run, nothing) and pushes what stops it onto the
+// closers.
+type startStep struct {
+	name  string
+	start func(context.Context) error
 }
 
-func (a *App) startEventStore() error {
+// startSteps lists the steps of start-up in order: the servers and the
+// clients every part shares, then the roles, each after those it uses,
+// then what reads from all of them.
+func (a *App) startSteps() []startStep {
+	return []startStep{
+		{"tracing", a.startTracing},
+		{"event store", a.startEventStore},
+		{"workflows", a.registerWorkflows},
+		{"kafka", a.startKafka},
+		{"agent directory", a.startAgentDirectory},
+		{string(RoleScheduler), a.startScheduler},
+		{string(RoleSupervisor), a.startSupervisor},
+		{string(RoleSubmitter), a.startSubmitter},
+		{string(RoleStatus), a.startStatus},
+		{string(RoleAgents), a.startAgents},
+		{string(RoleAPI), a.startAPI},
+		// The followers of the shared subscription register as their
+		// parts are built, and it starts delivering once all of them are:
+		// no counts.
+		{"event fan-out", a.startFanout},
+		{"metrics", a.startMetrics},
+	}
+}
+
+// startEventStore starts the embedded event store unless one is
+// configured, and the engine's client of it.
+func (a *App) startEventStore(context.Context) error {
 	a.EventStoreURL = a.cfg.EventStoreURL
 	if a.EventStoreURL == "" {
-		if a.cfg.DataDir == "" {
-			return errors.New("a data directory is required for the embedded event store")
-		}
 		esCfg := esdbserver.Config{
-			Listen: listenOr(a.cfg.EventStoreListen, esdbserver.DefaultListen), DataDir: filepath.Join(a.cfg.DataDir, "eventstore"), Logger: a.logger,
+			Listen: a.cfg.EventStoreListen, DataDir: filepath.Join(a.cfg.DataDir, "eventstore"), Logger: a.logger,
 			IndexMemtableEntries: a.cfg.EventStoreIndexMemtable,
 		}
 		if a.cfg.Secure {
@@ -423,6 +420,7 @@ func (a *App) startEventStore() error {
 			return err
 		}
 		a.esServer = srv
+		a.closers.push("event store server", srv.Close)
 		a.egress.AddOwn(srv.Addr())
 		a.EventStoreURL = fmt.Sprintf("esdb://%s?tls=false", srv.Addr())
 		if a.cfg.Secure {
@@ -435,6 +433,10 @@ func (a *App) startEventStore() error {
 	if err != nil {
 		return err
 	}
+	a.closers.push("event store client", func() error {
+		_ = store.Close() // its connection's end is no news at Close
+		return nil
+	})
 	store.ObserveAppends(a.Metrics.AppendDone)
 	if a.esServer != nil && !a.cfg.EventStoreThroughNetwork {
 		store.AppendInProcess(localAppends(a.esServer))
@@ -449,7 +451,7 @@ func (a *App) startEventStore() error {
 // the agents and trigger topics of every registered one.
 func (a *App) registerWorkflows(ctx context.Context) error {
 	a.Workflows = processes.NewRegistry(a.Store, a.clock)
-	regCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	regCtx, cancel := context.WithTimeout(ctx, a.cfg.RegisterWorkflowsTimeout)
 	defer cancel()
 	for _, w := range a.cfg.Workflows {
 		registered, changed, err := a.Workflows.Apply(regCtx, w, "sagad/"+a.cfg.Instance)
@@ -510,11 +512,8 @@ func (a *App) Topics() []string {
 func (a *App) startKafka(ctx context.Context) error {
 	a.KafkaBrokers = a.cfg.KafkaBrokers
 	if len(a.KafkaBrokers) == 0 {
-		if a.cfg.DataDir == "" {
-			return errors.New("a data directory is required for the embedded kafka")
-		}
 		brokerCfg := broker.Config{
-			Listen: listenOr(a.cfg.KafkaListen, broker.DefaultListen), DataDir: filepath.Join(a.cfg.DataDir, "kafka"),
+			Listen: a.cfg.KafkaListen, DataDir: filepath.Join(a.cfg.DataDir, "kafka"),
 			Partitions: a.cfg.Partitions, Topics: a.Topics(), Fsync: a.cfg.KafkaFsync, SyncTopics: a.cfg.KafkaSyncTopics, Retention: a.cfg.KafkaRetention, Logger: a.logger,
 			MaxTopics: a.cfg.KafkaMaxTopics,
 		}
@@ -528,6 +527,7 @@ func (a *App) startKafka(ctx context.Context) error {
 			return err
 		}
 		a.broker = embedded
+		a.closers.push("kafka broker", func() error { embedded.Close(); return nil })
 		a.KafkaBrokers = embedded.Addrs()
 		for _, addr := range a.KafkaBrokers {
 			a.egress.AddOwn(addr)
@@ -545,7 +545,8 @@ func (a *App) startKafka(ctx context.Context) error {
 		return err
 	}
 	a.client = client
-	topicCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	a.closers.push("kafka client", func() error { client.Close(); return nil })
+	topicCtx, cancel := context.WithTimeout(ctx, a.cfg.CreateTopicsTimeout)
 	defer cancel()
 	if err := kafka.EnsureTopics(topicCtx, client, a.cfg.Partitions, a.Topics()...); err != nil {
 		return a.KafkaSecurity.Explain(err)
@@ -559,7 +560,9 @@ func (a *App) startKafka(ctx context.Context) error {
 	return nil
 }
 
-// newProducer gives a process a Kafka client of its own.
+// newProducer gives a process a Kafka client of its own, so that one's
+// traffic (statuses) never queues another's (commands); Close closes it
+// once the process has stopped.
 func (a *App) newProducer(role string) *kafka.Producer {
 	newClient := kafka.NewClient
 	if role == "status" {
@@ -570,7 +573,7 @@ func (a *App) newProducer(role string) *kafka.Producer {
 		// NewClient fails only on invalid options, checked in startKafka.
 		panic(err)
 	}
-	a.clients = append(a.clients, client)
+	a.closers.push(role+" producer", func() error { client.Close(); return nil })
 	p := kafka.NewProducer(client, "saga/"+role+"/"+a.cfg.Instance, a.logger)
 	// An order within the size limit is dead-lettered whole, so that it
 	// can be redriven; a larger one by reference.
@@ -578,85 +581,76 @@ func (a *App) newProducer(role string) *kafka.Producer {
 	return p
 }
 
-func (a *App) startProcesses(ctx context.Context) error {
-	cfg := &a.cfg
-	// The followers of the shared subscription register as they are built
-	// (Register), and it starts delivering once all of them are: no counts.
-	defer a.run("event fan-out", func() error { return a.followers.Run(ctx) })
-	// Agents with limits shared by their instances read it too, to know
-	// their share.
-	if cfg.has(RoleScheduler) || cfg.has(RoleAPI) || (cfg.has(RoleAgents) && a.cfg.AgentInstances.shared()) {
-		if err := a.startAgentDirectory(ctx); err != nil {
-			return err
-		}
+// startSubmitter runs the submitter, which turns orders into tasks (the
+// submitter role).
+func (a *App) startSubmitter(ctx context.Context) error {
+	if !a.cfg.has(RoleSubmitter) {
+		return nil
 	}
-	if cfg.has(RoleScheduler) {
-		if err := a.startScheduler(ctx); err != nil {
-			return err
-		}
-	}
-	if cfg.has(RoleSupervisor) {
-		if err := a.startSupervisor(ctx); err != nil {
-			return err
-		}
-	}
-	if cfg.has(RoleSubmitter) {
-		var replyTopics domain.ReplyTopicPolicy
-		if cfg.ReplyTopicPattern != "" {
-			pattern, err := regexp.Compile(cfg.ReplyTopicPattern)
-			if err != nil {
-				return errors.Wrap(err, "reply topic pattern")
-			}
-			replyTopics.Pattern = pattern
-		}
-		producer := a.newProducer("submitter")
-		// A refused order's status goes only to a reply topic that exists
-		// (its caller waits on it): naming a new one creates nothing.
-		rejectClient, err := kafka.NewClientForExistingTopics(a.KafkaBrokers, a.kafkaOpts...)
+	var replyTopics domain.ReplyTopicPolicy
+	if a.cfg.ReplyTopicPattern != "" {
+		pattern, err := regexp.Compile(a.cfg.ReplyTopicPattern)
 		if err != nil {
-			return err
+			return errors.Wrap(err, "reply topic pattern")
 		}
-		a.clients = append(a.clients, rejectClient)
-		rejections := kafka.NewProducer(rejectClient, "saga/submitter/"+a.cfg.Instance, a.logger)
-		a.Submitter = &processes.Submitter{Store: a.Store, DeadLetters: producer, Rejections: rejections, Workflows: a.Workflows,
-			Actor: "submitter/" + cfg.Instance, Clock: a.clock, Logger: a.logger, MaxOrderSize: cfg.MaxOrderSize, ReplyTopics: replyTopics,
-			Tracing: a.tracing}
-		if a.Scheduler != nil {
-			// The scheduler of this process records each task it owns
-			// with its first dispatch, in the append that creates it.
-			a.Submitter.Starter = a.Scheduler
-			if cfg.MaxUnfinishedTasks >= 0 {
-				a.Submitter.Intake = &processes.UnfinishedLimit{Max: cfg.MaxUnfinishedTasks, Logger: a.logger,
-					Unfinished: a.Scheduler.Unfinished}
-			}
-		}
-		if err := a.Submitter.Validate(); err != nil {
-			return err
-		}
-		a.consumeWith(ctx, kafka.ConsumerConfig{Group: "saga-submitter", Topics: a.triggerTopics, MoreTopics: a.Workflows.Topics},
-			a.Submitter.HandleOrder)
+		replyTopics.Pattern = pattern
 	}
-	if cfg.has(RoleStatus) {
-		statuses := a.newProducer("status")
-		a.Status = &processes.StatusPublisher{Store: a.followers.Register("status"), Checkpoints: a.Store, Sink: statuses, Alerts: statuses,
-			Logger: a.logger, Name: processes.DefaultStatusCheckpoint}
-		a.run("status publisher", func() error { return a.Status.Run(ctx) })
+	producer := a.newProducer("submitter")
+	// A refused order's status goes only to a reply topic that exists
+	// (its caller waits on it): naming a new one creates nothing.
+	rejectClient, err := kafka.NewClientForExistingTopics(a.KafkaBrokers, a.kafkaOpts...)
+	if err != nil {
+		return err
 	}
-	if cfg.has(RoleAgents) {
-		if err := a.startAgents(ctx); err != nil {
-			return err
+	a.closers.push("submitter rejections producer", func() error { rejectClient.Close(); return nil })
+	rejections := kafka.NewProducer(rejectClient, "saga/submitter/"+a.cfg.Instance, a.logger)
+	a.Submitter = &processes.Submitter{Store: a.Store, DeadLetters: producer, Rejections: rejections, Workflows: a.Workflows,
+		Actor: "submitter/" + a.cfg.Instance, Clock: a.clock, Logger: a.logger, MaxOrderSize: a.cfg.MaxOrderSize, ReplyTopics: replyTopics,
+		Tracing: a.tracing}
+	if a.Scheduler != nil {
+		// The scheduler of this process records each task it owns
+		// with its first dispatch, in the append that creates it.
+		a.Submitter.Starter = a.Scheduler
+		if a.cfg.MaxUnfinishedTasks >= 0 {
+			a.Submitter.Intake = &processes.UnfinishedLimit{Max: a.cfg.MaxUnfinishedTasks, Logger: a.logger,
+				Unfinished: a.Scheduler.Unfinished}
 		}
 	}
-	if cfg.has(RoleAPI) {
-		return a.startAPI(ctx)
+	if err := a.Submitter.Validate(); err != nil {
+		return err
 	}
+	a.consumeWith(ctx, kafka.ConsumerConfig{Group: "saga-submitter", Topics: a.triggerTopics, MoreTopics: a.Workflows.Topics},
+		a.Submitter.HandleOrder)
 	return nil
 }
 
-// startScheduler runs the scheduler; it shares tasks with other schedulers
-// by the partitions of the replies topic its consumer group assigns it.
+// startStatus runs the status publisher (the status role).
+func (a *App) startStatus(ctx context.Context) error {
+	if !a.cfg.has(RoleStatus) {
+		return nil
+	}
+	statuses := a.newProducer("status")
+	a.Status = &processes.StatusPublisher{Store: a.followers.Register("status"), Checkpoints: a.Store, Sink: statuses, Alerts: statuses,
+		Logger: a.logger, Name: processes.DefaultStatusCheckpoint}
+	a.run("status publisher", func() error { return a.Status.Run(ctx) })
+	return nil
+}
+
+// startFanout runs the subscription the followers registered so far
+// share.
+func (a *App) startFanout(ctx context.Context) error {
+	a.run("event fan-out", func() error { return a.followers.Run(ctx) })
+	return nil
+}
+
+// startScheduler runs the scheduler (the scheduler role); it shares tasks
+// with other schedulers by the partitions of the replies topic its
+// consumer group assigns it.
 func (a *App) startScheduler(ctx context.Context) error {
-	lookupCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	if !a.cfg.has(RoleScheduler) {
+		return nil
+	}
+	lookupCtx, cancel := context.WithTimeout(ctx, a.cfg.SchedulerSetupTimeout)
 	defer cancel()
 	ownership, err := kafka.NewPartitionOwnership(lookupCtx, a.client, protocol.RepliesTopic)
 	if err != nil {
@@ -665,7 +659,10 @@ func (a *App) startScheduler(ctx context.Context) error {
 	commands := a.newProducer("scheduler")
 	var sender processes.CommandSender = commands
 	if a.cfg.has(RoleAgents) && !a.cfg.CommandsThroughKafka {
-		a.inProcess = &inProcessCommands{Producer: commands, ctx: ctx, logger: a.logger, spawn: a.spawn}
+		a.inProcess = &inProcessCommands{Producer: commands, ctx: ctx, logger: a.logger}
+		// The commands handed over are waited for once the scheduler,
+		// which hands them, has stopped.
+		a.closers.push("in-process commands", func() error { a.inProcess.wait(); return nil })
 		sender = a.inProcess
 	}
 	a.Scheduler = &processes.Scheduler{Store: a.followers.Register("scheduler"), Commands: sender, DeadLetters: commands, Workflows: a.Workflows,
@@ -686,17 +683,21 @@ func (a *App) startScheduler(ctx context.Context) error {
 	return nil
 }
 
-// startSupervisor runs the supervisor; among several, the holder of the
-// lease acts. The lease is set up (its topic, its client) under a bounded
-// context, then runs under the app's until Close.
+// startSupervisor runs the supervisor (the supervisor role); among
+// several, the holder of the lease acts. The lease is set up (its topic,
+// its client) under a bounded context, then runs under the app's until
+// Close.
 func (a *App) startSupervisor(ctx context.Context) error {
-	setupCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	if !a.cfg.has(RoleSupervisor) {
+		return nil
+	}
+	setupCtx, cancel := context.WithTimeout(ctx, a.cfg.SupervisorSetupTimeout)
 	defer cancel()
 	lease, err := kafka.NewLease(setupCtx, a.KafkaBrokers, "saga-supervisor", a.logger, a.kafkaOpts...)
 	if err != nil {
 		return err
 	}
-	a.lease = lease
+	a.closers.push("supervisor lease", func() error { lease.Close(); return nil })
 	a.run("supervisor lease", func() error { return lease.Run(ctx) })
 	a.Supervisor = &processes.Supervisor{Store: a.followers.Register("supervisor"), Alerts: a.newProducer("supervisor"), Workflows: a.Workflows, Actor: "supervisor/" + a.cfg.Instance,
 		Clock: a.clock, Logger: a.logger, Interval: a.cfg.SupervisorInterval, Leader: lease,
@@ -705,18 +706,19 @@ func (a *App) startSupervisor(ctx context.Context) error {
 	return nil
 }
 
-// startAPI serves the task view and the operators' actions over HTTP.
+// startAPI serves the task view and the operators' actions over HTTP (the
+// api role).
 func (a *App) startAPI(ctx context.Context) error {
-	dir := a.cfg.TaskViewDir
-	if dir == "" && a.cfg.DataDir != "" {
-		dir = filepath.Join(a.cfg.DataDir, "taskview")
+	if !a.cfg.has(RoleAPI) {
+		return nil
 	}
+	dir := a.cfg.TaskViewDir
 	if dir == "" {
 		tmp, err := os.MkdirTemp("", "saga-taskview-")
 		if err != nil {
 			return errors.Wrap(err, "task view directory")
 		}
-		a.tempDirs = append(a.tempDirs, tmp)
+		a.closers.push("task view temporary directory", func() error { return os.RemoveAll(tmp) })
 		dir = tmp
 	}
 	view, err := openTaskView(ctx, a, dir, a.followers.Register("task view"), a.Store)
@@ -731,11 +733,11 @@ func (a *App) startAPI(ctx context.Context) error {
 			return err
 		}
 	}
-	hosts, err := httpapi.ParseAllowedHosts(strings.Join(a.cfg.HTTPAllowedHosts, ","), listenOr(a.cfg.HTTPListen, httpapi.DefaultListen))
+	hosts, err := httpapi.ParseAllowedHosts(strings.Join(a.cfg.HTTPAllowedHosts, ","), a.cfg.HTTPListen)
 	if err != nil {
 		return err
 	}
-	lis, err := net.Listen("tcp", listenOr(a.cfg.HTTPListen, httpapi.DefaultListen))
+	lis, err := net.Listen("tcp", a.cfg.HTTPListen)
 	if err != nil {
 		return errors.Wrap(err, "http api listen")
 	}
@@ -754,30 +756,34 @@ func (a *App) startAPI(ctx context.Context) error {
 		Metrics: a.Metrics.Registry, Context: ctx, Agents: agents})
 	mounts := append([]httpapi.Mount{{Pattern: console.Pattern, Handler: ui},
 		{Pattern: "GET /ui", Handler: http.RedirectHandler(console.Pattern, http.StatusMovedPermanently)}}, httpapi.AgentsAPI(agents)...)
-	a.http = &http.Server{Handler: httpapi.Handler(httpapi.Config{Tasks: a.Tasks, Operations: a.Operator, Workflows: registering{a.Workflows, a},
+	server := &http.Server{Handler: httpapi.Handler(httpapi.Config{Tasks: a.Tasks, Operations: a.Operator, Workflows: registering{a.Workflows, a},
 		Metrics: a, Readiness: a, Tokens: tokens, Hosts: hosts, Mounts: mounts}),
 		ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second,
 		IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
 	a.run("http api", func() error {
 		var err error
 		if a.cfg.APITLSCert != "" {
-			err = a.http.ServeTLS(lis, a.cfg.APITLSCert, a.cfg.APITLSKey)
+			err = server.ServeTLS(lis, a.cfg.APITLSCert, a.cfg.APITLSKey)
 		} else {
-			err = a.http.Serve(lis)
+			err = server.Serve(lis)
 		}
 		if !errors.Is(err, http.ErrServerClosed) {
 			return err
 		}
 		return nil
 	})
+	a.closers.push("http api server", func() error { shutdown(server); return nil })
 	a.logger.Info("http api listening", "addr", a.HTTPAddr, "tls", a.cfg.APITLSCert != "", "tokens", tokens.Enabled())
 	return nil
 }
 
 // startAgents runs the configured Go agents, the built-in HTTP agent for
 // domain.HTTPAgent and the configured HTTP agents and, with DemoAgents, the
-// demo services with an HTTP agent in front of each.
+// demo services with an HTTP agent in front of each (the agents role).
 func (a *App) startAgents(ctx context.Context) error {
+	if !a.cfg.has(RoleAgents) {
+		return nil
+	}
 	for name, handler := range a.cfg.Agents {
 		if err := a.startAgent(ctx, name, handler, 0, nil, false); err != nil {
 			return err
@@ -812,6 +818,7 @@ func (a *App) startAgents(ctx context.Context) error {
 			if err := svc.Start("127.0.0.1:0"); err != nil {
 				return err
 			}
+			a.closers.push("demo service "+agentName, func() error { _ = svc.Close(); return nil })
 			a.Services[agentName] = svc
 			url = svc.URL()
 		}
@@ -882,29 +889,38 @@ func (a *App) consumeWith(ctx context.Context, cfg kafka.ConsumerConfig, h kafka
 	a.run(cfg.Group, func() error { return kafka.Consume(ctx, cfg, h) })
 }
 
-// spawn runs f in a goroutine Close waits for. It is for work started by
-// a running part (which Close also waits for), so that the wait never
-// starts from zero while work is being added.
-func (a *App) spawn(f func()) {
-	a.wg.Add(1)
+// run starts a part's goroutine, which stops when the run context ends,
+// and pushes its wait onto the closers.
+func (a *App) run(name string, f func() error) {
+	done := make(chan struct{})
 	go func() {
-		defer a.wg.Done()
-		f()
+		defer close(done)
+		a.report(name, f())
 	}()
+	a.closers.push(name, func() error {
+		<-done
+		return nil
+	})
 }
 
-func (a *App) run(name string, f func() error) {
-	a.wg.Add(1)
-	go func() {
-		defer a.wg.Done()
-		if err := f(); err != nil {
-			a.logger.Error("component stopped", "component", name, "err", err.Error())
-			select {
-			case a.errs <- errors.Wrap(err, name):
-			default:
-			}
-		}
-	}()
+// report logs a part that stopped with an error by itself, and delivers
+// the first such error to Failed.
+func (a *App) report(name string, err error) {
+	if err == nil {
+		return
+	}
+	a.logger.Error("component stopped", "component", name, "err", err.Error())
+	select {
+	case a.errs <- errors.Wrap(err, name):
+	default:
+	}
+}
+
+// shutdown stops an HTTP server, giving its requests in flight a moment.
+func shutdown(srv *http.Server) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(ctx)
 }
 
 // Run starts the system, runs it until ctx ends or a part of it fails, and
@@ -926,50 +942,15 @@ func Run(ctx context.Context, cfg Config) error {
 // Failed delivers the first error of a component that stopped by itself.
 func (a *App) Failed() <-chan error { return a.errs }
 
-// Close stops every part, newest first, and waits for them.
+// Close stops every part and waits for them: it ends the context they run
+// under, then pops the closers, newest part first, each part before what
+// it was started on. After a Start that failed part way, it stops what
+// had started; a second call does nothing.
 func (a *App) Close() {
 	a.closed.Do(func() {
 		a.cancel()
-		for _, srv := range []*http.Server{a.http, a.metricsHTTP} {
-			if srv != nil {
-				shutdownCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-				_ = srv.Shutdown(shutdownCtx)
-				cancel()
-			}
-		}
-		for _, svc := range a.Services {
-			_ = svc.Close()
-		}
-		a.wg.Wait()
-		if a.stopTracing != nil {
-			flushCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			if err := a.stopTracing(flushCtx); err != nil {
-				a.logger.Warn("flush spans", "err", err.Error())
-			}
-			cancel()
-		}
-		if a.lease != nil {
-			a.lease.Close()
-		}
-		for _, c := range a.clients {
-			c.Close()
-		}
-		if a.client != nil {
-			a.client.Close()
-		}
-		if a.Store != nil {
-			_ = a.Store.Close()
-		}
-		if a.broker != nil {
-			a.broker.Close()
-		}
-		if a.esServer != nil {
-			if err := a.esServer.Close(); err != nil {
-				a.logger.Error("close event store", "err", err.Error())
-			}
-		}
-		for _, dir := range a.tempDirs {
-			_ = os.RemoveAll(dir)
+		if err := a.closers.closeAll(); err != nil {
+			a.logger.Error("close", "err", err.Error())
 		}
 	})
 }

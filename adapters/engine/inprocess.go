@@ -31,8 +31,8 @@ type inProcessCommands struct {
 	ctx     context.Context
 	replies processes.ReplySender
 	logger  *slog.Logger
-	// spawn runs f in a goroutine the App waits for at Close.
-	spawn func(f func())
+	// handing are the commands handed over whose calls still run.
+	handing sync.WaitGroup
 
 	mu     sync.RWMutex
 	agents map[string]*agent.Agent // by instance
@@ -65,16 +65,22 @@ func (c *inProcessCommands) SendCommand(ctx context.Context, cmd protocol.Execut
 		return c.Producer.SendCommand(ctx, cmd)
 	}
 	c.handed.Add(1)
-	c.spawn(func() {
+	c.handing.Add(1)
+	go func() {
+		defer c.handing.Done()
 		// The process's context, not the dispatch's: the call outlives
 		// the decision that sent it.
 		if err := ag.Execute(c.ctx, cmd, c.replies); err != nil && c.ctx.Err() == nil {
 			c.logger.Warn("in-process command not answered; the supervisor retries it at its complete-by", "task", cmd.TaskID,
 				"step", cmd.Step, "attempt", cmd.Attempt, "err", err.Error())
 		}
-	})
+	}()
 	return nil
 }
+
+// wait waits for the calls of the commands handed over. Call it once the
+// scheduler, which hands them, has stopped: then none is added meanwhile.
+func (c *inProcessCommands) wait() { c.handing.Wait() }
 
 // Handed counts the commands handed to agents of this process.
 func (c *inProcessCommands) Handed() int64 { return c.handed.Load() }

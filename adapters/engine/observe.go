@@ -34,7 +34,7 @@ func TracingEnabled() bool {
 // else, when TracingEnabled, an SDK provider exporting in batches over
 // OTLP/HTTP as the standard OTEL_* variables say, which Close flushes;
 // else the global provider.
-func (a *App) startTracing() error {
+func (a *App) startTracing(context.Context) error {
 	switch {
 	case a.cfg.TracerProvider != nil:
 		a.tracing = a.cfg.TracerProvider
@@ -70,14 +70,20 @@ func (a *App) startTracing() error {
 	// The sampler is OTEL_TRACES_SAMPLER's, by default parent-based
 	// always-on: a caller's decision is kept.
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exporter), sdktrace.WithResource(res))
-	a.tracing, a.stopTracing = tp, tp.Shutdown
+	a.tracing = tp
+	// Pushed first, popped last: the spans of every part are flushed.
+	a.closers.push("tracing", func() error {
+		flushCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return errors.Wrap(tp.Shutdown(flushCtx), "flush spans")
+	})
 	a.logger.Info("exporting traces over OTLP/HTTP", "service", res.Set().Encoded(attribute.DefaultEncoder()))
 	return nil
 }
 
 // startMetrics registers the counters of every part and, with
 // MetricsListen, serves /metrics on a listener of its own.
-func (a *App) startMetrics() error {
+func (a *App) startMetrics(context.Context) error {
 	a.registerMetrics()
 	if a.cfg.MetricsListen == "" {
 		return nil
@@ -90,13 +96,14 @@ func (a *App) startMetrics() error {
 	a.egress.AddOwn(a.MetricsAddr)
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", a.Metrics.Handler())
-	a.metricsHTTP = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, WriteTimeout: 30 * time.Second}
+	server := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, WriteTimeout: 30 * time.Second}
 	a.run("metrics listener", func() error {
-		if err := a.metricsHTTP.Serve(lis); !errors.Is(err, http.ErrServerClosed) {
+		if err := server.Serve(lis); !errors.Is(err, http.ErrServerClosed) {
 			return err
 		}
 		return nil
 	})
+	a.closers.push("metrics server", func() error { shutdown(server); return nil })
 	a.logger.Info("metrics listening", "addr", "http://"+a.MetricsAddr+"/metrics")
 	return nil
 }

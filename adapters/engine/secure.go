@@ -2,7 +2,6 @@ package engine
 
 import (
 	"net"
-	"path/filepath"
 
 	"github.com/sagaengine/saga/adapters/kafka/broker"
 	"github.com/sagaengine/saga/adapters/secure"
@@ -14,9 +13,6 @@ func (a *App) secureFiles() (*secure.Files, error) {
 		return a.Secure, nil
 	}
 	dir := a.cfg.SecureDir
-	if dir == "" {
-		dir = filepath.Join(a.cfg.DataDir, "secure")
-	}
 	var hosts []string
 	for _, addr := range []string{a.cfg.KafkaListen, a.cfg.EventStoreListen} {
 		if host, _, err := net.SplitHostPort(addr); err == nil && host != "" {

@@ -34,6 +34,9 @@ type TaskView struct {
 
 	current atomic.Pointer[viewRun]
 	ready   chan struct{}
+	// running are the goroutines of the view's projections, which
+	// Close waits for.
+	running sync.WaitGroup
 
 	mu         sync.Mutex
 	rebuilding bool
@@ -75,6 +78,10 @@ func openTaskView(ctx context.Context, a *App, dir string, shared, source projec
 		return nil, errors.Wrapf(err, "create task view directory %s", dir)
 	}
 	v := &TaskView{dir: dir, source: source, app: a, ready: make(chan struct{})}
+	a.closers.push("task view", func() error {
+		v.running.Wait()
+		return nil
+	})
 	name := "tasks-1.db"
 	if raw, err := os.ReadFile(filepath.Join(dir, currentFile)); err == nil && strings.TrimSpace(string(raw)) != "" {
 		name = strings.TrimSpace(string(raw))
@@ -96,7 +103,9 @@ func openTaskView(ctx context.Context, a *App, dir string, shared, source projec
 	if err := v.setCurrent(name); err != nil {
 		return nil, err
 	}
+	v.running.Add(1)
 	go func() {
+		defer v.running.Done()
 		select {
 		case <-run.view.Ready():
 			close(v.ready)
@@ -115,14 +124,16 @@ func (v *TaskView) start(ctx context.Context, name string, source projections.Ev
 	runCtx, cancel := context.WithCancel(ctx)
 	r := &viewRun{file: name, db: db, view: projections.NewStoredTasks(db, v.app.logger), cancel: cancel, done: make(chan struct{})}
 	r.view.BatchSize = v.app.cfg.TaskViewBatch
-	v.app.run("task view "+name, func() error {
+	v.running.Add(1)
+	go func() {
+		defer v.running.Done()
 		defer close(r.done)
 		defer db.Close()
 		// A commit refused (a full disk) makes the view report it in
 		// readiness and run again from its checkpoint: it must not stop
 		// the process.
-		return r.view.Follow(runCtx, source)
-	})
+		v.app.report("task view "+name, r.view.Follow(runCtx, source))
+	}()
 	return r, nil
 }
 

@@ -16,7 +16,9 @@ import (
 
 	"github.com/sagaengine/saga/adapters/demo"
 	"github.com/sagaengine/saga/adapters/engine"
+	"github.com/sagaengine/saga/adapters/esdbserver"
 	"github.com/sagaengine/saga/adapters/eventstore"
+	"github.com/sagaengine/saga/adapters/httpapi"
 	"github.com/sagaengine/saga/adapters/kafka"
 	"github.com/sagaengine/saga/adapters/kafka/broker"
 	"github.com/sagaengine/saga/adapters/workflowfile"
@@ -102,8 +104,8 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	}
 	data := fs.String("data", defaultDataDir(""), "directory of the embedded servers' data")
 	kafkaListen := fs.String("kafka-listen", broker.DefaultListen, "address of the embedded Kafka broker")
-	esListen := fs.String("eventstore-listen", "127.0.0.1:2113", "address of the embedded event store")
-	httpListen := fs.String("http-listen", "127.0.0.1:8080", "address of the HTTP API")
+	esListen := fs.String("eventstore-listen", esdbserver.DefaultListen, "address of the embedded event store")
+	httpListen := fs.String("http-listen", httpapi.DefaultListen, "address of the HTTP API")
 	httpAllowedHosts := fs.String("http-allowed-hosts", envOr("SAGA_HTTP_ALLOWED_HOSTS", ""), "names (comma-separated) by which the HTTP API may be reached besides localhost, IP addresses and --http-listen's host; .example.com allows subdomains, * any name. Other Host headers get 421, which stops DNS rebinding; checked always without --api-tokens-file, with it only when set [$SAGA_HTTP_ALLOWED_HOSTS]")
 	debugListen := fs.String("debug-listen", envOr("SAGA_DEBUG_LISTEN", ""), "serve Go's profiling endpoints (/debug/pprof/) on this address, apart from the API; off by default [$SAGA_DEBUG_LISTEN]")
 	metricsListen := fs.String("metrics-listen", envOr("SAGA_METRICS_LISTEN", ""), "serve /metrics on this address too, for processes that run without the api role; off by default [$SAGA_METRICS_LISTEN]")
@@ -113,7 +115,7 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	fs.Var(esURL, "eventstore", "use this EventStoreDB (esdb://...) and start no embedded event store; give a password through $SAGA_EVENTSTORE, not this flag, which others can read in the process list [$SAGA_EVENTSTORE]")
 	esPasswordFile := fs.String("eventstore-password-file", envOr("SAGA_EVENTSTORE_PASSWORD_FILE", ""), "file holding the password of the user --eventstore names (esdb://USER@host...), so the connection string itself holds no secret [$SAGA_EVENTSTORE_PASSWORD_FILE]")
 	instance := fs.String("instance", envOr("SAGA_INSTANCE", ""), "name of this instance in events (default sagad@HOSTNAME); its agent instances are INSTANCE/AGENT (default HOSTNAME-PID-RANDOM/AGENT) [$SAGA_INSTANCE]")
-	partitions := fs.Int("partitions", 4, "partitions of the topics saga creates")
+	partitions := fs.Int("partitions", engine.DefaultPartitions, "partitions of the topics saga creates")
 	kafkaFsync := fs.Bool("kafka-fsync", false, "make the embedded Kafka fsync every batch of every topic and every offset commit, one by one (slower). Off: the sync topics are still fsynced before they are acknowledged; other records survive kill -9 but not power loss")
 	kafkaSyncTopics := fs.String("kafka-sync-topics", strings.Join(broker.DefaultSyncTopics, ","), "topics (or prefix*) the embedded Kafka acknowledges only once fsynced, with group commit; \"*\" all, \"\" none, !topic or !prefix* excepted (statuses are fsynced by the status publisher's sync barriers)")
 	retentionAge := fs.Duration("kafka-retention-age", broker.DefaultRetention.MaxAge, "the embedded Kafka removes records older than this (0: any age is kept); records a consumer group has not consumed are always kept")

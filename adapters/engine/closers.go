@@ -1,0 +1,48 @@
+package engine
+
+import (
+	"sync"
+
+	"github.com/cockroachdb/errors"
+)
+
+// closers is what Close undoes: each step of start-up pushes what stops
+// the part it started, right after starting it, and closeAll pops them
+// newest first. So a part stops before what it was started on (a process
+// before the client it produces with, the clients before the broker), and
+// Close after a partial start stops exactly what started.
+type closers struct {
+	mu   sync.Mutex
+	list []closer
+}
+
+type closer struct {
+	name  string
+	close func() error
+}
+
+// push adds what stops a part just started.
+func (c *closers) push(name string, close func() error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.list = append(c.list, closer{name: name, close: close})
+}
+
+// closeAll pops every closer, newest first, runs it, and returns their
+// errors joined. Each closer runs once: a second call finds none.
+func (c *closers) closeAll() error {
+	var errs []error
+	for {
+		c.mu.Lock()
+		if len(c.list) == 0 {
+			c.mu.Unlock()
+			return errors.Join(errs...)
+		}
+		last := c.list[len(c.list)-1]
+		c.list = c.list[:len(c.list)-1]
+		c.mu.Unlock()
+		if err := last.close(); err != nil {
+			errs = append(errs, errors.Wrapf(err, "close %s", last.name))
+		}
+	}
+}
