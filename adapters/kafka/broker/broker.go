@@ -112,6 +112,11 @@ type Config struct {
 	// refused. 0 means DefaultMaxTopics for the process's fd limit, a
 	// negative number no cap.
 	MaxTopics int
+	// ReplyTopicGrace is how long a reply topic the broker created for a
+	// status (not one its caller created) is kept before it may be deleted
+	// to make room at MaxTopics. 0 means DefaultReplyTopicGrace, a
+	// negative duration none.
+	ReplyTopicGrace time.Duration
 	// Retention bounds what the broker keeps of each partition; nil means
 	// DefaultRetention, a zero Retention keeps everything. See Retention
 	// for why no unconsumed record of a consumer group is removed.
@@ -226,7 +231,7 @@ func Start(cfg Config) (*Broker, error) {
 		cfg.MaxTopics = DefaultMaxTopics(limit, cfg.Partitions)
 	}
 	if cfg.MaxTopics > 0 {
-		b.topics = newTopicCap(cfg.MaxTopics, cfg.Logger)
+		b.topics = newTopicCap(cfg.MaxTopics, cfg.ReplyTopicGrace, cfg.Logger)
 	}
 	ok := false
 	defer func() {

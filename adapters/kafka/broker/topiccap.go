@@ -63,31 +63,63 @@ func ReplyTopic(topic string) bool {
 // retention finds it idle. A reply topic that does not exist when saga's
 // status publisher first writes to it is created by that write
 // (auto-creation in a Metadata request): no caller had prepared it, and it
-// is kept as a cache entry. At the cap, a new topic takes the place of the
-// oldest such auto-created reply topic, which is deleted; only when none is
-// left is the request answered as if auto-creation were off, so the client
-// hears UNKNOWN_TOPIC_OR_PARTITION, and the refusal is counted and logged.
-// A flood of orders naming distinct reply topics therefore costs at most
-// the cap in file descriptors and never shuts out a caller's own topic.
-// Saga's own topics (saga.*, but saga.reply.*) are never refused.
+// is kept as a cache entry, of one partition. At the cap, a new topic takes
+// the place of the oldest such auto-created reply topic that has existed
+// for at least the grace (so that a task's statuses, seconds apart, do not
+// each create its topic again), which is deleted; only when none is left is
+// the request answered as if auto-creation were off, so the client hears
+// UNKNOWN_TOPIC_OR_PARTITION, and the refusal is counted and logged. A
+// flood of orders naming distinct reply topics therefore costs at most the
+// cap in file descriptors and never shuts out a caller's own topic; while
+// it lasts, the flood's own statuses are mostly refused (and
+// dead-lettered), which costs far less than making topics. Saga's own
+// topics (saga.*, but saga.reply.*) are never refused.
 type topicCap struct {
 	max    int
 	logger *slog.Logger
+	// grace is how long an auto-created reply topic is kept before it may
+	// be deleted to make room.
+	grace time.Duration
+	now   func() time.Time
 
 	mu sync.Mutex
 	// names holds every topic the broker has, each with its place in
 	// evictable, or nil for a topic that is not evictable.
 	names map[string]*list.Element
-	// evictable lists the reply topics created by auto-creation, oldest
-	// first.
+	// evictable lists the reply topics created by auto-creation
+	// (evictable values), oldest first.
 	evictable             *list.List
 	lastLog, lastEvictLog time.Time
 
 	refused, evicted atomic.Int64
 }
 
-func newTopicCap(max int, logger *slog.Logger) *topicCap {
-	return &topicCap{max: max, logger: logger, names: map[string]*list.Element{}, evictable: list.New()}
+// DefaultReplyTopicGrace is how long an auto-created reply topic is kept
+// before it may be deleted to make room at the cap: longer than a task's
+// statuses usually take.
+const DefaultReplyTopicGrace = 10 * time.Second
+
+func newTopicCap(limit int, grace time.Duration, logger *slog.Logger) *topicCap {
+	if grace == 0 {
+		grace = DefaultReplyTopicGrace
+	}
+	return &topicCap{max: limit, grace: max(grace, 0), logger: logger, now: time.Now, names: map[string]*list.Element{}, evictable: list.New()}
+}
+
+// evictable is an auto-created reply topic and when it was created (zero:
+// unknown, found at start).
+type evictable struct {
+	name    string
+	created time.Time
+}
+
+// partitions is how many partitions the cap creates a topic with: one for
+// a reply topic, which one caller reads, the broker's default for others.
+func partitions(name string) int32 {
+	if autoCreatedReply(name) {
+		return 1
+	}
+	return -1
 }
 
 // autoCreatedReply reports whether a topic of this name that the broker
@@ -108,10 +140,10 @@ func (c *topicCap) addLocked(name string, auto, oldest bool) {
 		return
 	}
 	if oldest {
-		c.names[name] = c.evictable.PushFront(name)
+		c.names[name] = c.evictable.PushFront(evictable{name: name})
 		return
 	}
-	c.names[name] = c.evictable.PushBack(name)
+	c.names[name] = c.evictable.PushBack(evictable{name: name, created: c.now()})
 }
 
 func (c *topicCap) forgetLocked(name string) {
@@ -158,20 +190,28 @@ func (c *topicCap) count() (topics, max, evictable int) {
 // evictLocked looks through for one the request does not name.
 const unnamedVictimSearch = 64
 
-// evictLocked deletes the oldest evictable topic, preferring one the
-// request being decided does not name (named), and reports whether it made
-// room and whether the topic it deleted was named.
+// evictLocked deletes the oldest evictable topic past its grace, preferring
+// one the request being decided does not name (named), and reports whether
+// it made room and whether the topic it deleted was named.
 func (c *topicCap) evictLocked(named map[string]bool, remove func(string) error) (ok, wasNamed bool) {
+	graceStart := c.now().Add(-c.grace)
 	for c.evictable.Len() > 0 {
 		victim := c.evictable.Front()
+		if victim.Value.(evictable).created.After(graceStart) {
+			return false, false // the oldest is still in its grace
+		}
 		looked := 0
 		for e := victim; e != nil && looked < unnamedVictimSearch; e, looked = e.Next(), looked+1 {
-			if !named[e.Value.(string)] {
+			v := e.Value.(evictable)
+			if v.created.After(graceStart) {
+				break
+			}
+			if !named[v.name] {
 				victim = e
 				break
 			}
 		}
-		name := victim.Value.(string)
+		name := victim.Value.(evictable).name
 		err := remove(name)
 		c.forgetLocked(name)
 		if err != nil && !errors.Is(err, kerr.UnknownTopicOrPartition) {
@@ -189,12 +229,13 @@ func (c *topicCap) evictLocked(named map[string]bool, remove func(string) error)
 	return false, false
 }
 
-// admit decides a Metadata request: it lets the broker auto-create the
-// unknown topics it names while they fit under the cap, evicting the
-// oldest auto-created reply topics to make room. When one still does not
-// fit, it turns auto-creation off for the request and creates the others
-// itself (create), so that one refused topic does not hold up another a
-// client names in the same request; remove deletes a topic. The cap knows
+// admit decides a Metadata request: it creates the unknown topics it names
+// while they fit under the cap, evicting the oldest auto-created reply
+// topics to make room, and turns auto-creation off for the request, so
+// that the broker creates nothing the cap did not count (a topic evicted
+// and named again), a reply topic gets one partition, and a refused topic
+// is answered as unknown without holding up another the request names;
+// create and remove make and delete a topic. The cap knows
 // every topic without asking the broker: it sees each creation, and a
 // retention pass lists them (reset). Asking the broker about each unknown
 // name a request carries cost a round trip through the broker's loop per
@@ -218,33 +259,26 @@ func (c *topicCap) admit(req *kmsg.MetadataRequest, create, remove func(string) 
 		}
 		fresh = append(fresh, name)
 	}
+	if len(fresh) == 0 {
+		return
+	}
 	var refused, admitted []string
-	// selfCreate: the broker must not auto-create for this request, either
-	// because a topic it names is refused, or because one it names was
-	// deleted to make room and would be created again.
-	selfCreate := false
 	for _, name := range fresh {
 		if domain.ReservedTopic(name) || len(c.names)+len(admitted) < c.max {
 			admitted = append(admitted, name)
 			continue
 		}
-		if ok, wasNamed := c.evictLocked(named, remove); ok {
-			selfCreate = selfCreate || wasNamed
+		if ok, _ := c.evictLocked(named, remove); ok {
 			admitted = append(admitted, name)
 			continue
 		}
-		selfCreate = true
 		refused = append(refused, name)
-	}
-	if !selfCreate {
-		for _, name := range admitted {
-			c.addLocked(name, true, false)
-		}
-		return
 	}
 	req.AllowAutoTopicCreation = false
 	for _, name := range admitted {
-		if err := create(name); err != nil {
+		// A topic may exist that the cap does not know: a retention pass
+		// lists the topics while one is created, and its reset drops it.
+		if err := create(name); err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
 			c.logger.Warn("kafka could not create a topic", "topic", name, "err", err.Error())
 			continue
 		}
@@ -293,7 +327,7 @@ func (c *topicCap) created(req *kmsg.CreateTopicsRequest, remove func(string) er
 func (c *topicCap) install(cluster *kfake.Cluster) {
 	cluster.ControlKey(int16(kmsg.Metadata), func(r kmsg.Request) (kmsg.Response, error, bool) {
 		if req, ok := r.(*kmsg.MetadataRequest); ok {
-			c.admit(req, func(topic string) error { return cluster.CreateTopic(topic, -1, nil) }, cluster.DeleteTopic)
+			c.admit(req, func(topic string) error { return cluster.CreateTopic(topic, partitions(topic), nil) }, cluster.DeleteTopic)
 		}
 		return nil, nil, false
 	})

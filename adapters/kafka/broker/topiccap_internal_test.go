@@ -61,19 +61,21 @@ func TestAnEmptyReplyTopicWaitsLongerBeforeItIsDeleted(t *testing.T) {
 	assert.False(t, empty, "an empty reply topic is deleted once the longer wait is over")
 }
 
-// TestEvictingATopicTheRequestNamesStopsItsAutoCreation: when the only
-// topic that can make room is one the Metadata request itself names, it is
-// deleted, and the broker must not create it again by auto-creation behind
-// the cap's back, so the cap creates the new topic itself and turns
-// auto-creation off for the request. Topics a caller created are never
-// deleted.
-func TestEvictingATopicTheRequestNamesStopsItsAutoCreation(t *testing.T) {
-	c := newTopicCap(3, slog.New(slog.DiscardHandler))
+// TestTheCapKeepsYoungReplyTopicsAndCreatesWhatItAdmits: the cap creates
+// every topic it admits itself (a reply topic with one partition) and turns
+// the broker's auto-creation off, so that nothing it did not count is
+// created, not even a topic it deleted that the request names again; an
+// auto-created reply topic within its grace is not deleted to make room,
+// and a topic a caller created never is.
+func TestTheCapKeepsYoungReplyTopicsAndCreatesWhatItAdmits(t *testing.T) {
+	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	c := newTopicCap(3, 10*time.Second, slog.New(slog.DiscardHandler))
+	c.now = func() time.Time { return now }
 	c.reset([]string{"saga.status"})
 	var created, removed []string
 	create := func(name string) error { created = append(created, name); return nil }
 	remove := func(name string) error { removed = append(removed, name); return nil }
-	topics := func(names ...string) *kmsg.MetadataRequest {
+	metadata := func(names ...string) *kmsg.MetadataRequest {
 		req := kmsg.NewPtrMetadataRequest()
 		req.AllowAutoTopicCreation = true
 		for _, n := range names {
@@ -84,21 +86,33 @@ func TestEvictingATopicTheRequestNamesStopsItsAutoCreation(t *testing.T) {
 		return req
 	}
 	c.created(&kmsg.CreateTopicsRequest{Topics: []kmsg.CreateTopicsRequestTopic{{Topic: "reply.mine"}}}, remove)
-	req := topics("reply.a")
-	c.admit(req, create, remove)
-	assert.True(t, req.AllowAutoTopicCreation, "room left: the broker creates it")
 
-	req = topics("reply.a", "reply.b")
+	req := metadata("reply.a")
 	c.admit(req, create, remove)
-	assert.Equal(t, []string{"reply.a"}, removed, "reply.a is the only auto-created topic")
-	assert.False(t, req.AllowAutoTopicCreation, "reply.a is named: auto-creation would bring it back")
-	assert.Equal(t, []string{"reply.b"}, created)
+	assert.Equal(t, []string{"reply.a"}, created, "the cap creates what it admits")
+	assert.False(t, req.AllowAutoTopicCreation, "and the broker creates nothing itself")
 
-	req = topics("reply.c")
+	now = now.Add(time.Second)
+	c.admit(metadata("reply.a", "reply.b"), create, remove)
+	assert.Empty(t, removed, "reply.a is within its grace")
+	assert.Equal(t, []string{"reply.a"}, created, "reply.b is refused")
+	assert.EqualValues(t, 1, c.refused.Load())
+
+	now = now.Add(10 * time.Second)
+	req = metadata("reply.a", "reply.b")
 	c.admit(req, create, remove)
-	assert.Equal(t, []string{"reply.a", "reply.b"}, removed)
-	assert.True(t, req.AllowAutoTopicCreation, "reply.b was not named: the broker creates reply.c")
-	topicsHeld, _, evictable := c.count()
-	assert.Equal(t, 3, topicsHeld)
-	assert.Equal(t, 1, evictable, "reply.c; reply.mine is its caller's")
+	assert.Equal(t, []string{"reply.a"}, removed, "past its grace, reply.a makes room, named or not")
+	assert.Equal(t, []string{"reply.a", "reply.b"}, created)
+	assert.False(t, req.AllowAutoTopicCreation, "reply.a, deleted and named, is not created again behind the cap")
+
+	now = now.Add(time.Minute)
+	c.admit(metadata("reply.c"), create, remove)
+	assert.Equal(t, []string{"reply.a", "reply.b"}, removed, "reply.mine is its caller's: reply.b made room")
+	topics, _, evictable := c.count()
+	assert.Equal(t, 3, topics)
+	assert.Equal(t, 1, evictable, "reply.c")
+
+	assert.EqualValues(t, 1, partitions("reply.c"))
+	assert.EqualValues(t, 1, partitions("saga.reply.c"))
+	assert.EqualValues(t, -1, partitions("orders"))
 }

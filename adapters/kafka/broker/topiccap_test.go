@@ -24,7 +24,7 @@ import (
 // client and sagactl do before they submit) is never deleted to make room.
 func TestTopicCapMakesRoomWithTheOldestAutoCreatedReplyTopics(t *testing.T) {
 	b, err := broker.Start(broker.Config{
-		Listen: "127.0.0.1:0", DataDir: t.TempDir(), Partitions: 1, MaxTopics: 5, Retention: &broker.Retention{},
+		Listen: "127.0.0.1:0", DataDir: t.TempDir(), Partitions: 1, MaxTopics: 5, ReplyTopicGrace: -1, Retention: &broker.Retention{},
 		Topics: []string{protocol.OrdersTopic, protocol.StatusTopic}, Logger: slog.New(slog.DiscardHandler),
 	})
 	require.NoError(t, err)
