@@ -3,6 +3,7 @@ package processes_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -283,4 +284,42 @@ func TestAnInstanceThatRefusesOneTargetKeepsGettingWork(t *testing.T) {
 	again := rec.await(t, 3)[2]
 	assert.Equal(t, "t-slow", again.TaskID)
 	assert.Equal(t, 1, again.Attempt, "a given-back attempt does not count")
+}
+
+// TestFinishedTasksLeaveNothingWaiting: tasks that waited for room at each
+// of their steps' agents and then finished leave no wait behind: what the
+// scheduler holds for waiting tasks is bounded by the tasks still waiting,
+// not by every task that ever waited.
+func TestFinishedTasksLeaveNothingWaiting(t *testing.T) {
+	store := embeddedStore(t)
+	start := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	wf := &domain.Workflow{Name: "three", Version: 1}
+	var beats []protocol.AgentHeartbeat
+	for i, agent := range []string{"first", "second", "third"} {
+		wf.Steps = append(wf.Steps, domain.StepDefinition{Name: agent, Agent: agent, Budget: 10 * time.Second, MaxAttempts: 3,
+			OnExhausted: domain.CompensateOnExhausted, Backoff: domain.Backoff{Initial: 300 * time.Millisecond, Multiplier: 2, Max: time.Second}})
+		beat := worker(agent+"-1", protocol.HealthHealthy, 1, int32(i), start)
+		beat.Agent = agent
+		beat.Partitions = map[string][]int32{protocol.CommandTopicFor(agent, domain.PriorityHigh): {0},
+			protocol.CommandTopic(agent): {0}, protocol.CommandTopicFor(agent, domain.PriorityLow): {0}}
+		beats = append(beats, beat)
+	}
+	dir := &directory{}
+	dir.set(beats...)
+	rec := &holdingAgent{}
+	s := &processes.Scheduler{Store: store, Commands: rec, DeadLetters: dropLetters{}, Workflows: workflows{"three": wf},
+		Actor: "scheduler/test", Clock: newFakeClock(start), Logger: quiet(), Shards: 4, Agents: dir, Router: dir}
+	run(t, s.Run)
+	<-s.Ready()
+	const tasks = 30
+	for i := range tasks {
+		history{t: t, store: store, now: start}.task(fmt.Sprintf("w-%02d", i), wf, false)
+	}
+	for answered := 1; answered <= 3*tasks; answered++ {
+		cmds := rec.await(t, answered)
+		answer(t, s, cmds[answered-1], protocol.OutcomeSucceeded, "")
+	}
+	require.Eventually(t, func() bool { return s.Unfinished() == 0 }, 10*time.Second, 5*time.Millisecond)
+	assert.Zero(t, s.Held()["waiting"], "a finished task waits for nothing")
+	assert.Empty(t, s.Waiting())
 }

@@ -44,7 +44,7 @@ type UnfinishedLimit struct {
 	// starting counts the tasks let through and not yet recorded.
 	starting int
 	noteMu   sync.Mutex
-	held     bool
+	lastNote time.Time
 }
 
 // AwaitRoom waits until fewer than Max tasks are unfinished or being
@@ -102,18 +102,16 @@ func (l *UnfinishedLimit) leave() {
 	l.starting--
 }
 
-// note logs when intake stops and starts again.
+// note logs when intake stops, at most once a minute: at the bound it
+// stops and starts again with every task that finishes.
 func (l *UnfinishedLimit) note(held bool, limit int) {
+	if l.Logger == nil || !held {
+		return
+	}
 	l.noteMu.Lock()
 	defer l.noteMu.Unlock()
-	if l.held == held || l.Logger == nil {
-		l.held = held
-		return
+	if now := time.Now(); now.Sub(l.lastNote) >= time.Minute {
+		l.lastNote = now
+		l.Logger.Info("new orders wait in Kafka while the engine holds as many unfinished tasks as it may (--max-unfinished-tasks)", "max", limit)
 	}
-	l.held = held
-	if held {
-		l.Logger.Info("new orders wait in Kafka: the engine holds as many unfinished tasks as it may (--max-unfinished-tasks)", "max", limit)
-		return
-	}
-	l.Logger.Info("new orders are taken again", "max", limit)
 }
