@@ -269,6 +269,28 @@ func (c *capacity) track(t *domain.Task) {
 	}
 }
 
+// forgetWaits drops task id's waits, woken for room it cannot take (the
+// shard no longer holds or owns it), and passes that room on: a wait left
+// behind would otherwise take, at every wake, the place of a task that
+// can use the room.
+func (c *capacity) forgetWaits(id string) {
+	if c == nil || c.dir == nil {
+		return
+	}
+	c.mu.Lock()
+	var wake []func()
+	for agent, ws := range c.waiting {
+		if _, ok := ws.byTask[id]; ok {
+			ws.remove(id)
+			wake = append(wake, c.wakeLocked(agent)...)
+		}
+	}
+	c.mu.Unlock()
+	for _, w := range wake {
+		w()
+	}
+}
+
 // returned notes that instance gave an attempt back: it gets no new work
 // until it says, in a later heartbeat, that it may.
 func (c *capacity) returned(instance string) {

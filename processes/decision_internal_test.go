@@ -116,3 +116,29 @@ func TestNextTwiceOnTheSameStateHasNoSideEffect(t *testing.T) {
 		assert.Equal(t, "worker", rc.refused.agent)
 	})
 }
+
+// TestAWaitLeftBehindPassesItsRoomOn: a task woken for room that its shard
+// no longer holds (finished, or owned elsewhere) drops its wait, and the
+// room goes to the next waiter instead of being lost at every wake.
+func TestAWaitLeftBehindPassesItsRoomOn(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	one := protocol.AgentHeartbeat{Agent: "worker", Instance: "w-1", Health: protocol.HealthHealthy, Capacity: 1, At: now, ExpiresAt: now.Add(time.Hour)}
+	s := &Scheduler{Agents: agents{one}, Clock: ClockFunc(func() time.Time { return now }), Actor: "scheduler/test", Shards: 1}
+	s.setup()
+	sh := s.shards[0]
+	sh.live = true
+	woken := map[string]int{}
+	s.capacity.wait(&refusal{agent: "worker", task: "gone", since: now.Add(-2 * time.Second)}, func() { sh.wakeForRoom("gone") })
+	s.capacity.wait(&refusal{agent: "worker", task: "next", since: now.Add(-time.Second)}, func() { woken["next"]++ })
+
+	s.capacity.mu.Lock()
+	wake := s.capacity.wakeLocked("worker")
+	s.capacity.mu.Unlock()
+	require.Len(t, wake, 1, "room for one")
+	wake[0]()
+	assert.Zero(t, woken["next"], "the oldest waiter is woken first")
+
+	sh.roomFreed(t.Context()) // "gone" is not among the shard's tasks
+	assert.Equal(t, 1, woken["next"], "its room went to the next waiter")
+	assert.Equal(t, 1, s.Held()["waiting"], "only the next waiter is left")
+}

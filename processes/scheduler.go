@@ -732,8 +732,11 @@ func (sh *shard) roomFreed(ctx context.Context) {
 	sh.roomWokenMu.Unlock()
 	var due []*domain.Task
 	for _, id := range ids {
-		if t := sh.tasks[id]; t != nil && sh.live && sh.s.owns(id) {
+		switch t := sh.tasks[id]; {
+		case t != nil && sh.live && sh.s.owns(id):
 			due = append(due, t)
+		case t == nil || !sh.s.owns(id):
+			sh.s.capacity.forgetWaits(id)
 		}
 	}
 	slices.SortStableFunc(due, func(a, b *domain.Task) int { return a.Priority.Rank() - b.Priority.Rank() })
