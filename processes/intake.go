@@ -8,9 +8,13 @@ import (
 )
 
 // DefaultMaxUnfinishedTasks is how many unfinished tasks an engine holds
-// before its submitter stops taking new orders: a few kilobytes of state
-// each, so tens of megabytes in all.
-const DefaultMaxUnfinishedTasks = 10_000
+// before its submitter stops taking new orders. An unfinished task costs
+// about 16 KB of heap across the processes that follow it (scheduler,
+// supervisor, status publisher, event store cache): 10,000 of them in a
+// flood took the heap to 236 MB, near the 300 MiB soft memory limit, where
+// garbage collection took a third of the CPU. 4,096 keep it near 150 MB
+// and still give every agent more work than its room.
+const DefaultMaxUnfinishedTasks = 4096
 
 // intakePoll is how often a held-back order looks again for room.
 const intakePoll = 10 * time.Millisecond
