@@ -703,9 +703,28 @@ func dispatchOf(events []domain.Event) *route {
 // decision's last admission found no room; wakeForRoom wakes it.
 func (sh *shard) decided(id string, rc *roomCheck, waits bool) {
 	sh.s.capacity.release(id)
-	if r := rc.refused; r != nil && waits {
+	if r := rc.refused; r != nil && waits && sh.waitsForRoom(id) {
 		sh.s.capacity.wait(r, func() { sh.wakeForRoom(r.task) })
 	}
+}
+
+// waitsForRoom reports whether the shard holds task id and its state says
+// a step or compensation of it waits for room. A refusal may outlive the
+// decision it came from (a decision made again after a conflict found the
+// task finished, and decided nothing), and a wait noted for a task that
+// does not wait would never be dropped: the 100,000-order flood left
+// 53,374 of them.
+func (sh *shard) waitsForRoom(id string) bool {
+	t := sh.tasks[id]
+	if t == nil || t.State.Terminal() {
+		return false
+	}
+	for _, s := range t.Steps {
+		if s.Waiting() || s.Compensation.Waiting() {
+			return true
+		}
+	}
+	return false
 }
 
 // wakeForRoom asks the shard to decide again for a task that waits for
