@@ -142,3 +142,27 @@ func TestAWaitLeftBehindPassesItsRoomOn(t *testing.T) {
 	assert.Equal(t, 1, woken["next"], "its room went to the next waiter")
 	assert.Equal(t, 1, s.Held()["waiting"], "only the next waiter is left")
 }
+
+// TestARefusalOutlivingItsDecisionNotesNoWait: a refusal carried out of a
+// decision is noted as a wait only while the task's state says it waits;
+// for a task that finished meanwhile, or moved on, nothing is noted.
+func TestARefusalOutlivingItsDecisionNotesNoWait(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	one := protocol.AgentHeartbeat{Agent: "worker", Instance: "w-1", Health: protocol.HealthHealthy, Capacity: 1, At: now, ExpiresAt: now.Add(time.Hour)}
+	s := &Scheduler{Agents: agents{one}, Clock: ClockFunc(func() time.Time { return now }), Actor: "scheduler/test", Shards: 1}
+	s.setup()
+	sh := s.shards[0]
+	refused := func(id string) *roomCheck {
+		return &roomCheck{refused: &refusal{agent: "worker", task: id, since: now}}
+	}
+	sh.decided("finished", refused("finished"), true) // not held: finished
+	running := domain.NewTask("running")
+	running.Apply(domain.TaskSubmitted{TaskID: "running", Workflow: "work", WorkflowVersion: 1, Steps: []string{"work"}, SubmittedAt: now})
+	sh.tasks["running"] = running
+	sh.decided("running", refused("running"), true) // held, but waits for nothing
+	assert.Zero(t, s.Held()["waiting"])
+
+	running.Apply(domain.StepWaiting{TaskID: "running", Step: "work", Agent: "worker", At: now})
+	sh.decided("running", refused("running"), true)
+	assert.Equal(t, 1, s.Held()["waiting"], "a task whose state says it waits is noted")
+}
