@@ -432,11 +432,12 @@ func (b *Broker) countTopics() error {
 	defer client.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	listedAt := time.Now()
 	listed, err := kadm.NewClient(client).ListTopics(ctx)
 	if err != nil {
 		return errors.Wrap(err, "list the embedded kafka's topics")
 	}
-	b.topics.reset(listed.Names())
+	b.topics.reset(listed.Names(), listedAt, true)
 	return nil
 }
 

@@ -83,9 +83,8 @@ type topicCap struct {
 	now   func() time.Time
 
 	mu sync.Mutex
-	// names holds every topic the broker has, each with its place in
-	// evictable, or nil for a topic that is not evictable.
-	names map[string]*list.Element
+	// names holds every topic the broker has.
+	names map[string]known
 	// evictable lists the reply topics created by auto-creation
 	// (evictable values), oldest first.
 	evictable             *list.List
@@ -103,7 +102,14 @@ func newTopicCap(limit int, grace time.Duration, logger *slog.Logger) *topicCap 
 	if grace == 0 {
 		grace = DefaultReplyTopicGrace
 	}
-	return &topicCap{max: limit, grace: max(grace, 0), logger: logger, now: time.Now, names: map[string]*list.Element{}, evictable: list.New()}
+	return &topicCap{max: limit, grace: max(grace, 0), logger: logger, now: time.Now, names: map[string]known{}, evictable: list.New()}
+}
+
+// known is a topic the cap counts: when it learnt of it, and its place in
+// evictable, nil for a topic that is not evictable.
+type known struct {
+	since time.Time
+	elem  *list.Element
 }
 
 // evictable is an auto-created reply topic and when it was created (zero:
@@ -135,37 +141,40 @@ func (c *topicCap) addLocked(name string, auto, oldest bool) {
 	if _, ok := c.names[name]; ok {
 		return
 	}
-	if !auto || !autoCreatedReply(name) {
-		c.names[name] = nil
-		return
+	now := c.now()
+	switch {
+	case !auto || !autoCreatedReply(name):
+		c.names[name] = known{since: now}
+	case oldest:
+		c.names[name] = known{since: now, elem: c.evictable.PushFront(evictable{name: name})}
+	default:
+		c.names[name] = known{since: now, elem: c.evictable.PushBack(evictable{name: name, created: now})}
 	}
-	if oldest {
-		c.names[name] = c.evictable.PushFront(evictable{name: name})
-		return
-	}
-	c.names[name] = c.evictable.PushBack(evictable{name: name, created: c.now()})
 }
 
 func (c *topicCap) forgetLocked(name string) {
-	if e := c.names[name]; e != nil {
-		c.evictable.Remove(e)
+	if k := c.names[name]; k.elem != nil {
+		c.evictable.Remove(k.elem)
 	}
 	delete(c.names, name)
 }
 
-// reset replaces the known topics with those the broker lists. A reply
-// topic found that was not known (after a restart) counts as auto-created
-// and older than every known one.
-func (c *topicCap) reset(names []string) {
+// reset makes the known topics those the broker listed at listedAt, but
+// for those the cap learnt of since: the listing may have been made while
+// they were created. A reply topic listed that the cap did not know is of
+// unknown origin: at start (atStart) it counts as auto-created and older
+// than every other, so that a flood's topics from before a restart can
+// make room; later it may be a caller's, and is never deleted to make room.
+func (c *topicCap) reset(names []string, listedAt time.Time, atStart bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	listed := make(map[string]bool, len(names))
 	for _, n := range names {
 		listed[n] = true
-		c.addLocked(n, true, true)
+		c.addLocked(n, atStart, true)
 	}
-	for n := range c.names {
-		if !listed[n] {
+	for n, k := range c.names {
+		if !listed[n] && k.since.Before(listedAt) {
 			c.forgetLocked(n)
 		}
 	}
@@ -278,7 +287,12 @@ func (c *topicCap) admit(req *kmsg.MetadataRequest, create, remove func(string) 
 	for _, name := range admitted {
 		// A topic may exist that the cap does not know: a retention pass
 		// lists the topics while one is created, and its reset drops it.
-		if err := create(name); err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+		err := create(name)
+		if errors.Is(err, kerr.TopicAlreadyExists) {
+			c.addLocked(name, false, false) // of unknown origin: perhaps a caller's
+			continue
+		}
+		if err != nil {
 			c.logger.Warn("kafka could not create a topic", "topic", name, "err", err.Error())
 			continue
 		}
@@ -409,12 +423,13 @@ type idleTopics struct {
 // exists, and an order's statuses are long delivered. A client that names
 // it again gets it created again.
 func (b *Broker) deleteIdleReplyTopics(ctx context.Context, adm *kadm.Client, idle *idleTopics, idleAfter time.Duration, now time.Time) (int, error) {
+	listedAt := time.Now()
 	listed, err := adm.ListTopics(ctx)
 	if err != nil {
 		return 0, errors.Wrap(err, "list topics")
 	}
 	if b.topics != nil {
-		b.topics.reset(listed.Names())
+		b.topics.reset(listed.Names(), listedAt, false)
 	}
 	var replies []string
 	for _, name := range listed.Names() {

@@ -71,7 +71,7 @@ func TestTheCapKeepsYoungReplyTopicsAndCreatesWhatItAdmits(t *testing.T) {
 	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
 	c := newTopicCap(3, 10*time.Second, slog.New(slog.DiscardHandler))
 	c.now = func() time.Time { return now }
-	c.reset([]string{"saga.status"})
+	c.reset([]string{"saga.status"}, now, true)
 	var created, removed []string
 	create := func(name string) error { created = append(created, name); return nil }
 	remove := func(name string) error { removed = append(removed, name); return nil }
@@ -115,4 +115,35 @@ func TestTheCapKeepsYoungReplyTopicsAndCreatesWhatItAdmits(t *testing.T) {
 	assert.EqualValues(t, 1, partitions("reply.c"))
 	assert.EqualValues(t, 1, partitions("saga.reply.c"))
 	assert.EqualValues(t, -1, partitions("orders"))
+}
+
+// TestAListingDoesNotLoseATopicCreatedWhileItWasMade: a retention pass
+// lists the topics, and a caller creates its reply topic before the pass
+// hands the listing to the cap. The cap keeps counting the caller's topic
+// as the caller's: when it forgot it, the next status recreated it as an
+// auto-created reply topic, which a flood later deleted under the caller.
+// A reply topic listed that the cap did not know is, after start, never
+// deleted to make room.
+func TestAListingDoesNotLoseATopicCreatedWhileItWasMade(t *testing.T) {
+	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	c := newTopicCap(3, -1, slog.New(slog.DiscardHandler))
+	c.now = func() time.Time { return now }
+	c.reset([]string{"saga.status"}, now, true)
+	listedAt := now
+	now = now.Add(time.Millisecond)
+	c.created(&kmsg.CreateTopicsRequest{Topics: []kmsg.CreateTopicsRequestTopic{{Topic: "saga.reply.caller"}}}, nil)
+	c.reset([]string{"saga.status", "reply.unknown"}, listedAt, false) // listed before the caller's topic existed
+	topics, _, evictable := c.count()
+	assert.Equal(t, 3, topics, "the caller's topic is still counted")
+	assert.Zero(t, evictable, "neither the caller's topic nor one of unknown origin may be deleted to make room")
+
+	var removed []string
+	req := kmsg.NewPtrMetadataRequest()
+	req.AllowAutoTopicCreation = true
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = kmsg.StringPtr("reply.new")
+	req.Topics = append(req.Topics, rt)
+	c.admit(req, func(string) error { return nil }, func(name string) error { removed = append(removed, name); return nil })
+	assert.Empty(t, removed)
+	assert.EqualValues(t, 1, c.refused.Load(), "full of topics it may not delete: refused")
 }
