@@ -70,18 +70,24 @@ func TestShellAgentAndKcatConsumer(t *testing.T) {
 	assert.Equal(t, []string{domain.TaskSubmittedType, domain.StepDispatchedType, domain.StepSucceededType, domain.TaskProcessedType},
 		types(s.stream("bell-1")), "the shell agent completed the step")
 
-	// A non-Go consumer of the reply topic: kcat reads it to the end.
-	out, err := exec.Command("kcat", "-C", "-b", brokers, "-t", "reply.bell", "-o", "beginning", "-e", "-q", "-f", "%k\t%h\t%s\n").Output()
-	require.NoError(t, err)
+	// A non-Go consumer of the reply topic: kcat reads it to the end. The
+	// statuses are published after the events are stored, so the last may
+	// land a moment after the task is terminal: read again until it has.
 	var statuses []string
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		parts := strings.SplitN(line, "\t", 3)
-		require.Len(t, parts, 3, line)
-		assert.Equal(t, "bell-1", parts[0])
-		assert.Contains(t, parts[1], "ce_type=saga.task.status")
-		var st protocol.TaskStatus
-		require.NoError(t, json.Unmarshal([]byte(parts[2]), &st))
-		statuses = append(statuses, statusLine(st))
-	}
+	require.Eventually(t, func() bool {
+		out, err := exec.Command("kcat", "-C", "-b", brokers, "-t", "reply.bell", "-o", "beginning", "-e", "-q", "-f", "%k\t%h\t%s\n").Output()
+		require.NoError(t, err)
+		statuses = nil
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			parts := strings.SplitN(line, "\t", 3)
+			require.Len(t, parts, 3, line)
+			assert.Equal(t, "bell-1", parts[0])
+			assert.Contains(t, parts[1], "ce_type=saga.task.status")
+			var st protocol.TaskStatus
+			require.NoError(t, json.Unmarshal([]byte(parts[2]), &st))
+			statuses = append(statuses, statusLine(st))
+		}
+		return len(statuses) >= 4
+	}, 30*time.Second, 100*time.Millisecond, "statuses so far: %v", statuses)
 	assert.Equal(t, []string{"received", "step-dispatched ring-bell", "step-succeeded ring-bell", "processed"}, statuses)
 }
