@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
-	"maps"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,8 +43,10 @@ type Producer struct {
 	mu        sync.Mutex
 	statusErr error
 	// replyTopics are the reply topics statuses went to since the last
-	// Flush, which purges them from the client.
-	replyTopics map[string]struct{}
+	// Flush, lastReplyTopics those of the flush interval before: Flush
+	// purges from the client the topics of that one no status went to
+	// since.
+	replyTopics, lastReplyTopics map[string]struct{}
 	// undeliverable counts statuses a reply topic refused.
 	undeliverable atomic.Int64
 	// noBarrier says the broker has no sync barrier topic (logged once).
@@ -269,21 +269,27 @@ func (p *Producer) Flush(ctx context.Context) error {
 	p.mu.Lock()
 	err := p.statusErr
 	p.statusErr = nil
-	replies := slices.Collect(maps.Keys(p.replyTopics))
-	p.replyTopics = nil
+	var idle []string
+	for topic := range p.lastReplyTopics {
+		if _, again := p.replyTopics[topic]; !again {
+			idle = append(idle, topic)
+		}
+	}
+	p.lastReplyTopics, p.replyTopics = p.replyTopics, nil
 	p.mu.Unlock()
-	if len(replies) > 0 {
+	if len(idle) > 0 {
 		// A topic the client knows stays in its every metadata request
 		// until it is purged. Orders with distinct reply topics made the
 		// status publisher's client know thousands, more than the
 		// embedded broker may hold at once: every metadata request then
 		// named topics the broker does not have, each such load was
 		// retried, and the first load of every new reply topic waited
-		// behind them, seconds per flush. Nothing is in flight here (the
-		// client is flushed, the publisher waits on this call), and the
-		// next status to a purged topic loads it again, one metadata
-		// request for all the new topics of a flush interval.
-		p.client.PurgeTopicsFromClient(replies...)
+		// behind them, seconds per flush. So a reply topic no status went
+		// to for a whole flush interval is forgotten (nothing is in flight
+		// here: the client is flushed and the publisher waits on this
+		// call); a topic in steady use (a service's one reply topic) stays
+		// known, and a forgotten one is loaded again by its next status.
+		p.client.PurgeTopicsFromClient(idle...)
 	}
 	if err != nil {
 		return err
