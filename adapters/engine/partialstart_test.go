@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/cockroachdb/errors"
@@ -54,10 +56,28 @@ func warmUp(t *testing.T) {
 	otlp := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	t.Cleanup(otlp.Close)
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.URL)
-	app, err := engine.Start(newPartialStart(t).cfg)
-	require.NoError(t, err)
-	app.Close()
-	app.Close() // a second Close does nothing
+	for try := 1; ; try++ {
+		app, err := engine.Start(newPartialStart(t).cfg)
+		if stolen(err, "") && try < startTries {
+			continue
+		}
+		require.NoError(t, err)
+		app.Close()
+		app.Close() // a second Close does nothing
+		return
+	}
+}
+
+// startTries bounds the starts a test makes when another process took one
+// of the free addresses it chose.
+const startTries = 5
+
+// stolen reports whether Start failed because a listener found its address
+// taken, other than want: an address free when the test chose it is free
+// only until another process binds it, and on a machine busy with other
+// tests one sometimes does. Such a start is tried again on new addresses.
+func stolen(err error, want string) bool {
+	return errors.Is(err, syscall.EADDRINUSE) && (want == "" || !strings.Contains(err.Error(), want))
 }
 
 // TestCloseAfterAPartialStartLeavesNothingRunning fails start-up after
@@ -71,13 +91,19 @@ func TestCloseAfterAPartialStartLeavesNothingRunning(t *testing.T) {
 	for _, step := range steps {
 		t.Run(step, func(t *testing.T) {
 			defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-			p := newPartialStart(t)
 			injected := errors.Newf("injected after %s", step)
-			engine.FailStartAfter(&p.cfg, step, injected)
-			app, err := engine.Start(p.cfg)
-			require.ErrorIs(t, err, injected)
-			require.Nil(t, app)
-			p.assertNothingLeft(t)
+			for try := 1; ; try++ {
+				p := newPartialStart(t)
+				engine.FailStartAfter(&p.cfg, step, injected)
+				app, err := engine.Start(p.cfg)
+				if stolen(err, "") && try < startTries {
+					continue
+				}
+				require.ErrorIs(t, err, injected)
+				require.Nil(t, app)
+				p.assertNothingLeft(t)
+				return
+			}
 		})
 	}
 }
@@ -90,16 +116,26 @@ func TestStartFailingAtAListenerClosesWhatStarted(t *testing.T) {
 	for _, which := range []string{"event store", "kafka", "http api", "metrics"} {
 		t.Run(which, func(t *testing.T) {
 			defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-			p := newPartialStart(t)
-			taken := map[string]string{"event store": p.cfg.EventStoreListen, "kafka": p.cfg.KafkaListen,
-				"http api": p.cfg.HTTPListen, "metrics": p.cfg.MetricsListen}[which]
-			lis, err := net.Listen("tcp", taken)
-			require.NoError(t, err)
-			app, err := engine.Start(p.cfg)
-			require.ErrorContains(t, err, "address already in use")
-			require.Nil(t, app)
-			require.NoError(t, lis.Close())
-			p.assertNothingLeft(t)
+			for try := 1; ; try++ {
+				p := newPartialStart(t)
+				taken := map[string]string{"event store": p.cfg.EventStoreListen, "kafka": p.cfg.KafkaListen,
+					"http api": p.cfg.HTTPListen, "metrics": p.cfg.MetricsListen}[which]
+				lis, err := net.Listen("tcp", taken)
+				if err != nil && try < startTries {
+					continue // taken by another process already
+				}
+				require.NoError(t, err)
+				app, err := engine.Start(p.cfg)
+				require.NoError(t, lis.Close())
+				if stolen(err, taken) && try < startTries {
+					continue
+				}
+				require.ErrorContains(t, err, taken)
+				require.ErrorIs(t, err, syscall.EADDRINUSE)
+				require.Nil(t, app)
+				p.assertNothingLeft(t)
+				return
+			}
 		})
 	}
 }
