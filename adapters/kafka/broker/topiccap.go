@@ -326,7 +326,16 @@ func (c *topicCap) created(req *kmsg.CreateTopicsRequest, remove func(string) er
 		named[t.Topic] = true
 	}
 	for _, t := range req.Topics {
-		if _, ok := c.names[t.Topic]; ok {
+		if k, ok := c.names[t.Topic]; ok {
+			// A caller's own client may have named its reply topic
+			// (consuming it, auto-creation on) before it creates it:
+			// creating it claims it, and it is no longer deleted to
+			// make room.
+			if k.elem != nil {
+				c.evictable.Remove(k.elem)
+				k.elem = nil
+				c.names[t.Topic] = k
+			}
 			continue
 		}
 		if !domain.ReservedTopic(t.Topic) && len(c.names) >= c.max {

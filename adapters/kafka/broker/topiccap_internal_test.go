@@ -147,3 +147,26 @@ func TestAListingDoesNotLoseATopicCreatedWhileItWasMade(t *testing.T) {
 	assert.Empty(t, removed)
 	assert.EqualValues(t, 1, c.refused.Load(), "full of topics it may not delete: refused")
 }
+
+// TestCreatingATopicClaimsItFromTheCache: a caller whose client consumes
+// its reply topic with auto-creation on names the topic in a Metadata
+// request before it creates it, so the cap first counts it as
+// auto-created; the CreateTopics that follows claims it, and it is never
+// deleted to make room. In the 100,000-order flood the waiting caller's
+// topic was deleted so, and its statuses were dead-lettered.
+func TestCreatingATopicClaimsItFromTheCache(t *testing.T) {
+	c := newTopicCap(3, -1, slog.New(slog.DiscardHandler))
+	req := kmsg.NewPtrMetadataRequest()
+	req.AllowAutoTopicCreation = true
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = kmsg.StringPtr("saga.reply.caller")
+	req.Topics = append(req.Topics, rt)
+	c.admit(req, func(string) error { return nil }, func(string) error { return nil })
+	_, _, evictable := c.count()
+	require.Equal(t, 1, evictable, "named first, it counts as auto-created")
+
+	c.created(&kmsg.CreateTopicsRequest{Topics: []kmsg.CreateTopicsRequestTopic{{Topic: "saga.reply.caller"}}}, nil)
+	topics, _, evictable := c.count()
+	assert.Equal(t, 1, topics)
+	assert.Zero(t, evictable, "created by its caller, it is the caller's")
+}
