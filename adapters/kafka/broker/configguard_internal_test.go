@@ -44,3 +44,26 @@ func TestKfakesCleanerFindsNoRetentionToApply(t *testing.T) {
 		assert.Equal(t, int64(0), o.Offset, o.Topic)
 	})
 }
+
+// TestRetentionStoredByEarlierVersionsIsMovedAtStart: a topic's
+// retention.ms that kfake stored under its own name (before the guard) is
+// moved at start to where kfake's cleaner does not apply it, still
+// reported and enforced; a value Kafka would refuse is dropped.
+func TestRetentionStoredByEarlierVersionsIsMovedAtStart(t *testing.T) {
+	dir := t.TempDir()
+	cfg := Config{Listen: "127.0.0.1:0", DataDir: dir, Partitions: 1, Retention: &Retention{}, Logger: slog.New(slog.DiscardHandler)}
+	b, err := Start(cfg)
+	require.NoError(t, err)
+	require.NoError(t, b.cluster.CreateTopic("shop.old", 1, map[string]string{"retention.ms": "60000", "retention.bytes": "abc"}))
+	b.Close()
+
+	b, err = Start(cfg)
+	require.NoError(t, err)
+	t.Cleanup(b.Close)
+	stored := b.cluster.TopicInfo("shop.old").Configs
+	assert.NotContains(t, stored, "retention.ms")
+	assert.NotContains(t, stored, "retention.bytes")
+	require.Contains(t, stored, storedPrefix+"retention.ms")
+	assert.Equal(t, "60000", *stored[storedPrefix+"retention.ms"])
+	assert.NotContains(t, stored, storedPrefix+"retention.bytes")
+}

@@ -158,6 +158,12 @@ func TestDescribeConfigsShowsWhatTheBrokerEnforces(t *testing.T) {
 	for name := range own {
 		assert.False(t, strings.HasPrefix(name, "saga.topic."), "a name kfake stores is not shown: %s", name)
 	}
+	deleted, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.DeleteConfig, Name: "retention.ms"}}, "shop.own")
+	require.NoError(t, err)
+	require.NoError(t, firstErr(deleted))
+	back := describeTopic(t, ctx, adm, "shop.own")["retention.ms"]
+	assert.Equal(t, "172800000", value(back), "deleting the topic's own value brings back the broker's")
+	assert.Equal(t, kmsg.ConfigSourceStaticBrokerConfig, back.Source)
 
 	brokers, err := adm.DescribeBrokerConfigs(ctx)
 	require.NoError(t, err)
