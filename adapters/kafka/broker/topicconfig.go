@@ -114,7 +114,6 @@ var sagaOwnedBrokerConfigs = map[string]string{
 	brokerRetentionRederivedRecords:   "--kafka-retention-rederived-records",
 	"message.max.bytes":               "the embedded broker (16 MiB records and a margin)",
 	"log.segment.bytes":               "the embedded broker (16 MiB segments)",
-	"log.cleaner.backoff.ms":          "the embedded broker (kfake's compaction interval)",
 }
 
 // storedName is the name kfake stores a topic config under.
