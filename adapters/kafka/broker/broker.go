@@ -271,10 +271,7 @@ func Start(cfg Config) (*Broker, error) {
 		kfake.AllowAutoTopicCreation(),
 		kfake.DefaultNumPartitions(int(cfg.Partitions)),
 		kfake.WithLogger(slogLogger{cfg.Logger}),
-		kfake.BrokerConfigs(map[string]string{
-			"message.max.bytes": strconv.Itoa(MaxRecordBytes + 1<<20),
-			"log.segment.bytes": strconv.Itoa(retentionSegmentBytes),
-		}),
+		kfake.BrokerConfigs(kfakeBrokerConfigs()),
 	}
 	if cfg.DataDir != "" {
 		opts = append(opts, kfake.DataDir(cfg.DataDir))
@@ -328,14 +325,17 @@ func Start(cfg Config) (*Broker, error) {
 		}
 		b.topics.install(cluster)
 	}
+	if err := b.guardConfigs(*cfg.Retention, cfg.Partitions); err != nil {
+		return nil, err
+	}
 	if cfg.Retention.IdleReplyTopicAfter > 0 {
 		nameProducedTopicIDs(cluster)
 	}
 	b.listener.logger = cfg.Logger
 	b.listener.openToClients()
-	if cfg.Retention.Enabled() {
-		b.startRetention(*cfg.Retention, cfg.Logger)
-	}
+	// Passes run even with no broker-wide cap: a topic's own retention.ms
+	// and retention.bytes apply.
+	b.startRetention(*cfg.Retention, cfg.Logger)
 	ok = true
 	switch {
 	case cfg.DataDir == "":
@@ -379,15 +379,12 @@ func (b *Broker) internalClient() (*kgo.Client, error) {
 // startRetention runs a retention pass at start and then every interval,
 // until Close.
 func (b *Broker) startRetention(r Retention, logger *slog.Logger) {
-	if r.Interval <= 0 {
-		r.Interval = DefaultRetentionInterval
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	b.stopRetention = func() { cancel(); <-done }
 	go func() {
 		defer close(done)
-		ticker := time.NewTicker(r.Interval)
+		ticker := time.NewTicker(r.interval())
 		defer ticker.Stop()
 		for {
 			if _, err := b.RetainOnce(ctx, r); err != nil && ctx.Err() == nil {
@@ -413,7 +410,7 @@ func (b *Broker) RetainOnce(ctx context.Context, r Retention) (int64, error) {
 	}
 	defer client.Close()
 	adm := kadm.NewClient(client)
-	removed, err := applyRetention(ctx, adm, r, time.Now(), b.logger)
+	removed, err := applyRetention(ctx, adm, r, time.Now(), b.partitionBytes, b.logger)
 	if err != nil || r.IdleReplyTopicAfter <= 0 {
 		return removed, err
 	}
@@ -421,6 +418,31 @@ func (b *Broker) RetainOnce(ctx context.Context, r Retention) (int64, error) {
 	defer b.idleMu.Unlock()
 	_, err = b.deleteIdleReplyTopics(ctx, adm, &b.idle, r.IdleReplyTopicAfter, time.Now())
 	return removed, errors.Wrap(err, "delete idle reply topics")
+}
+
+// partitionBytes reports the bytes each partition of topic holds.
+func (b *Broker) partitionBytes(topic string) map[int32]int64 {
+	sizes := map[int32]int64{}
+	for _, p := range b.cluster.PartitionInfos(topic) {
+		sizes[p.Partition] = p.NumBytes
+	}
+	return sizes
+}
+
+// guardConfigs installs the config guard (see configGuard), after moving
+// retention settings stored by earlier versions.
+func (b *Broker) guardConfigs(r Retention, partitions int32) error {
+	g := &configGuard{cluster: b.cluster, retention: r, partitions: partitions, kfakeBroker: kfakeBrokerConfigs(), topics: b.topics}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := g.moveStoredRetention(ctx, b); err != nil {
+		return errors.Wrap(err, "kafka topic configs")
+	}
+	if err := g.loadBrokerConfigs(ctx, b); err != nil {
+		return errors.Wrap(err, "kafka broker configs")
+	}
+	g.install()
+	return nil
 }
 
 // countTopics tells the cap the topics the broker holds at start.

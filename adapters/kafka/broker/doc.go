@@ -2,8 +2,10 @@
 // persisted to a data directory, with what saga's durability contract
 // needs on top: acknowledgements after fsync, committed offsets clamped at
 // start, torn state logs cut, retention that never removes an unconsumed
-// record, a cap on auto-created topics and the deletion of idle reply
-// topics, TLS and SASL. saga's clients (package kafka) talk to it as to any
+// record (a topic's own retention.ms and retention.bytes included), a cap
+// on auto-created topics and the deletion of idle reply topics, topic
+// configs checked and reported as they are enforced (configGuard), TLS and
+// SASL. saga's clients (package kafka) talk to it as to any
 // Kafka; it imports nothing of saga above domain and domain/protocol.
 //
 // Durability: a produce to a synced topic (by default the orders,

@@ -3,11 +3,13 @@ package broker
 import (
 	"context"
 	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/cockroachdb/errors"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sagaengine/saga/domain/protocol"
 )
@@ -84,7 +86,16 @@ func (r Retention) maxRecords(topic string) int64 {
 	return r.MaxRecords
 }
 
-// Enabled reports whether the retention removes anything at all.
+// interval is the time between two passes.
+func (r Retention) interval() time.Duration {
+	if r.Interval <= 0 {
+		return DefaultRetentionInterval
+	}
+	return r.Interval
+}
+
+// Enabled reports whether the broker-wide retention removes anything at
+// all. A topic's own retention.ms and retention.bytes apply either way.
 func (r Retention) Enabled() bool {
 	return r.MaxAge > 0 || r.MaxRecords > 0 || r.RederivedMaxRecords > 0 || r.IdleReplyTopicAfter > 0
 }
@@ -100,24 +111,26 @@ const retentionSegmentBytes = 16 << 20
 // partitionCut is what a retention pass knows of one partition.
 type partitionCut struct {
 	start, end int64
-	// afterAge is the first offset not older than MaxAge (end if none);
-	// -1 if the age was not asked.
+	// afterAge is the first offset not older than the topic's age limit
+	// (its retention.ms, else MaxAge; end if none); -1 if it has none.
 	afterAge int64
+	// afterBytes is the first offset of the newest records that fit in
+	// the topic's retention.bytes; -1 if it has none.
+	afterBytes int64
 	// committed is the lowest offset committed on the partition by any
 	// group; -1 if no group has committed on it.
 	committed int64
 }
 
-// newStart is the log start offset the retention asks for: the later of what
-// the count and the age allow, but never past a group's committed offset.
+// newStart is the log start offset the retention asks for: the latest of
+// what the count, the age and the size allow, but never past a group's
+// committed offset.
 func (p partitionCut) newStart(r Retention, topic string) int64 {
 	to := p.start
 	if n := r.maxRecords(topic); n > 0 && p.end-n > to {
 		to = p.end - n
 	}
-	if r.MaxAge > 0 && p.afterAge > to {
-		to = p.afterAge
-	}
+	to = max(to, p.afterAge, p.afterBytes)
 	to = min(to, p.end)
 	if p.committed >= 0 && p.committed < to {
 		to = p.committed
@@ -125,11 +138,17 @@ func (p partitionCut) newStart(r Retention, topic string) int64 {
 	return to
 }
 
-// deletableTopics are the topics a pass may cut: not kfake's internal ones,
-// and not compacted ones, whose newest record per key is their content (a
-// count or an age would remove live keys; a compacted topic keeps its own
-// size in check).
-func deletableTopics(ctx context.Context, adm *kadm.Client, names []string) ([]string, error) {
+// topicRetention is a topic's own retention.ms and retention.bytes, as
+// DescribeConfigs reports them; nil where it has none.
+type topicRetention struct {
+	ms, bytes *int64
+}
+
+// deletableTopics are the topics a pass may cut, with their own retention
+// settings: not kfake's internal ones, and not compacted ones, whose newest
+// record per key is their content (a count or an age would remove live
+// keys; a compacted topic keeps its own size in check).
+func deletableTopics(ctx context.Context, adm *kadm.Client, names []string) ([]string, map[string]topicRetention, error) {
 	var topics []string
 	for _, name := range names {
 		if !strings.HasPrefix(name, "__") {
@@ -137,18 +156,37 @@ func deletableTopics(ctx context.Context, adm *kadm.Client, names []string) ([]s
 		}
 	}
 	if len(topics) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	configs, err := adm.DescribeTopicConfigs(ctx, topics...)
 	if err != nil {
-		return nil, errors.Wrap(err, "describe topic configs")
+		return nil, nil, errors.Wrap(err, "describe topic configs")
 	}
 	compacted := map[string]bool{}
+	own := map[string]topicRetention{}
 	for _, rc := range configs {
+		if rc.Err != nil {
+			continue // deleted since listed
+		}
 		for _, c := range rc.Configs {
 			if c.Key == "cleanup.policy" && c.Value != nil && strings.Contains(*c.Value, "compact") {
 				compacted[rc.Name] = true
 			}
+			if c.Source != kmsg.ConfigSourceDynamicTopicConfig || c.Value == nil {
+				continue
+			}
+			n, err := strconv.ParseInt(*c.Value, 10, 64)
+			if err != nil {
+				continue // the broker refuses such values; one stored before it did is ignored
+			}
+			t := own[rc.Name]
+			switch c.Key {
+			case "retention.ms":
+				t.ms = &n
+			case "retention.bytes":
+				t.bytes = &n
+			}
+			own[rc.Name] = t
 		}
 	}
 	kept := topics[:0]
@@ -157,21 +195,44 @@ func deletableTopics(ctx context.Context, adm *kadm.Client, names []string) ([]s
 			kept = append(kept, name)
 		}
 	}
-	return kept, nil
+	return kept, own, nil
 }
 
-// applyRetention runs one retention pass over every topic but kfake's
-// internal and compacted ones, and reports the number of records removed.
-func applyRetention(ctx context.Context, adm *kadm.Client, r Retention, now time.Time, logger *slog.Logger) (int64, error) {
-	if !r.Enabled() {
-		return 0, nil
+// maxAge is the age limit of topic: its own retention.ms (-1: none), else
+// r.MaxAge; ok is false for none.
+func (t topicRetention) maxAge(r Retention) (time.Duration, bool) {
+	if t.ms != nil {
+		return time.Duration(*t.ms) * time.Millisecond, *t.ms >= 0
 	}
+	return r.MaxAge, r.MaxAge > 0
+}
+
+// keepBytes is the first offset of the newest records that fit in limit
+// bytes, estimated from the partition's mean record size (kfake counts
+// bytes by batch, not by record); -1 if the partition fits.
+func keepBytes(start, end, size, limit int64) int64 {
+	records := end - start
+	if limit < 0 || size <= limit || records <= 0 {
+		return -1
+	}
+	keep := int64(float64(limit) / (float64(size) / float64(records)))
+	return end - min(keep, records)
+}
+
+// partitionBytes reports the bytes each partition of a topic holds.
+type partitionBytes func(topic string) map[int32]int64
+
+// applyRetention runs one retention pass over every topic but kfake's
+// internal and compacted ones, and reports the number of records removed:
+// r's caps and each topic's own retention.ms and retention.bytes (sizes
+// reports the partitions' bytes), never past a group's committed offset.
+func applyRetention(ctx context.Context, adm *kadm.Client, r Retention, now time.Time, sizes partitionBytes, logger *slog.Logger) (int64, error) {
 	listed, err := adm.ListTopics(ctx)
 	if err != nil {
 		return 0, errors.Wrap(err, "list topics")
 	}
-	topics, err := deletableTopics(ctx, adm, listed.Names())
-	if err != nil || len(topics) == 0 {
+	topics, own, err := deletableTopics(ctx, adm, listed.Names())
+	if err != nil || len(topics) == 0 || !r.Enabled() && len(own) == 0 {
 		return 0, err
 	}
 	cuts := map[string]map[int32]*partitionCut{}
@@ -191,10 +252,16 @@ func applyRetention(ctx context.Context, adm *kadm.Client, r Retention, now time
 		if cuts[o.Topic] == nil {
 			cuts[o.Topic] = map[int32]*partitionCut{}
 		}
-		cuts[o.Topic][o.Partition] = &partitionCut{start: o.Offset, end: end.Offset, afterAge: -1, committed: -1}
+		cuts[o.Topic][o.Partition] = &partitionCut{start: o.Offset, end: end.Offset, afterAge: -1, afterBytes: -1, committed: -1}
 	})
-	if r.MaxAge > 0 {
-		after, err := adm.ListOffsetsAfterMilli(ctx, now.Add(-r.MaxAge).UnixMilli(), topics...)
+	byAge := map[time.Duration][]string{}
+	for _, topic := range topics {
+		if age, ok := own[topic].maxAge(r); ok {
+			byAge[age] = append(byAge[age], topic)
+		}
+	}
+	for age, aged := range byAge {
+		after, err := adm.ListOffsetsAfterMilli(ctx, now.Add(-age).UnixMilli(), aged...)
 		if err != nil {
 			return 0, errors.Wrap(err, "list offsets by age")
 		}
@@ -206,6 +273,16 @@ func applyRetention(ctx context.Context, adm *kadm.Client, r Retention, now time
 				}
 			}
 		})
+	}
+	for topic, t := range own {
+		if t.bytes == nil || *t.bytes < 0 || cuts[topic] == nil || sizes == nil {
+			continue
+		}
+		for partition, size := range sizes(topic) {
+			if c := cuts[topic][partition]; c != nil {
+				c.afterBytes = keepBytes(c.start, c.end, size, *t.bytes)
+			}
+		}
 	}
 	groups, err := adm.ListGroups(ctx)
 	if err != nil {

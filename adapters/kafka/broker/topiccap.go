@@ -345,18 +345,12 @@ func (c *topicCap) created(req *kmsg.CreateTopicsRequest, remove func(string) er
 	}
 }
 
-// install makes cluster ask the cap before every Metadata and CreateTopics
-// request.
+// install makes cluster ask the cap before every Metadata request; the
+// config guard asks it about CreateTopics requests (created).
 func (c *topicCap) install(cluster *kfake.Cluster) {
 	cluster.ControlKey(int16(kmsg.Metadata), func(r kmsg.Request) (kmsg.Response, error, bool) {
 		if req, ok := r.(*kmsg.MetadataRequest); ok {
 			c.admit(req, func(topic string) error { return cluster.CreateTopic(topic, partitions(topic), nil) }, cluster.DeleteTopic)
-		}
-		return nil, nil, false
-	})
-	cluster.ControlKey(int16(kmsg.CreateTopics), func(r kmsg.Request) (kmsg.Response, error, bool) {
-		if req, ok := r.(*kmsg.CreateTopicsRequest); ok {
-			c.created(req, cluster.DeleteTopic)
 		}
 		return nil, nil, false
 	})
