@@ -510,7 +510,7 @@ func validateTiming(path string, budget time.Duration, attempts int, b Backoff, 
 	if b.Initial < 0 || b.Max < 0 {
 		add(path+".backoff", "durations must not be negative")
 	}
-	if b.Multiplier < 1 {
+	if b.Multiplier < 1 && b != (Backoff{}) { // the zero Backoff takes the default (WithDefaults)
 		add(path+".backoff.multiplier", "must be at least 1, not %g", b.Multiplier)
 	}
 	if b.Jitter < 0 || b.Jitter > 1 {
