@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -252,8 +253,11 @@ func (r *Registry) List(ctx context.Context) ([]*domain.Workflow, error) {
 
 // Select chooses the workflow a message starts: the one a saga-shaped order
 // names (in its workflow and workflowVersion fields), else the one whose
-// trigger matches the topic and event type. Nothing matching is
-// domain.ErrUnknownWorkflow.
+// trigger matches the topic and event type. A trigger with a typeField
+// reads the type there; an event without that field (a CloudEvent in
+// binary mode, whose body is only its data) is read by its ce_type
+// header. Nothing matching is domain.ErrUnknownWorkflow, with what was
+// read where.
 func (r *Registry) Select(ctx context.Context, topic string, doc domain.OrderDocument, ceType string) (*domain.Workflow, error) {
 	name, version, err := doc.Requested()
 	if err != nil {
@@ -275,7 +279,7 @@ func (r *Registry) Select(ctx context.Context, topic string, doc domain.OrderDoc
 	}
 	var specific, generic []*domain.Workflow
 	for _, w := range all {
-		if !doc.Matches(w.Trigger, topic, ceType) {
+		if !doc.Matches(typeSource(w.Trigger, doc), topic, ceType) {
 			continue
 		}
 		if w.Trigger.Type != "" {
@@ -296,17 +300,70 @@ func (r *Registry) Select(ctx context.Context, topic string, doc domain.OrderDoc
 		}
 	}
 	if len(specific)+len(generic) == 0 {
-		what := "topic " + topic
-		if ceType != "" {
-			what += " and type " + ceType
-		}
-		return nil, errors.Wrapf(domain.ErrUnknownWorkflow, "no workflow starts on %s", what)
+		return nil, errors.Wrapf(domain.ErrUnknownWorkflow, "no workflow starts on topic %s%s", topic, typesRead(all, topic, doc, ceType))
 	}
 	var names []string
 	for _, w := range append(specific, generic...) {
 		names = append(names, w.Name)
 	}
 	return nil, errors.Wrapf(domain.ErrUnknownWorkflow, "several workflows start on topic %s (%s): name one in the order's workflow field", topic, strings.Join(names, ", "))
+}
+
+// typeSource returns the trigger Select matches a message against: tr,
+// or, when tr reads the type at a typeField the message lacks, tr reading
+// the ce_type header instead.
+func typeSource(tr domain.Trigger, doc domain.OrderDocument) domain.Trigger {
+	if tr.TypeField != "" {
+		if v, ok := doc.Lookup(tr.TypeField); !ok || v == nil {
+			tr.TypeField = ""
+		}
+	}
+	return tr
+}
+
+// typesRead says, for a message no workflow starts on, which type it was
+// found to have where: at the typeField of each trigger on the topic, or
+// in its ce_type header.
+func typesRead(all []*domain.Workflow, topic string, doc domain.OrderDocument, ceType string) string {
+	var read []string
+	note := func(s string) {
+		if !slices.Contains(read, s) {
+			read = append(read, s)
+		}
+	}
+	header := "no ce_type header"
+	if ceType != "" {
+		header = "ce_type header " + strconv.Quote(ceType)
+	}
+	for _, w := range all {
+		tr := w.Trigger
+		if tr.Type == "" || !slices.Contains(tr.TopicsOrDefault(), topic) {
+			continue
+		}
+		if tr.TypeField == "" || typeSource(tr, doc).TypeField == "" {
+			if tr.TypeField != "" {
+				note("no " + tr.TypeField + " field")
+			}
+			note(header)
+			continue
+		}
+		v, _ := doc.Lookup(tr.TypeField)
+		switch v := v.(type) {
+		case string:
+			note(tr.TypeField + " " + strconv.Quote(v))
+		case json.Number:
+			note(tr.TypeField + " " + string(v))
+		default:
+			note(tr.TypeField + " is not a string")
+		}
+	}
+	if len(read) == 0 {
+		if ceType == "" {
+			return ""
+		}
+		return " and type " + ceType
+	}
+	return " for this event's type: read " + strings.Join(read, ", ")
 }
 
 // Topics lists the topics that start some registered workflow, and the

@@ -102,3 +102,33 @@ func TestADefinitionStoredWithAZeroMultiplierStillReads(t *testing.T) {
 	assert.Equal(t, 1.0, w.Steps[0].Compensation.Backoff.Multiplier)
 	assert.Equal(t, time.Second, w.Steps[0].Compensation.Backoff.Delay(3, 0), "as it ran: no growth")
 }
+
+// TestATypeFieldFallsBackToTheCloudEventsHeader: a trigger with a
+// typeField starts on a CloudEvent in binary mode, whose type is only in
+// its ce_type header; the body's field wins when present; and a message
+// nothing starts on is refused with what was read where.
+func TestATypeFieldFallsBackToTheCloudEventsHeader(t *testing.T) {
+	ctx := context.Background()
+	reg := processes.NewRegistry(embeddedStore(t), nil)
+	_, _, err := reg.Apply(ctx, triggered("billing", []string{"shop.events"}, "checkout.completed"), "test")
+	require.NoError(t, err)
+	doc := func(body string) domain.OrderDocument {
+		d, err := domain.ParseOrderDocument([]byte(body), 1<<20)
+		require.NoError(t, err)
+		return d
+	}
+
+	w, err := reg.Select(ctx, "shop.events", doc(`{"orderId":"o-1"}`), "checkout.completed")
+	require.NoError(t, err, "binary mode: the type in ce_type only")
+	assert.Equal(t, "billing", w.Name)
+	w, err = reg.Select(ctx, "shop.events", doc(`{"orderId":"o-2","type":"checkout.completed"}`), "")
+	require.NoError(t, err, "structured mode: the type in the body")
+	assert.Equal(t, "billing", w.Name)
+
+	_, err = reg.Select(ctx, "shop.events", doc(`{"orderId":"o-3","type":"cart.abandoned"}`), "checkout.completed")
+	require.ErrorIs(t, err, domain.ErrUnknownWorkflow, "the body's field wins over the header")
+	assert.Contains(t, err.Error(), `no workflow starts on topic shop.events for this event's type: read /type "cart.abandoned"`)
+	_, err = reg.Select(ctx, "shop.events", doc(`{"orderId":"o-4"}`), "cart.abandoned")
+	require.ErrorIs(t, err, domain.ErrUnknownWorkflow)
+	assert.Contains(t, err.Error(), `read no /type field, ce_type header "cart.abandoned"`)
+}
