@@ -150,7 +150,7 @@ func (r *Registry) Check(ctx context.Context, w *domain.Workflow) (*domain.Workf
 		}
 	}
 	if len(problems) > 0 {
-		return nil, &domain.DefinitionError{Problems: problems}
+		return nil, &domain.DefinitionError{Source: "workflow " + w.Name, Problems: problems}
 	}
 	return w, nil
 }
