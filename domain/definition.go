@@ -67,9 +67,12 @@ func ProblemsOf(err error) []Problem {
 
 // Defaults of a step that does not set them.
 const (
-	DefaultStepBudget          = 10 * time.Second
-	DefaultStepAttempts        = 3
-	DefaultCompensationAttemps = 5
+	DefaultStepBudget           = 10 * time.Second
+	DefaultStepAttempts         = 3
+	DefaultCompensationAttempts = 5
+	// Deprecated: DefaultCompensationAttemps is the misspelt name of
+	// DefaultCompensationAttempts, kept so that code using it compiles.
+	DefaultCompensationAttemps = DefaultCompensationAttempts
 )
 
 var (
@@ -217,14 +220,6 @@ func parseList[T any](p *defParser, path string, v any, what string, item func(s
 	return out
 }
 
-// stepDefaults are the values a step takes when it does not set them.
-type stepDefaults struct {
-	budget      time.Duration
-	attempts    int
-	backoff     Backoff
-	onExhausted ExhaustedPolicy
-}
-
 func (p *defParser) workflow(doc any) *Workflow {
 	m := p.object("", doc, "name", "description", "trigger", "priority", "defaults", "steps")
 	w := &Workflow{}
@@ -243,7 +238,7 @@ func (p *defParser) workflow(doc any) *Workflow {
 	if v, ok := m["priority"]; ok {
 		w.Priority = Priority(p.str("priority", v))
 	}
-	defaults := stepDefaults{budget: DefaultStepBudget, attempts: DefaultStepAttempts, backoff: DefaultBackoff, onExhausted: CompensateOnExhausted}
+	defaults := documentedDefaults()
 	if v, ok := m["defaults"]; ok {
 		if dm := p.object("defaults", v, "budget", "attempts", "backoff", "onExhausted"); dm != nil {
 			p.stepTiming("defaults", dm, &defaults.budget, &defaults.attempts, &defaults.backoff)
@@ -316,7 +311,7 @@ func (p *defParser) backoff(path string, v any, b Backoff) Backoff {
 }
 
 func (p *defParser) step(path string, v any, d stepDefaults) StepDefinition {
-	s := StepDefinition{Budget: d.budget, MaxAttempts: d.attempts, Backoff: d.backoff, OnExhausted: d.onExhausted}
+	s := d.step()
 	m := p.object(path, v, "name", "agent", "http", "budget", "attempts", "backoff", "onExhausted", "compensation")
 	if m == nil {
 		return s
@@ -344,7 +339,8 @@ func (p *defParser) step(path string, v any, d stepDefaults) StepDefinition {
 }
 
 func (p *defParser) compensation(path string, v any, s StepDefinition) *CompensationDefinition {
-	c := &CompensationDefinition{Budget: s.Budget, MaxAttempts: DefaultCompensationAttemps, Backoff: s.Backoff}
+	comp := compensationOf(s)
+	c := &comp
 	if action, ok := v.(string); ok {
 		c.Action = action
 		return c
@@ -361,7 +357,7 @@ func (p *defParser) compensation(path string, v any, s StepDefinition) *Compensa
 	}
 	p.stepTiming(path, m, &c.Budget, &c.MaxAttempts, &c.Backoff)
 	if c.Action == "" {
-		c.Action = "undo-" + s.Name
+		c.Action = defaultAction(s.Name)
 	}
 	return c
 }
@@ -514,7 +510,7 @@ func validateTiming(path string, budget time.Duration, attempts int, b Backoff, 
 	if b.Initial < 0 || b.Max < 0 {
 		add(path+".backoff", "durations must not be negative")
 	}
-	if b.Multiplier != 0 && b.Multiplier < 1 {
+	if b.Multiplier < 1 && b != (Backoff{}) { // the zero Backoff takes the default (WithDefaults)
 		add(path+".backoff.multiplier", "must be at least 1, not %g", b.Multiplier)
 	}
 	if b.Jitter < 0 || b.Jitter > 1 {

@@ -1,10 +1,12 @@
 package processes
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -60,13 +62,11 @@ func NewRegistry(store EventStore, clock Clock) *Registry {
 
 // Apply registers w as the newest version of its workflow, unless it equals
 // the newest version already (then that one is returned and changed is
-// false). A definition is validated first; two workflows may not start on
-// the same topic for the same event type.
+// false). It runs Check first and registers nothing when Check finds a
+// problem.
 func (r *Registry) Apply(ctx context.Context, w *domain.Workflow, by string) (registered *domain.Workflow, changed bool, err error) {
-	if err := w.Validate(); err != nil {
-		return nil, false, err
-	}
-	if err := r.checkTrigger(ctx, w); err != nil {
+	w, err = r.Check(ctx, w)
+	if err != nil {
 		return nil, false, err
 	}
 	for range DefaultMaxConflicts {
@@ -131,28 +131,28 @@ func (r *Registry) catalog(ctx context.Context, name string, version int) error 
 	return nil
 }
 
-// checkTrigger refuses a workflow that would start on the same topic and
-// event type as another one.
-func (r *Registry) checkTrigger(ctx context.Context, w *domain.Workflow) error {
-	if w.Trigger.Type == "" {
-		return nil
-	}
+// Check runs every check Apply runs and registers nothing. It returns w
+// with its defaults filled in (domain.Workflow.WithDefaults, for a
+// workflow built in Go), or a *domain.DefinitionError listing every
+// problem at once: those of the definition (Validate), and a trigger that
+// overlaps that of another registered workflow (domain.TriggerOverlap).
+// POST /api/workflows?dryRun=true and sagactl workflows validate call it.
+func (r *Registry) Check(ctx context.Context, w *domain.Workflow) (*domain.Workflow, error) {
+	w = w.WithDefaults()
+	problems := domain.ProblemsOf(w.Validate())
 	others, err := r.List(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for _, o := range others {
-		if o.Name == w.Name || o.Trigger.Type != w.Trigger.Type {
-			continue
-		}
-		for _, topic := range w.Trigger.TopicsOrDefault() {
-			if slices.Contains(o.Trigger.TopicsOrDefault(), topic) {
-				return &domain.DefinitionError{Problems: []domain.Problem{{Path: "trigger",
-					Message: "workflow " + o.Name + " already starts on topic " + topic + " for type " + w.Trigger.Type}}}
-			}
+		if p, overlaps := domain.TriggerOverlap(w, o, "registered"); overlaps {
+			problems = append(problems, p)
 		}
 	}
-	return nil
+	if len(problems) > 0 {
+		return nil, &domain.DefinitionError{Source: "workflow " + w.Name, Problems: problems}
+	}
+	return w, nil
 }
 
 // Workflow implements Workflows.
@@ -253,8 +253,11 @@ func (r *Registry) List(ctx context.Context) ([]*domain.Workflow, error) {
 
 // Select chooses the workflow a message starts: the one a saga-shaped order
 // names (in its workflow and workflowVersion fields), else the one whose
-// trigger matches the topic and event type. Nothing matching is
-// domain.ErrUnknownWorkflow.
+// trigger matches the topic and event type. A trigger with a typeField
+// reads the type there; an event without that field (a CloudEvent in
+// binary mode, whose body is only its data) is read by its ce_type
+// header. Nothing matching is domain.ErrUnknownWorkflow, with what was
+// read where.
 func (r *Registry) Select(ctx context.Context, topic string, doc domain.OrderDocument, ceType string) (*domain.Workflow, error) {
 	name, version, err := doc.Requested()
 	if err != nil {
@@ -276,7 +279,7 @@ func (r *Registry) Select(ctx context.Context, topic string, doc domain.OrderDoc
 	}
 	var specific, generic []*domain.Workflow
 	for _, w := range all {
-		if !doc.Matches(w.Trigger, topic, ceType) {
+		if !doc.Matches(typeSource(w.Trigger, doc), topic, ceType) {
 			continue
 		}
 		if w.Trigger.Type != "" {
@@ -297,17 +300,70 @@ func (r *Registry) Select(ctx context.Context, topic string, doc domain.OrderDoc
 		}
 	}
 	if len(specific)+len(generic) == 0 {
-		what := "topic " + topic
-		if ceType != "" {
-			what += " and type " + ceType
-		}
-		return nil, errors.Wrapf(domain.ErrUnknownWorkflow, "no workflow starts on %s", what)
+		return nil, errors.Wrapf(domain.ErrUnknownWorkflow, "no workflow starts on topic %s%s", topic, typesRead(all, topic, doc, ceType))
 	}
 	var names []string
 	for _, w := range append(specific, generic...) {
 		names = append(names, w.Name)
 	}
 	return nil, errors.Wrapf(domain.ErrUnknownWorkflow, "several workflows start on topic %s (%s): name one in the order's workflow field", topic, strings.Join(names, ", "))
+}
+
+// typeSource returns the trigger Select matches a message against: tr,
+// or, when tr reads the type at a typeField the message lacks, tr reading
+// the ce_type header instead.
+func typeSource(tr domain.Trigger, doc domain.OrderDocument) domain.Trigger {
+	if tr.TypeField != "" {
+		if v, ok := doc.Lookup(tr.TypeField); !ok || v == nil {
+			tr.TypeField = ""
+		}
+	}
+	return tr
+}
+
+// typesRead says, for a message no workflow starts on, which type it was
+// found to have where: at the typeField of each trigger on the topic, or
+// in its ce_type header.
+func typesRead(all []*domain.Workflow, topic string, doc domain.OrderDocument, ceType string) string {
+	var read []string
+	note := func(s string) {
+		if !slices.Contains(read, s) {
+			read = append(read, s)
+		}
+	}
+	header := "no ce_type header"
+	if ceType != "" {
+		header = "ce_type header " + strconv.Quote(ceType)
+	}
+	for _, w := range all {
+		tr := w.Trigger
+		if tr.Type == "" || !slices.Contains(tr.TopicsOrDefault(), topic) {
+			continue
+		}
+		if tr.TypeField == "" || typeSource(tr, doc).TypeField == "" {
+			if tr.TypeField != "" {
+				note("no " + tr.TypeField + " field")
+			}
+			note(header)
+			continue
+		}
+		v, _ := doc.Lookup(tr.TypeField)
+		switch v := v.(type) {
+		case string:
+			note(tr.TypeField + " " + strconv.Quote(v))
+		case json.Number:
+			note(tr.TypeField + " " + string(v))
+		default:
+			note(tr.TypeField + " is not a string")
+		}
+	}
+	if len(read) == 0 {
+		if ceType == "" {
+			return ""
+		}
+		return " and type " + ceType
+	}
+	return " for this event's type: read " + strings.Join(read, ", ")
 }
 
 // Topics lists the topics that start some registered workflow, and the
@@ -362,7 +418,7 @@ func (r *Registry) read(ctx context.Context, name string) ([]*domain.Workflow, e
 		if err := json.Unmarshal(e.Data, &reg); err != nil {
 			return nil, errors.Wrapf(err, "workflow %s revision %d", name, e.Revision)
 		}
-		w, err := domain.ParseDefinition(reg.Definition)
+		w, err := parseStored(reg.Definition)
 		if err != nil {
 			return nil, errors.Wrapf(err, "workflow %s version %d as stored", name, reg.Version)
 		}
@@ -376,6 +432,45 @@ func (r *Registry) read(ctx context.Context, name string) ([]*domain.Workflow, e
 	r.checked[name] = r.Clock.Now()
 	r.mu.Unlock()
 	return versions, nil
+}
+
+// parseStored reads a definition as it was stored. One registered before a
+// backoff multiplier below 1 was refused may hold a multiplier of 0, which
+// always ran as 1: it reads as 1, so that its tasks go on as they ran.
+func parseStored(def json.RawMessage) (*domain.Workflow, error) {
+	w, err := domain.ParseDefinition(def)
+	if !errors.Is(err, domain.ErrInvalidWorkflow) {
+		return w, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(def))
+	dec.UseNumber()
+	var doc map[string]any
+	if dec.Decode(&doc) != nil {
+		return nil, err
+	}
+	fixed := false
+	fix := func(v any) {
+		m, _ := v.(map[string]any)
+		b, _ := m["backoff"].(map[string]any)
+		if n, ok := b["multiplier"].(json.Number); ok && (n == "0" || n == "0.0") {
+			b["multiplier"], fixed = 1, true
+		}
+	}
+	steps, _ := doc["steps"].([]any)
+	for _, s := range steps {
+		fix(s)
+		if m, ok := s.(map[string]any); ok {
+			fix(m["compensation"])
+		}
+	}
+	if !fixed {
+		return nil, err
+	}
+	upgraded, mErr := json.Marshal(doc)
+	if mErr != nil {
+		return nil, err
+	}
+	return domain.ParseDefinition(upgraded)
 }
 
 func (r *Registry) forget(name string) {

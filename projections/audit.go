@@ -149,7 +149,11 @@ func describe(e domain.Event) (string, int, string) {
 	case domain.CompensationRequested:
 		return e.Step, 0, e.Reason
 	case domain.CompensationDispatched:
-		return e.Step, e.Attempt, e.Action + " to " + e.Agent + ", completeBy " + e.CompleteBy.UTC().Format(stamp)
+		key := e.IdempotencyKey
+		if key == "" {
+			key = domain.CompensationKey(e.TaskID, e.Step)
+		}
+		return e.Step, e.Attempt, e.Action + " to " + e.Agent + ", completeBy " + e.CompleteBy.UTC().Format(stamp) + ", key " + key
 	case domain.StepCompensated:
 		return e.Step, e.Attempt, withAnswer("", e.Answer)
 	case domain.CompensationFailed:

@@ -93,3 +93,19 @@ func TestEveryEventIsDescribed(t *testing.T) {
 		assert.True(t, described[reflect.TypeOf(e).Name()], "describe has no case for %s", wire)
 	}
 }
+
+// TestAuditShowsTheCompensationsIdempotencyKey: a compensation's dispatch
+// names its idempotency key, as a step's does, so that an operator can
+// match it to the service's log.
+func TestAuditShowsTheCompensationsIdempotencyKey(t *testing.T) {
+	a, err := projections.BuildAudit("o-1", audittest.History(), projections.Cut{})
+	require.NoError(t, err)
+	seen := 0
+	for _, r := range a.Rows {
+		if r.Event == domain.CompensationDispatchedType {
+			seen++
+			assert.Contains(t, r.Details, "key "+domain.CompensationKey("o-1", r.Step))
+		}
+	}
+	assert.Positive(t, seen)
+}

@@ -210,8 +210,10 @@ func (c *Config) validate() ([]*domain.Workflow, error) {
 	if len(workflows) == 0 && len(c.WorkflowDirs) == 0 && c.DemoAgents {
 		workflows = []*domain.Workflow{demo.Workflow()}
 	}
-	for _, w := range workflows {
-		if err := w.Validate(); err != nil {
+	for i, w := range workflows {
+		// A workflow built in Go takes the defaults its file would.
+		workflows[i] = w.WithDefaults()
+		if err := workflows[i].Validate(); err != nil {
 			problems = append(problems, errors.Wrapf(err, "workflow %s", w.Name))
 		}
 	}

@@ -18,7 +18,8 @@
 //	GET  /api/workflows/{name}    one workflow: ?version=N, newest when omitted
 //	GET  /api/workflows/{name}/versions  every version, oldest first
 //	POST /api/workflows           register a definition (JSON document);
-//	                              ?dryRun=true only validates it
+//	                              ?dryRun=true runs every check registering
+//	                              would, and registers nothing
 //	GET  /api/agents              every agent with its instances, totals and
 //	                              queued commands (a protocol.AgentList; AgentsAPI)
 //	GET  /api/agents/{name}       one agent (a protocol.AgentView), 404 if unknown
@@ -68,6 +69,8 @@ type Operations interface {
 // Workflows registers and reads workflow definitions.
 type Workflows interface {
 	Apply(ctx context.Context, w *domain.Workflow, by string) (*domain.Workflow, bool, error)
+	// Check runs every check Apply runs, registering nothing.
+	Check(ctx context.Context, w *domain.Workflow) (*domain.Workflow, error)
 	Workflow(ctx context.Context, name string, version int) (*domain.Workflow, error)
 	Versions(ctx context.Context, name string) ([]*domain.Workflow, error)
 	List(ctx context.Context) ([]*domain.Workflow, error)
@@ -464,12 +467,16 @@ func handleWorkflows(mux *http.ServeMux, workflows Workflows) {
 			return
 		}
 		if r.URL.Query().Get("dryRun") == "true" {
+			if _, err := workflows.Check(r.Context(), wf); err != nil {
+				writeWorkflowError(w, namedSource(err, wf.Name))
+				return
+			}
 			writeJSON(w, http.StatusOK, map[string]any{"name": wf.Name, "valid": true})
 			return
 		}
 		registered, changed, err := workflows.Apply(r.Context(), wf, operator(r, ""))
 		if err != nil {
-			writeWorkflowError(w, err)
+			writeWorkflowError(w, namedSource(err, wf.Name))
 			return
 		}
 		status := http.StatusOK
@@ -491,6 +498,16 @@ func writeWorkflows(w http.ResponseWriter, list []*domain.Workflow) {
 		views = append(views, view)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"workflows": views})
+}
+
+// namedSource names the workflow as the source of a definition error
+// that names none, so that the refusal says which definition it is about.
+func namedSource(err error, name string) error {
+	var de *domain.DefinitionError
+	if errors.As(err, &de) && de.Source == "" {
+		de.Source = "workflow " + name
+	}
+	return err
 }
 
 func writeWorkflowError(w http.ResponseWriter, err error) {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -330,10 +331,12 @@ func walk(root *yaml.Node, path string) (*yaml.Node, int) {
 	return node, line
 }
 
-// DirError lists what is wrong with the definition files of a directory:
-// a *domain.DefinitionError for each file with problems (its Source names
-// the file), or the error reading a file.
+// DirError lists what is wrong with a set of definition files (those of
+// a directory, or those Load was given): a *domain.DefinitionError for
+// each file with problems (its Source names the file), or the error
+// reading a file.
 type DirError struct {
+	// Dir names the directory, or the paths Load was given.
 	Dir  string
 	Errs []error
 }
@@ -364,55 +367,137 @@ func (e *DirError) Problems() []*domain.DefinitionError {
 	return out
 }
 
-// LoadDir reads every definition file (*.yaml, *.yml, *.json; not in
-// subdirectories, and not hidden files) of dir, in order of name. Two files
-// that define the same workflow name are a problem of the second. If any
-// file has problems, LoadDir returns a *DirError listing those of every
-// file, and no workflows.
-func LoadDir(dir string) ([]*domain.Workflow, error) {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, errors.Wrapf(err, "read workflow directory %s", dir)
-	}
-	var names []string
-	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), ".") || !IsDefinitionFile(e.Name()) || e.IsDir() {
-			continue
-		}
-		names = append(names, e.Name())
-	}
-	sort.Strings(names)
-	var workflows []*domain.Workflow
-	var errs []error
-	definedIn := map[string]string{}
-	for _, n := range names {
-		path := filepath.Join(dir, n)
-		data, err := readLimited(path)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		w, root, err := parse(path, data)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if other, dup := definedIn[w.Name]; dup {
-			line := 0
-			if root != nil {
-				line = lineOf(root, "name")
+// File is a definition file Load read.
+type File struct {
+	// Path is the file's path, as Load was given it or found it.
+	Path     string
+	Workflow *domain.Workflow
+	// root is the file's YAML node tree (JSON is YAML too), for Locate.
+	root *yaml.Node
+}
+
+// Locate returns problems found in the file's definition elsewhere, such
+// as those the API answers, as a *domain.DefinitionError naming the file,
+// each problem with the line its path names in the file.
+func (f *File) Locate(problems []domain.Problem) *domain.DefinitionError {
+	de := &domain.DefinitionError{Source: f.Path, Problems: slices.Clone(problems)}
+	if f.root != nil {
+		for i := range de.Problems {
+			if de.Problems[i].Line == 0 {
+				de.Problems[i].Line = problemLine(f.root, de.Problems[i])
 			}
-			errs = append(errs, &domain.DefinitionError{Source: path, Problems: []domain.Problem{{Path: "name", Line: line,
-				Message: fmt.Sprintf("workflow %q is already defined in %s", w.Name, other)}}})
-			continue
 		}
-		definedIn[w.Name] = path
-		workflows = append(workflows, w)
 	}
-	if len(errs) > 0 {
-		return nil, &DirError{Dir: dir, Errs: errs}
+	return de
+}
+
+// LoadDir reads every definition file (*.yaml, *.yml, *.json; not in
+// subdirectories, and not hidden files) of dir, in order of name, and
+// checks them as a set as Load does. If any file has problems, LoadDir
+// returns a *DirError listing those of every file, and no workflows.
+func LoadDir(dir string) ([]*domain.Workflow, error) {
+	files, err := load(dir, []string{dir})
+	if err != nil {
+		return nil, err
+	}
+	workflows := make([]*domain.Workflow, len(files))
+	for i, f := range files {
+		workflows[i] = f.Workflow
 	}
 	return workflows, nil
+}
+
+// Load reads every file named and every definition file of every
+// directory named (as LoadDir reads one), and checks them as a set: two
+// files may not define one workflow name, and no two triggers may overlap
+// (domain.TriggerOverlap), each a problem of the later file naming the
+// earlier. It needs nothing but the files: what it accepts, the engine
+// refuses only for what is registered already. If any file has problems,
+// Load returns a *DirError listing those of every file, and no files.
+func Load(paths ...string) ([]*File, error) {
+	return load(strings.Join(paths, ", "), paths)
+}
+
+func load(name string, paths []string) ([]*File, error) {
+	var files []*File
+	var errs []error
+	// Each file's problems are listed in the order of the files: those of
+	// the file itself, or those it has with the files before it.
+	add := func(path string) {
+		f, err := readFile(path)
+		if err == nil {
+			err = checkSet(f, files)
+		}
+		if err != nil {
+			errs = append(errs, err)
+			return
+		}
+		files = append(files, f)
+	}
+	for _, p := range paths {
+		info, err := os.Stat(p)
+		if err != nil {
+			errs = append(errs, errors.Wrap(err, "read workflow definitions"))
+			continue
+		}
+		if !info.IsDir() {
+			add(p)
+			continue
+		}
+		entries, err := os.ReadDir(p)
+		if err != nil {
+			errs = append(errs, errors.Wrapf(err, "read workflow directory %s", p))
+			continue
+		}
+		var names []string
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), ".") || !IsDefinitionFile(e.Name()) || e.IsDir() {
+				continue
+			}
+			names = append(names, e.Name())
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			add(filepath.Join(p, n))
+		}
+	}
+	if len(errs) > 0 {
+		return nil, &DirError{Dir: name, Errs: errs}
+	}
+	return files, nil
+}
+
+// readFile reads and parses one definition file.
+func readFile(path string) (*File, error) {
+	data, err := readLimited(path)
+	if err != nil {
+		return nil, err
+	}
+	w, root, err := parse(path, data)
+	if err != nil {
+		return nil, err
+	}
+	return &File{Path: path, Workflow: w, root: root}, nil
+}
+
+// checkSet finds the problems of f taken together with the files read
+// before it: a workflow name defined twice, and triggers that overlap.
+func checkSet(f *File, earlier []*File) error {
+	var problems []domain.Problem
+	for _, e := range earlier {
+		if e.Workflow.Name == f.Workflow.Name {
+			problems = append(problems, domain.Problem{Path: "name",
+				Message: fmt.Sprintf("workflow %q is already defined in %s", f.Workflow.Name, e.Path)})
+			continue
+		}
+		if p, overlaps := domain.TriggerOverlap(f.Workflow, e.Workflow, "in "+e.Path); overlaps {
+			problems = append(problems, p)
+		}
+	}
+	if len(problems) > 0 {
+		return f.Locate(problems)
+	}
+	return nil
 }
 
 // readLimited reads a file of at most MaxFileBytes; a larger one is a

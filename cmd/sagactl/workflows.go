@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -24,7 +23,9 @@ const workflowsUsage = `usage: sagactl workflows COMMAND [flags] [args]
 
 commands:
   apply FILE|DIR...      register the definitions (a new version for each that changed)
-  validate FILE|DIR...   check the definitions and list every problem; registers nothing
+  validate FILE|DIR...   check the definitions and list every problem, as apply would; registers
+                         nothing. The files are checked alone and as a set without sagad, then
+                         against the registered workflows if the API answers (--offline: not)
   list                   the newest version of every workflow
   get NAME [--version N] a workflow's definition, as YAML (--json for JSON)
   diff FILE...           what applying the files would change, against the newest versions
@@ -55,81 +56,107 @@ func workflowsCmd(ctx context.Context, args []string) error {
 	}
 }
 
-// loadDefinitions reads every file named, and every definition file in
-// every directory named, reporting all problems together.
-func loadDefinitions(paths []string) ([]*domain.Workflow, error) {
-	var out []*domain.Workflow
-	var problems error
-	for _, p := range paths {
-		info, err := os.Stat(p)
-		if err != nil {
-			problems = errors.CombineErrors(problems, err)
-			continue
-		}
-		if info.IsDir() {
-			ws, err := workflowfile.LoadDir(p)
-			problems = errors.CombineErrors(problems, err)
-			out = append(out, ws...)
-			continue
-		}
-		data, err := os.ReadFile(p)
-		if err != nil {
-			problems = errors.CombineErrors(problems, err)
-			continue
-		}
-		w, err := workflowfile.Parse(filepath.Base(p), data)
-		if err != nil {
-			problems = errors.CombineErrors(problems, err)
-			continue
-		}
-		out = append(out, w)
-	}
-	return out, problems
-}
-
+// workflowsApply applies the definition files, or with dryRun only
+// validates them. Both first check the files alone and as a set
+// (workflowfile.Load), then, through the API, every file against the
+// registered workflows (the checks apply runs); apply registers nothing
+// unless every file passes. validate needs no server for the first part:
+// with --offline, or when the API cannot be reached, it checks the files
+// alone and says so.
 func workflowsApply(ctx context.Context, args []string, dryRun bool) error {
 	name := "apply"
 	if dryRun {
 		name = "validate"
 	}
 	fs, c := flags("workflows " + name)
+	offline := new(bool)
+	if dryRun {
+		offline = fs.Bool("offline", false, "check the files alone and as a set, without asking sagad about the registered workflows")
+	}
 	if err := parseInterspersed(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() == 0 {
 		return errors.Newf("usage: sagactl workflows %s [flags] FILE|DIR...", name)
 	}
-	defs, err := loadDefinitions(fs.Args())
+	files, err := workflowfile.Load(fs.Args()...)
 	if err != nil {
 		return exitCode{exitError, err.Error()}
 	}
-	for _, w := range defs {
+	if !*offline {
+		err = checkAgainstServer(ctx, c, files)
+		var down unreachableError
+		if dryRun && errors.As(err, &down) {
+			fmt.Fprintf(os.Stderr, "sagactl: %v\nsagactl: the files were checked alone and as a set, not against the registered workflows\n", err)
+			*offline = true
+		} else if err != nil {
+			return err
+		}
+	}
+	for _, f := range files {
+		w := f.Workflow
+		if dryRun {
+			how := ""
+			if *offline {
+				how = " (checked offline)"
+			}
+			fmt.Printf("workflow %s is valid%s: %s\n", w.Name, how, f.Path)
+			continue
+		}
 		doc, err := w.MarshalDefinition()
 		if err != nil {
 			return err
-		}
-		u := c.api + "/api/workflows"
-		if dryRun {
-			u += "?dryRun=true"
 		}
 		var answer struct {
 			Name    string
 			Version int
 			Changed bool
 		}
-		if err := call(ctx, http.MethodPost, u, doc, &answer); err != nil {
-			return errors.Wrapf(err, "workflow %s", w.Name)
+		if err := call(ctx, http.MethodPost, c.api+"/api/workflows", doc, &answer); err != nil {
+			return located(f, err)
 		}
-		switch {
-		case dryRun:
-			fmt.Printf("workflow %s is valid\n", w.Name)
-		case answer.Changed:
+		if answer.Changed {
 			fmt.Printf("workflow %s registered as version %d\n", answer.Name, answer.Version)
-		default:
+		} else {
 			fmt.Printf("workflow %s unchanged (version %d)\n", answer.Name, answer.Version)
 		}
 	}
 	return nil
+}
+
+// checkAgainstServer runs, through the API's dry run, every check apply
+// runs on each file, and reports every refusal at once, each with its
+// file and lines. An API that cannot be reached is an unreachableError.
+func checkAgainstServer(ctx context.Context, c *common, files []*workflowfile.File) error {
+	var refused []string
+	for _, f := range files {
+		doc, err := f.Workflow.MarshalDefinition()
+		if err != nil {
+			return err
+		}
+		err = call(ctx, http.MethodPost, c.api+"/api/workflows?dryRun=true", doc, nil)
+		var status apiError
+		switch {
+		case errors.As(err, &status) && len(status.problems) > 0:
+			refused = append(refused, located(f, err).Error())
+		case err != nil:
+			return errors.Wrapf(err, "check %s", f.Path)
+		}
+	}
+	if len(refused) > 0 {
+		return exitCode{exitError, strings.Join(refused, "\n")}
+	}
+	return nil
+}
+
+// located gives the problems of a refusal from the API the file and
+// lines they are found at.
+func located(f *workflowfile.File, err error) error {
+	var status apiError
+	if !errors.As(err, &status) || len(status.problems) == 0 {
+		return errors.Wrapf(err, "workflow %s (%s)", f.Workflow.Name, f.Path)
+	}
+	return f.Locate(status.problems)
 }
 
 type workflowView struct {
@@ -228,12 +255,17 @@ func workflowsDiff(ctx context.Context, args []string) error {
 	if fs.NArg() == 0 {
 		return errors.New("usage: sagactl workflows diff [flags] FILE|DIR...")
 	}
-	defs, err := loadDefinitions(fs.Args())
+	files, err := workflowfile.Load(fs.Args()...)
 	if err != nil {
 		return exitCode{exitError, err.Error()}
 	}
+	// A file apply would refuse is no change apply would make.
+	if err := checkAgainstServer(ctx, c, files); err != nil {
+		return err
+	}
 	changed := false
-	for _, w := range defs {
+	for _, f := range files {
+		w := f.Workflow
 		current, err := fetchWorkflow(ctx, c, w.Name, 0)
 		var statusErr apiError
 		switch {
@@ -320,9 +352,17 @@ func lcsDiff(a, b []string) []string {
 type apiError struct {
 	status int
 	msg    string
+	// problems are those of a refused workflow definition.
+	problems []domain.Problem
 }
 
 func (e apiError) Error() string { return e.msg }
+
+// unreachableError is a request that reached no API.
+type unreachableError struct{ err error }
+
+func (e unreachableError) Error() string { return e.err.Error() }
+func (e unreachableError) Unwrap() error { return e.err }
 
 // call sends a request to the API and decodes its JSON answer into out; an
 // error answer becomes an apiError with the API's message and problems.
@@ -333,8 +373,12 @@ func call(ctx context.Context, method, u string, payload []byte, out any) error 
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := doAPI(req)
+	var transport *url.Error
+	if errors.As(err, &transport) {
+		return unreachableError{errors.Wrap(err, "is sagad running? "+method+" "+u)}
+	}
 	if err != nil {
-		return errors.Wrap(err, "is sagad running? "+method+" "+u)
+		return errors.Wrap(err, method+" "+u)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
@@ -351,7 +395,7 @@ func call(ctx context.Context, method, u string, payload []byte, out any) error 
 		if len(e.Problems) > 0 {
 			msg = resp.Status + ": " + (&domain.DefinitionError{Problems: e.Problems}).Error()
 		}
-		return apiError{status: resp.StatusCode, msg: msg}
+		return apiError{status: resp.StatusCode, msg: msg, problems: e.Problems}
 	}
 	if out == nil {
 		return nil

@@ -74,7 +74,7 @@ func main() {
 		return // -h printed the flags
 	}
 	if err != nil {
-		logger.Error("sagad stopped", "err", err)
+		logStopped(logger, err)
 		os.Exit(1)
 	}
 }
