@@ -454,8 +454,13 @@ func (s *Store) followOfficial(ctx context.Context, streamPrefix string, handle 
 		opts.Filter = &esdb.SubscriptionFilter{Type: esdb.StreamFilterType, Prefixes: []string{streamPrefix}}
 	}
 	client := s.current()
-	sub, err := client.SubscribeToAll(ctx, opts)
-	if codeOf(err) == esdb.ErrorCodeConnectionClosed {
+	var sub *esdb.Subscription
+	err := closedUnder(func() error {
+		var err error
+		sub, err = client.SubscribeToAll(ctx, opts)
+		return err
+	})
+	if codeOf(err) == esdb.ErrorCodeConnectionClosed || errors.Is(err, errClosedUnder) {
 		s.replace(client)
 	}
 	if err != nil {
@@ -543,7 +548,7 @@ func classify(err error) error {
 	}
 	// The in-process path's errors (LocalAppend) carry their class.
 	switch {
-	case errors.Is(err, ErrUnavailable):
+	case errors.Is(err, ErrUnavailable), errors.Is(err, errClosedUnder):
 		return errTransient
 	case errors.Is(err, domain.ErrConcurrencyConflict):
 		return errConflict
@@ -571,6 +576,30 @@ func classify(err error) error {
 	return errOther
 }
 
+// errClosedUnder is a call on a client that replace closed while the call
+// waited for the client's connection.
+var errClosedUnder = errors.New("event store client closed during the call")
+
+// closedUnder runs a call on an official client and turns the panic of a
+// send on the client's closed channel into errClosedUnder. The client
+// (v4.1.0) stops reading that channel when it gives up reconnecting, after
+// setting its closed flag: a call that read the flag just before sends on
+// the channel and blocks until replace closes the old client, and the send
+// then panics (a kill -9 of the event store under load crashed a submitter
+// so, integration/cluster).
+func closedUnder(call func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			if e, ok := r.(error); ok && strings.Contains(e.Error(), "send on closed channel") {
+				err = errClosedUnder
+				return
+			}
+			panic(r)
+		}
+	}()
+	return call()
+}
+
 // retryable reports whether the adapter retries err itself.
 func retryable(err error) bool { return classify(err) == errTransient }
 
@@ -580,8 +609,8 @@ func (s *Store) retry(ctx context.Context, op func(*esdb.Client) error) error {
 	backoff := 20 * time.Millisecond
 	for {
 		client := s.current()
-		err := op(client)
-		if codeOf(err) == esdb.ErrorCodeConnectionClosed {
+		err := closedUnder(func() error { return op(client) })
+		if codeOf(err) == esdb.ErrorCodeConnectionClosed || errors.Is(err, errClosedUnder) {
 			s.replace(client)
 		}
 		if err == nil || !retryable(err) || ctx.Err() != nil {
