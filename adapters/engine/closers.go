@@ -14,6 +14,8 @@ import (
 type closers struct {
 	mu   sync.Mutex
 	list []closer
+	// running names the closer closeAll runs now.
+	running string
 }
 
 type closer struct {
@@ -40,9 +42,29 @@ func (c *closers) closeAll() error {
 		}
 		last := c.list[len(c.list)-1]
 		c.list = c.list[:len(c.list)-1]
+		c.running = last.name
 		c.mu.Unlock()
-		if err := last.close(); err != nil {
+		err := last.close()
+		c.mu.Lock()
+		c.running = ""
+		c.mu.Unlock()
+		if err != nil {
 			errs = append(errs, errors.Wrapf(err, "close %s", last.name))
 		}
 	}
+}
+
+// waiting names the closer running now and those still to run, in the
+// order closeAll runs them.
+func (c *closers) waiting() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	if c.running != "" {
+		out = append(out, c.running)
+	}
+	for i := len(c.list) - 1; i >= 0; i-- {
+		out = append(out, c.list[i].name)
+	}
+	return out
 }
