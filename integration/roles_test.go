@@ -147,8 +147,6 @@ func TestSplitRolesAreObservable(t *testing.T) {
 	// Every payment call hangs, so that the agents have a call in flight
 	// when they are stopped.
 	agents := role("agents", "agents", "--fault", "payment=hang")
-	// A second agents process, stopped while the broker does not answer.
-	agents2 := role("agents-2", "agents", "--shutdown-timeout", "2s")
 	submitter := role("submitter", "submitter,status")
 	api := role("api", "api")
 
@@ -249,6 +247,9 @@ func TestSplitRolesAreObservable(t *testing.T) {
 
 	// Stopped while its broker does not answer, an agents process cannot
 	// leave its groups: it exits once its --shutdown-timeout has passed.
+	agents2 := role("agents-2", "agents", "--shutdown-timeout", "2s")
+	require.Eventually(t, func() bool { code, _, _ := agents2.readiness(t); return code == 200 }, time.Minute, 100*time.Millisecond,
+		"agents-2 never ready")
 	require.NoError(t, broker.cmd.Process.Signal(syscall.SIGSTOP))
 	began = time.Now()
 	require.NoError(t, agents2.cmd.Process.Signal(syscall.SIGTERM))
