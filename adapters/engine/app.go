@@ -493,7 +493,7 @@ func (a *App) startEventStore(context.Context) error {
 			return err
 		}
 		a.esServer = srv
-		a.closers.push("event store server", srv.Close)
+		a.closers.pushServer("event store server", srv.Close)
 		a.egress.AddOwn(srv.Addr())
 		a.EventStoreURL = fmt.Sprintf("esdb://%s?tls=false", srv.Addr())
 		if a.cfg.Secure {
@@ -603,7 +603,7 @@ func (a *App) startKafka(ctx context.Context) error {
 			return err
 		}
 		a.broker = embedded
-		a.closers.push("kafka broker", func() error { embedded.Close(); return nil })
+		a.closers.pushServer("kafka broker", func() error { embedded.Close(); return nil })
 		a.KafkaBrokers = embedded.Addrs()
 		for _, addr := range a.KafkaBrokers {
 			a.egress.AddOwn(addr)
@@ -1055,10 +1055,10 @@ func (a *App) Failed() <-chan error { return a.errs }
 // it was started on. After a Start that failed part way, it stops what
 // had started; a second call does nothing.
 //
-// Close waits ShutdownTimeout at most: past it, it logs the parts that
-// have not stopped (one waiting for a broker it cannot reach, a handler
-// that ignores its context) and returns, leaving them to the process's
-// exit.
+// Close waits ShutdownTimeout at most for the parts: past it, it logs
+// those that have not stopped (one waiting for a broker it cannot reach, a
+// handler that ignores its context), closes the embedded servers, and
+// returns, leaving the parts to the process's exit.
 func (a *App) Close() {
 	a.closed.Do(func() {
 		a.cancel()
@@ -1074,6 +1074,13 @@ func (a *App) Close() {
 		case <-timeout.C:
 			a.logger.Error("parts did not stop within the shutdown timeout; leaving them", "timeout", a.cfg.ShutdownTimeout,
 				"waiting", strings.Join(a.closers.waiting(), ", "))
+			// The embedded servers still close their data cleanly (each
+			// bounds its own close); the parts left fail against them.
+			for _, srv := range a.closers.takeServers() {
+				if err := srv.close(); err != nil {
+					a.logger.Error("close", "err", errors.Wrapf(err, "close %s", srv.name).Error())
+				}
+			}
 		}
 	})
 }

@@ -168,3 +168,43 @@ func checkNames(t *testing.T, body string) []string {
 func quiet() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 }
+
+// TestCloseStillClosesTheEmbeddedServers: past its ShutdownTimeout, Close
+// leaves a part that does not stop but still closes the embedded servers,
+// so their data directory can be opened again at once.
+func TestCloseStillClosesTheEmbeddedServers(t *testing.T) {
+	wf := &domain.Workflow{Name: "stuck", Steps: []domain.StepDefinition{{Name: "only", Agent: "stubborn", Budget: time.Minute, MaxAttempts: 1}}}
+	called := make(chan struct{}, 1)
+	never := make(chan struct{})
+	defer close(never)
+	cfg := engine.Config{DataDir: t.TempDir(), KafkaListen: "127.0.0.1:0", EventStoreListen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0",
+		Workflows: []*domain.Workflow{wf}, Logger: quiet(), ShutdownTimeout: time.Second, CommandsThroughKafka: true,
+		Agents: map[string]agent.Handler{"stubborn": func(context.Context, agent.Request) (any, error) {
+			select {
+			case called <- struct{}{}:
+			default:
+			}
+			<-never // ignores its context
+			return nil, nil
+		}}}
+	app, err := engine.Start(cfg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := client.New(ctx, client.Config{Brokers: app.KafkaBrokers})
+	require.NoError(t, err)
+	require.NoError(t, c.Submit(ctx, "stuck-1", map[string]any{"workflow": "stuck"}))
+	c.Close()
+	select {
+	case <-called:
+	case <-ctx.Done():
+		t.Fatal("the agent was never called")
+	}
+	began := time.Now()
+	app.Close()
+	assert.Less(t, time.Since(began), 4*time.Second)
+
+	again, err := engine.Start(cfg)
+	require.NoError(t, err, "the embedded servers' data is free again")
+	again.Close()
+}
