@@ -210,8 +210,7 @@ type Config struct {
 	// does nothing unless the program set one.
 	TracerProvider trace.TracerProvider
 	// MetricsListen, when set, serves /metrics on a listener of its own,
-	// for processes that run without the api role (whose HTTP API serves
-	// /metrics too).
+	// without tokens (HTTPListen serves it too, in every process).
 	MetricsListen string
 	// AgentInstances configures the agents this process runs: capacity,
 	// shared limits, latency budget.

@@ -109,7 +109,7 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	httpListen := fs.String("http-listen", envOr("SAGA_HTTP_LISTEN", ""), "address of the HTTP API (default "+httpapi.DefaultListen+" with the api role). A process without the api role serves only /healthz, /readyz and /metrics there (same tokens, hosts and TLS), and nothing when it is not set [$SAGA_HTTP_LISTEN]")
 	httpAllowedHosts := fs.String("http-allowed-hosts", envOr("SAGA_HTTP_ALLOWED_HOSTS", ""), "names (comma-separated) by which the HTTP API may be reached besides localhost, IP addresses and --http-listen's host; .example.com allows subdomains, * any name. Other Host headers get 421, which stops DNS rebinding; checked always without --api-tokens-file, with it only when set [$SAGA_HTTP_ALLOWED_HOSTS]")
 	debugListen := fs.String("debug-listen", envOr("SAGA_DEBUG_LISTEN", ""), "serve Go's profiling endpoints (/debug/pprof/) on this address, apart from the API; off by default [$SAGA_DEBUG_LISTEN]")
-	metricsListen := fs.String("metrics-listen", envOr("SAGA_METRICS_LISTEN", ""), "serve /metrics on this address too, for processes that run without the api role; off by default [$SAGA_METRICS_LISTEN]")
+	metricsListen := fs.String("metrics-listen", envOr("SAGA_METRICS_LISTEN", ""), "serve /metrics on this address too, on a listener of its own without tokens (--http-listen serves it in every process); off by default [$SAGA_METRICS_LISTEN]")
 	brokers := fs.String("kafka-brokers", envOr("SAGA_KAFKA_BROKERS", ""), "use these Kafka brokers (comma-separated) and start no embedded broker [$SAGA_KAFKA_BROKERS]")
 	esURL := new(eventstore.URLFlag)
 	*esURL = eventstore.URLFlag(envOr("SAGA_EVENTSTORE", ""))
