@@ -186,8 +186,7 @@ func (a *App) registerMetrics() {
 				Help: "Topic creations the embedded Kafka refused at its topic cap, with nothing it could delete to make room.",
 				Read: func(emit func(float64, ...string)) { emit(float64(broker.RefusedTopics())) }})
 	}
-	if a.client != nil && len(a.groups) > 0 {
-		groups := slices.Clone(a.groups)
+	if groups := a.consumerGroups(); a.client != nil && len(groups) > 0 {
 		m.WatchLag(kadm.NewClient(a.client), func() []string { return groups })
 	}
 }
