@@ -192,6 +192,13 @@ type StepDefinition struct {
 	// Compensation undoes the step; nil for a step that cannot or need not
 	// be undone (a welcome email cannot be unsent).
 	Compensation *CompensationDefinition
+	// After names the steps this one waits for (see Predecessors): nil
+	// means the step before it in the list, an empty list none, so that
+	// the step starts at once.
+	After []string
+	// When is the step's condition (see ParseCondition); empty means
+	// always. A step whose condition is false is skipped.
+	When string
 }
 
 // Step returns the definition of the named step.

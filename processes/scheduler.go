@@ -1174,7 +1174,7 @@ func commandFor(ctx context.Context, workflows Workflows, t *domain.Task, a doma
 	cmd := protocol.ExecuteStep{
 		TaskID: t.ID, Workflow: t.Workflow, WorkflowVersion: t.WorkflowVersion, Step: st.Name, Agent: st.Agent,
 		Action: protocol.ActionExecute, Attempt: a.Attempt, CompleteBy: a.CompleteBy, IdempotencyKey: st.IdempotencyKey,
-		Order: t.Order, Results: t.Results(st.Name), Priority: t.Priority,
+		Order: t.Order, Priority: t.Priority,
 	}
 	if cmd.Priority == domain.PriorityNormal {
 		cmd.Priority = "" // as before priorities: agents that know none see the same command
@@ -1187,7 +1187,7 @@ func commandFor(ctx context.Context, workflows Workflows, t *domain.Task, a doma
 	if !ok {
 		return cmd, errors.Wrapf(domain.ErrUnknownStep, "workflow %s version %d has no step %q", wf.Name, wf.Version, st.Name)
 	}
-	cmd.HTTP = def.HTTP
+	cmd.HTTP, cmd.Results = def.HTTP, t.ResultsFor(wf, st.Name)
 	if a.Compensation {
 		cmd.Action, cmd.IdempotencyKey = protocol.ActionCompensate, st.Compensation.IdempotencyKey
 		cmd.Results, cmd.Result = t.Results(""), st.Result
