@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/projections/audittest"
 )
 
 // graphWorkflow is a diamond: account, then storage and email side by
@@ -326,4 +327,31 @@ func FuzzParseCondition(f *testing.F) {
 			require.NotEmpty(t, p)
 		}
 	})
+}
+
+// TestRecordedHistoryDecidesAsBefore replays the recorded history of a
+// task of the sequential order workflow (audittest): at every point where
+// the scheduler decided, Next decides the same again, and the history folds
+// to the same state with graphs as without.
+func TestRecordedHistoryDecidesAsBefore(t *testing.T) {
+	history := audittest.History()
+	var events []domain.Event
+	for i, r := range history {
+		e, err := r.Decode()
+		require.NoError(t, err)
+		if i > 0 && r.Metadata.Actor == "scheduler/a" {
+			switch e.(type) {
+			case domain.StepDispatched, domain.CompensationDispatched, domain.TaskCompensated:
+				got := domain.Fold("o-1", events).Next(wf, domain.Decision{Now: r.Recorded, Actor: "scheduler/a"})
+				require.NotEmpty(t, got, "revision %d", i)
+				assert.Equal(t, names([]domain.Event{e}), names(got[:1]), "revision %d", i)
+			}
+		}
+		events = append(events, e)
+	}
+	task := domain.Fold("o-1", events)
+	assert.Equal(t, domain.StateCompensated, task.State)
+	for _, s := range task.Steps {
+		assert.Equal(t, domain.StepStateCompensated, s.State, s.Name)
+	}
 }
