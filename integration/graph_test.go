@@ -189,3 +189,47 @@ func TestGraphBranchesRunSideBySideThroughTheHTTPAgent(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "email", view.FailedStep)
 }
+
+// TestGraphBranchesThatHangBothTimeOut: two branches in flight at once to
+// a service that never answers both time out through the supervisor, each
+// at its own deadline; both are in doubt, so both are undone.
+func TestGraphBranchesThatHangBothTimeOut(t *testing.T) {
+	release := make(chan struct{})
+	var mu sync.Mutex
+	undone := map[string]bool{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/undo/") {
+			mu.Lock()
+			undone[strings.TrimPrefix(r.URL.Path, "/undo/")] = true
+			mu.Unlock()
+			return
+		}
+		select { // hang until the test ends
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(release) })
+	s := startSystem(t, engine.Config{})
+	s.register(hostileWorkflow(t, strings.ReplaceAll(`
+name: hang
+defaults: {budget: 300ms, attempts: 1}
+steps:
+  - {name: left, after: [], http: {url: "SVC/left"}, compensation: {http: {url: "SVC/undo/left"}, budget: 5s}}
+  - {name: right, after: [], http: {url: "SVC/right"}, compensation: {http: {url: "SVC/undo/right"}, budget: 5s}}
+`, "SVC", srv.URL)))
+	s.publish("hang-1", []byte(`{"orderId":"hang-1","workflow":"hang"}`))
+	task := s.awaitTerminal([]string{"hang-1"}, 60*time.Second)["hang-1"]
+	require.Equal(t, domain.StateCompensated, task.State, task.Reason)
+	timedOut := 0
+	for _, e := range s.stream("hang-1") {
+		if e.Type == domain.StepTimedOutType {
+			timedOut++
+		}
+	}
+	assert.Equal(t, 2, timedOut, "each branch timed out at its own deadline")
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, map[string]bool{"left": true, "right": true}, undone, "both branches were in doubt and undone")
+}
