@@ -129,7 +129,8 @@ steps:
 func TestGraphBranchesRunSideBySideThroughTheHTTPAgent(t *testing.T) {
 	svc, url := startGraphService(t)
 	s := startSystem(t, engine.Config{})
-	require.Equal(t, 1, s.register(hostileWorkflow(t, strings.ReplaceAll(graphDefinition, "SVC", url))))
+	wf := hostileWorkflow(t, strings.ReplaceAll(graphDefinition, "SVC", url))
+	require.Equal(t, 1, s.register(wf))
 
 	s.publish("ok-1", []byte(`{"orderId":"ok-1","workflow":"graph","marketing":false}`))
 	s.publish("fail-1", []byte(`{"orderId":"fail-1","workflow":"graph"}`))
@@ -159,6 +160,8 @@ func TestGraphBranchesRunSideBySideThroughTheHTTPAgent(t *testing.T) {
 	accountUndo, _ := svc.call("/account-undo/fail-1")
 	assert.True(t, storageUndo.to.Before(accountUndo.from) || storageUndo.to.Equal(accountUndo.from), "undone one at a time, the later first")
 	for _, id := range []string{"ok-1", "fail-1"} {
+		checkStream(t, id, s.stream(id))
+		checkGraph(t, id, wf, s.stream(id))
 		for _, path := range []string{"/newsletter/", "/newsletter-undo/"} {
 			_, called := svc.call(path + id)
 			assert.False(t, called, "%s%s was called", path, id)
@@ -212,13 +215,14 @@ func TestGraphBranchesThatHangBothTimeOut(t *testing.T) {
 	t.Cleanup(srv.Close)
 	t.Cleanup(func() { close(release) })
 	s := startSystem(t, engine.Config{})
-	s.register(hostileWorkflow(t, strings.ReplaceAll(`
+	wf := hostileWorkflow(t, strings.ReplaceAll(`
 name: hang
 defaults: {budget: 300ms, attempts: 1}
 steps:
   - {name: left, after: [], http: {url: "SVC/left"}, compensation: {http: {url: "SVC/undo/left"}, budget: 5s}}
   - {name: right, after: [], http: {url: "SVC/right"}, compensation: {http: {url: "SVC/undo/right"}, budget: 5s}}
-`, "SVC", srv.URL)))
+`, "SVC", srv.URL))
+	s.register(wf)
 	s.publish("hang-1", []byte(`{"orderId":"hang-1","workflow":"hang"}`))
 	task := s.awaitTerminal([]string{"hang-1"}, 60*time.Second)["hang-1"]
 	require.Equal(t, domain.StateCompensated, task.State, task.Reason)
@@ -229,6 +233,8 @@ steps:
 		}
 	}
 	assert.Equal(t, 2, timedOut, "each branch timed out at its own deadline")
+	checkStream(t, "hang-1", s.stream("hang-1"))
+	checkGraph(t, "hang-1", wf, s.stream("hang-1"))
 	mu.Lock()
 	defer mu.Unlock()
 	assert.Equal(t, map[string]bool{"left": true, "right": true}, undone, "both branches were in doubt and undone")
