@@ -41,13 +41,16 @@ type Decision struct {
 	// decisions stay pure.
 	Random float64
 	// Admit, when set, says whether a dispatch to agent may go now: the
-	// agent has room. When it says no, the step waits (StepWaiting, with
+	// agent has room. own lists the task's attempts that are to be in
+	// flight besides this one (its steps running side by side, and the
+	// dispatches decided before it in the same decision), which take room
+	// too. When it says no, the step waits (StepWaiting, with
 	// the reason it gives) and nothing is dispatched. Nil admits every
 	// dispatch. It must only read: a decision may be made again (after a
 	// conflict, or tentatively while settling) and must change nothing,
 	// so the room a dispatch takes is taken by its caller once the
 	// dispatch is stored.
-	Admit func(agent string) Admission
+	Admit func(agent string, own []InFlightAttempt) Admission
 	// ReturnPause is how long a step whose attempt an agent gave back
 	// waits before it is dispatched again: zero when another instance may
 	// take it now, a pause when none may, so that an agent that keeps
@@ -72,7 +75,7 @@ func (t *Task) admit(d Decision, step, agent string, compensation bool, l *Leg) 
 	if d.Admit == nil {
 		return nil, "", true
 	}
-	a := d.Admit(agent)
+	a := d.Admit(agent, t.InFlight())
 	if a.OK {
 		return nil, a.Instance, true
 	}
@@ -128,9 +131,12 @@ func (t *Task) next(wf *Workflow, d Decision) []Event {
 			return t.afterFailure(wf, s, false, d)
 		}
 	}
+	// cur is the task as the dispatches decided so far leave it, so that
+	// each is admitted with the room the ones before it take.
+	cur := t.Clone()
 	var events []Event
 	finished := true
-	for i, s := range t.Steps {
+	for i, s := range cur.Steps {
 		switch s.State {
 		case StepStateProcessed, StepStateSkipped:
 			continue
@@ -139,10 +145,17 @@ func (t *Task) next(wf *Workflow, d Decision) []Event {
 			if s.State == StepStateRetrying && s.NotBefore != nil && d.Now.Before(*s.NotBefore) {
 				continue
 			}
-			if j := wf.stepIndex(s.Name); j >= 0 && !t.ready(wf, j) || j < 0 && i > 0 && !t.Steps[i-1].done() {
+			if j := wf.stepIndex(s.Name); j >= 0 && !cur.ready(wf, j) || j < 0 && i > 0 && !cur.Steps[i-1].done() {
 				continue // a step not in the workflow fails in its turn (dispatch)
 			}
-			events = append(events, t.start(wf, s, d)...)
+			started := cur.start(wf, s, d)
+			for _, e := range started {
+				cur.Apply(e)
+			}
+			events = append(events, started...)
+			if cur.State.Terminal() {
+				return events
+			}
 		default:
 			finished = false
 		}

@@ -649,8 +649,8 @@ func (sh *shard) decision(t *domain.Task, rc *roomCheck) domain.Decision {
 	d := domain.Decision{Now: sh.s.Clock.Now(), Actor: sh.s.Actor, Random: rand.Float64()}
 	if sh.s.Agents != nil && rc != nil {
 		rc.refused = nil
-		d.Admit = func(agent string) domain.Admission {
-			a, refused := sh.s.capacity.check(agent, t)
+		d.Admit = func(agent string, own []domain.InFlightAttempt) domain.Admission {
+			a, refused := sh.s.capacity.check(agent, t, own)
 			rc.refused = refused
 			return a
 		}
@@ -676,25 +676,37 @@ const maxHoldTries = 16
 func (sh *shard) decide(t *domain.Task, rc *roomCheck, decide func(domain.Decision) ([]domain.Event, error)) ([]domain.Event, error) {
 	for try := 1; ; try++ {
 		events, err := decide(sh.decision(t, rc))
-		if err != nil || sh.s.capacity.hold(t, dispatchOf(events)) || try == maxHoldTries {
+		if err != nil {
+			return events, err
+		}
+		if d, own := dispatchOf(t, events); sh.s.capacity.hold(t, d, own) || try == maxHoldTries {
 			return events, err
 		}
 	}
 }
 
-// dispatchOf is where the last dispatch among events goes; nil when they
+// dispatchOf is where the last dispatch among events for task t goes, and
+// the other attempts t has in flight once they are stored; nil when they
 // dispatch nothing.
-func dispatchOf(events []domain.Event) *route {
+func dispatchOf(t *domain.Task, events []domain.Event) (*route, []domain.InFlightAttempt) {
 	var r *route
-	for _, e := range events {
+	last := -1
+	for i, e := range events {
 		switch d := e.(type) {
 		case domain.StepDispatched:
-			r = &route{agent: d.Agent, instance: d.Instance}
+			r, last = &route{agent: d.Agent, instance: d.Instance}, i
 		case domain.CompensationDispatched:
-			r = &route{agent: d.Agent, instance: d.Instance}
+			r, last = &route{agent: d.Agent, instance: d.Instance}, i
 		}
 	}
-	return r
+	if r == nil {
+		return nil, nil
+	}
+	after := t.Clone()
+	for _, e := range events[:last] {
+		after.Apply(e)
+	}
+	return r, after.InFlight()
 }
 
 // decided follows a decision for task id once it is stored or failed: the
