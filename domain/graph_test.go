@@ -2,6 +2,7 @@ package domain_test
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -354,4 +355,86 @@ func TestRecordedHistoryDecidesAsBefore(t *testing.T) {
 	for _, s := range task.Steps {
 		assert.Equal(t, domain.StepStateCompensated, s.State, s.Name)
 	}
+}
+
+// FuzzGraphDecisions drives a task of the diamond workflow with replies,
+// timeouts, cancellations and retries in any order, and checks what the
+// decisions record: no step dispatched before the steps it waits for are
+// done, none after the task compensates, no attempt twice, no skipped step
+// run or undone, and undos only with nothing in flight, one at a time.
+func FuzzGraphDecisions(f *testing.F) {
+	f.Add([]byte{0, 1, 0, 1, 0, 1, 0, 1}, false)
+	f.Add([]byte{0, 1, 3, 1, 4, 0, 1}, true)
+	f.Add([]byte{0, 1, 2, 4, 5, 1, 6, 0, 7, 1}, false)
+	f.Fuzz(func(t *testing.T, ops []byte, marketing bool) {
+		w := graphWorkflow(t)
+		order := `{"marketing":false}`
+		if marketing {
+			order = `{"marketing":true}`
+		}
+		history := []domain.Event{domain.TaskSubmitted{TaskID: "o-1", Workflow: w.Name, Steps: w.StepNames(), Order: json.RawMessage(order), SubmittedAt: t0}}
+		now := t0
+		seen := map[string]bool{}
+		for i, op := range ops {
+			if i > 200 {
+				break
+			}
+			task := domain.Fold("o-1", history)
+			dec := domain.Decision{Now: now, Actor: "fuzz", Random: float64(op%10) / 10}
+			inFlight := task.InFlight()
+			var events []domain.Event
+			switch op % 8 {
+			case 0:
+				events = task.Next(w, dec)
+			case 1, 2, 3:
+				if len(inFlight) > 0 {
+					a := inFlight[int(op/8)%len(inFlight)]
+					r := domain.Reply{Step: a.Step, Compensation: a.Compensation, Attempt: a.Attempt, Succeeded: op%8 == 1,
+						Failure: map[byte]domain.FailureKind{2: domain.FailureTransient, 3: domain.FailurePermanent}[op%8]}
+					events, _ = task.RecordReply(w, r, dec)
+				}
+			case 4:
+				if len(inFlight) > 0 {
+					a := inFlight[int(op/8)%len(inFlight)]
+					now = a.CompleteBy
+					dec.Now = now
+					events, _ = task.TimeOut(w, a.Step, a.Compensation, a.Attempt, dec)
+				}
+			case 5:
+				events, _ = task.Cancel(w, "fuzz", "", dec)
+			case 6:
+				events, _ = task.Resubmit(w, "", "fuzz", dec)
+			case 7:
+				now = now.Add(time.Duration(op) * 100 * time.Millisecond)
+			}
+			cur := task.Clone()
+			for _, e := range events {
+				switch e := e.(type) {
+				case domain.StepDispatched:
+					key := "dispatch/" + e.Step + "/" + strconv.Itoa(e.Attempt)
+					require.False(t, seen[key], "%s twice; ops %v", key, ops[:i+1])
+					seen[key] = true
+					require.False(t, cur.Compensating, "%s dispatched while compensating; ops %v", e.Step, ops[:i+1])
+					for j := range w.Steps {
+						if w.Steps[j].Name == e.Step {
+							for _, p := range w.Predecessors(j) {
+								st := cur.Step(p).State
+								require.True(t, st == domain.StepStateProcessed || st == domain.StepStateSkipped,
+									"%s dispatched while %s is %s; ops %v", e.Step, p, st, ops[:i+1])
+							}
+						}
+					}
+					require.False(t, e.Step == "newsletter" && !marketing, "newsletter dispatched though its condition is false")
+				case domain.CompensationDispatched:
+					require.NotEqual(t, domain.StepStateSkipped, cur.Step(e.Step).State, "skipped step compensated; ops %v", ops[:i+1])
+					for _, s := range cur.Steps {
+						require.False(t, s.InFlight(), "%s compensated while %s in flight; ops %v", e.Step, s.Name, ops[:i+1])
+						require.False(t, s.Compensation.InFlight(), "%s compensated while %s's compensation in flight; ops %v", e.Step, s.Name, ops[:i+1])
+					}
+				}
+				cur.Apply(e)
+			}
+			history = append(history, events...)
+		}
+	})
 }
