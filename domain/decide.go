@@ -463,7 +463,9 @@ func (t *Task) Resubmit(wf *Workflow, step, by string, d Decision) ([]Event, err
 	var target *Step
 	for _, s := range t.Steps {
 		failed := s.State == StepStateError && (!t.Compensating || s.Compensation != nil)
-		if failed && (step == "" || s.Name == step) {
+		// By default the step that stopped the task, when several failed
+		// side by side.
+		if failed && (step == "" && (target == nil || s.Name == t.FailedStep) || s.Name == step) {
 			target = s
 		}
 	}

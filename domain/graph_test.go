@@ -438,3 +438,20 @@ func FuzzGraphDecisions(f *testing.F) {
 		}
 	})
 }
+
+// TestRetryTakesTheStepThatStoppedTheTask: two branches failed; an
+// operator's retry without a step name takes the one that stopped the task.
+func TestRetryTakesTheStepThatStoppedTheTask(t *testing.T) {
+	w, err := domain.ParseDefinition([]byte(`{"name":"w","defaults":{"budget":"5s","attempts":1,"onExhausted":"error"},"steps":[
+		{"name":"a","agent":"x","after":[]},
+		{"name":"b","agent":"x","after":[]}]}`))
+	require.NoError(t, err)
+	g := newGraphTask(t, w, `{}`)
+	g.reply("b", false, domain.FailurePermanent, "")
+	assert.Equal(t, []string{"StepFailed:a", "TaskFailed"}, names(g.reply("a", false, domain.FailurePermanent, "")))
+	task := g.task()
+	require.Equal(t, domain.StateError, task.State)
+	events, err := task.Resubmit(w, "", "ops", d)
+	require.NoError(t, err)
+	assert.Equal(t, task.FailedStep, events[0].(domain.StepResubmitted).Step)
+}
