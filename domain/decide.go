@@ -131,12 +131,14 @@ func (t *Task) next(wf *Workflow, d Decision) []Event {
 			return t.afterFailure(wf, s, false, d)
 		}
 	}
-	// cur is the task as the dispatches decided so far leave it, so that
-	// each is admitted with the room the ones before it take.
-	cur := t.Clone()
+	// cur is the task as the steps started so far leave it, so that each
+	// is admitted with the room the ones before it take; a copy is made
+	// only when a second step may start.
+	cur := t
 	var events []Event
 	finished := true
-	for i, s := range cur.Steps {
+	for i := 0; i < len(cur.Steps); i++ {
+		s := cur.Steps[i]
 		switch s.State {
 		case StepStateProcessed, StepStateSkipped:
 			continue
@@ -145,16 +147,25 @@ func (t *Task) next(wf *Workflow, d Decision) []Event {
 			if s.State == StepStateRetrying && s.NotBefore != nil && d.Now.Before(*s.NotBefore) {
 				continue
 			}
+			if len(events) > 0 && cur == t {
+				cur = t.Clone()
+				for _, e := range events {
+					cur.Apply(e)
+				}
+				s = cur.Steps[i]
+			}
 			if j := wf.stepIndex(s.Name); j >= 0 && !cur.ready(wf, j) || j < 0 && i > 0 && !cur.Steps[i-1].done() {
 				continue // a step not in the workflow fails in its turn (dispatch)
 			}
 			started := cur.start(wf, s, d)
-			for _, e := range started {
-				cur.Apply(e)
-			}
 			events = append(events, started...)
-			if cur.State.Terminal() {
-				return events
+			for _, e := range started {
+				if _, failed := e.(TaskFailed); failed {
+					return events
+				}
+				if cur != t {
+					cur.Apply(e)
+				}
 			}
 		default:
 			finished = false

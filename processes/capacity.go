@@ -55,6 +55,10 @@ func newCapacity(dir AgentDirectory, clock Clock, aging time.Duration) *capacity
 		waiting: map[string]*waiters{}, avoid: map[string]time.Time{}, freed: map[string]uint64{}, held: map[string]route{}}
 }
 
+// enabled reports whether the scheduler knows its agents' instances and so
+// admits dispatches by their room.
+func (c *capacity) enabled() bool { return c != nil && c.dir != nil }
+
 // setLocked notes task id's attempts in flight, or none.
 func (c *capacity) setLocked(id string, routes []route) {
 	for _, old := range c.inflight[id] {

@@ -676,7 +676,7 @@ const maxHoldTries = 16
 func (sh *shard) decide(t *domain.Task, rc *roomCheck, decide func(domain.Decision) ([]domain.Event, error)) ([]domain.Event, error) {
 	for try := 1; ; try++ {
 		events, err := decide(sh.decision(t, rc))
-		if err != nil {
+		if err != nil || !sh.s.capacity.enabled() {
 			return events, err
 		}
 		if d, own := dispatchOf(t, events); sh.s.capacity.hold(t, d, own) || try == maxHoldTries {
