@@ -147,18 +147,23 @@ func (t *Task) next(wf *Workflow, d Decision) []Event {
 			if s.State == StepStateRetrying && s.NotBefore != nil && d.Now.Before(*s.NotBefore) {
 				continue
 			}
+			if j := wf.stepIndex(s.Name); j >= 0 && !cur.ready(wf, j) || j < 0 && i > 0 && !cur.Steps[i-1].done() {
+				continue // a step not in the workflow fails in its turn (dispatch)
+			}
 			if len(events) > 0 && cur == t {
+				// A step a skip made ready is decided by Next's settle.
 				cur = t.Clone()
 				for _, e := range events {
 					cur.Apply(e)
 				}
 				s = cur.Steps[i]
 			}
-			if j := wf.stepIndex(s.Name); j >= 0 && !cur.ready(wf, j) || j < 0 && i > 0 && !cur.Steps[i-1].done() {
-				continue // a step not in the workflow fails in its turn (dispatch)
-			}
 			started := cur.start(wf, s, d)
-			events = append(events, started...)
+			if events == nil {
+				events = started
+			} else {
+				events = append(events[:len(events):len(events)], started...)
+			}
 			for _, e := range started {
 				if _, failed := e.(TaskFailed); failed {
 					return events

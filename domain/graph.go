@@ -131,12 +131,22 @@ func (w *Workflow) cycle() []string {
 // ready reports whether every step the step at index i waits for has
 // succeeded or was skipped.
 func (t *Task) ready(wf *Workflow, i int) bool {
-	for _, name := range wf.Predecessors(i) {
-		if p := t.Step(name); p == nil || !p.done() {
+	if wf.Steps[i].After == nil {
+		// The step before it, without making a list of it.
+		return i == 0 || t.stepDone(wf.Steps[i-1].Name)
+	}
+	for _, name := range wf.Steps[i].After {
+		if !t.stepDone(name) {
 			return false
 		}
 	}
 	return true
+}
+
+// stepDone reports whether the named step succeeded or was skipped.
+func (t *Task) stepDone(name string) bool {
+	p := t.Step(name)
+	return p != nil && p.done()
 }
 
 // ResultsFor returns the results of the steps that always run before the
