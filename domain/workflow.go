@@ -32,7 +32,9 @@ const (
 	MaxResultBytes = 64 << 10
 )
 
-// Workflow is an ordered list of steps that succeed or fail as a whole.
+// Workflow is a list of steps that succeed or fail as a whole; each waits
+// for the one before it, or for the steps its After names, so that steps
+// may run side by side (a directed acyclic graph, see Predecessors).
 // Definitions are data (see ParseDefinition); a registered definition is
 // immutable and identified by its name and version.
 type Workflow struct {
