@@ -455,3 +455,22 @@ func TestRetryTakesTheStepThatStoppedTheTask(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, task.FailedStep, events[0].(domain.StepResubmitted).Step)
 }
+
+// TestGoValuesTakeTheSameShapes: a workflow built in Go (the SDK's
+// engine.Config.Workflows) has After and When as a file has after and
+// when, and is checked the same way.
+func TestGoValuesTakeTheSameShapes(t *testing.T) {
+	step := func(name string, after []string, when string) domain.StepDefinition {
+		return domain.StepDefinition{Name: name, Agent: "x", Budget: time.Second, MaxAttempts: 1, After: after, When: when}
+	}
+	w := &domain.Workflow{Name: "go", Steps: []domain.StepDefinition{step("a", nil, ""), step("b", []string{}, "order.vip"),
+		step("c", []string{"a", "b"}, "")}}
+	require.NoError(t, w.Validate())
+	assert.Equal(t, []string{"StepDispatched:a", "StepSkipped:b"}, names(newGraphTask(t, w, `{}`).events[1:]))
+	w.Steps[0].After = []string{"c"}
+	err := w.Validate()
+	require.ErrorIs(t, err, domain.ErrInvalidWorkflow)
+	assert.Contains(t, err.Error(), "cycle")
+	w.Steps[0].After, w.Steps[1].When = nil, "order.vip =="
+	assert.ErrorContains(t, w.Validate(), "steps[1].when: invalid condition")
+}
