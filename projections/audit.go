@@ -124,6 +124,8 @@ func describe(e domain.Event) (string, int, string) {
 			what = "compensation"
 		}
 		return e.Step, 0, what + " waits for " + e.Agent + ": " + e.Reason
+	case domain.StepSkipped:
+		return e.Step, 0, "skipped: condition " + e.Condition + " is false"
 	case domain.StepReturned:
 		what := "attempt"
 		if e.Compensation {

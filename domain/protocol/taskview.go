@@ -28,8 +28,8 @@ type TaskView struct {
 	ReplyTo string `json:"replyTo,omitempty"`
 	// Reason says why the task compensates or stopped in Error.
 	Reason string `json:"reason,omitempty"`
-	// FailedStep names the step whose failure or failed compensation put
-	// the task in Error.
+	// FailedStep names the step whose failure made the task compensate,
+	// or whose failure or failed compensation put it in Error.
 	FailedStep string `json:"failedStep,omitempty"`
 	// Compensating is set once the task is being undone.
 	Compensating bool   `json:"compensating,omitempty"`
@@ -55,6 +55,10 @@ type StepView struct {
 	// ResultBytes, in a list of tasks, is the size of the Result left out.
 	ResultBytes  int      `json:"resultBytes,omitempty"`
 	Compensation *LegView `json:"compensation,omitempty"`
+	// EndedRevision is the revision of the event that last ended an
+	// attempt of the step (it succeeded, failed or timed out): steps are
+	// compensated in the reverse order of it.
+	EndedRevision int64 `json:"endedRevision,omitempty"`
 }
 
 // LegView is the progress of a step's execution or of its compensation.
@@ -128,7 +132,7 @@ func ViewOf(t *domain.Task) *TaskView {
 		v.Steps = make([]*StepView, len(t.Steps))
 	}
 	for i, s := range t.Steps {
-		v.Steps[i] = &StepView{Name: s.Name, Agent: s.Agent, LegView: legView(&s.Leg), Result: s.Result}
+		v.Steps[i] = &StepView{Name: s.Name, Agent: s.Agent, LegView: legView(&s.Leg), Result: s.Result, EndedRevision: s.Ended}
 		if s.Compensation != nil {
 			c := legView(s.Compensation)
 			v.Steps[i].Compensation = &c
@@ -148,7 +152,7 @@ func (v *TaskView) Task() *domain.Task {
 		t.Steps = make([]*domain.Step, len(v.Steps))
 	}
 	for i, s := range v.Steps {
-		t.Steps[i] = &domain.Step{Name: s.Name, Agent: s.Agent, Leg: s.LegView.leg(), Result: s.Result}
+		t.Steps[i] = &domain.Step{Name: s.Name, Agent: s.Agent, Leg: s.LegView.leg(), Result: s.Result, Ended: s.EndedRevision}
 		if s.Compensation != nil {
 			c := s.Compensation.leg()
 			t.Steps[i].Compensation = &c

@@ -19,7 +19,8 @@ import (
 //   - no attempt times out twice;
 //   - at most one final event (TaskProcessed, TaskCompensated) and nothing
 //     after it;
-//   - a compensated task undid its steps in reverse order.
+//   - a compensated task undid its steps in reverse order of completion
+//     (for a list of steps, reverse list order).
 func Stream(id string, events []domain.RecordedEvent) (*domain.Task, []string) {
 	task := domain.NewTask(id)
 	var problems []string
@@ -32,7 +33,7 @@ func Stream(id string, events []domain.RecordedEvent) (*domain.Task, []string) {
 		seen[key] = true
 	}
 	finals := 0
-	var undone []int
+	var undone []int64 // the Ended of each step undone, in order
 	for i, r := range events {
 		ev, err := domain.DecodeEvent(r.Type, r.Data)
 		if err != nil {
@@ -49,10 +50,8 @@ func Stream(id string, events []domain.RecordedEvent) (*domain.Task, []string) {
 		case domain.StepTimedOut:
 			once(fmt.Sprintf("timeout-%v", e.Compensation), e.Step, e.Attempt)
 		case domain.StepCompensated:
-			for idx, s := range task.Steps {
-				if s.Name == e.Step {
-					undone = append(undone, idx)
-				}
+			if s := task.Step(e.Step); s != nil {
+				undone = append(undone, s.Ended)
 			}
 		case domain.TaskProcessed, domain.TaskCompensated:
 			finals++
@@ -62,7 +61,7 @@ func Stream(id string, events []domain.RecordedEvent) (*domain.Task, []string) {
 	if task.State == domain.StateCompensated {
 		for i := 1; i < len(undone); i++ {
 			if undone[i-1] <= undone[i] {
-				problems = append(problems, fmt.Sprintf("%s: compensated out of reverse order: %v", id, undone))
+				problems = append(problems, fmt.Sprintf("%s: compensated out of reverse order of completion: %v", id, undone))
 				break
 			}
 		}
