@@ -188,6 +188,9 @@ type Task struct {
 	TraceParent  string
 	// Priority is the task's priority; never empty once submitted.
 	Priority Priority
+	// LeaseTerm is the newest supervisor lease term recorded in the
+	// task's stream (StepTimedOut.LeaseTerm); 0 for none.
+	LeaseTerm int64
 	// Revision is the revision of the last event folded, -1 for none.
 	Revision    int64
 	SubmittedAt time.Time
@@ -285,6 +288,7 @@ func (t *Task) Apply(e Event) {
 		if l := t.leg(e.Step, e.Compensation); l != nil {
 			l.failed(FailureTimeout, "no reply before completeBy "+e.CompleteBy.Format(time.RFC3339Nano))
 		}
+		t.LeaseTerm = max(t.LeaseTerm, e.LeaseTerm)
 		t.UpdatedAt = e.At
 	case StepRetryScheduled:
 		if l := t.leg(e.Step, e.Compensation); l != nil {
