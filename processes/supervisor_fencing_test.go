@@ -180,3 +180,14 @@ func TestAnOldLeaderIsFencedOffByANewerTerm(t *testing.T) {
 	assert.EqualValues(t, 3, a.Stats().LeaseTerm)
 	assert.Equal(t, []int64{2, 3}, timedOut())
 }
+
+// TestAStoreTimeoutShorterThanTheIntervalIsRefused: a supervisor would
+// stand down at every scan the store missed.
+func TestAStoreTimeoutShorterThanTheIntervalIsRefused(t *testing.T) {
+	v := &processes.Supervisor{Interval: 2 * time.Second, StoreTimeout: time.Second}
+	err := v.Validate()
+	require.ErrorIs(t, err, processes.ErrInvalidConfig)
+	assert.Contains(t, err.Error(), "StoreTimeout (1s) must be at least Interval (2s)")
+	v.StoreTimeout = -time.Second
+	assert.Contains(t, v.Validate().Error(), "StoreTimeout must not be negative")
+}
