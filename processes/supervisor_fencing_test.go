@@ -2,6 +2,9 @@ package processes_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -190,4 +193,45 @@ func TestAStoreTimeoutShorterThanTheIntervalIsRefused(t *testing.T) {
 	assert.Contains(t, err.Error(), "StoreTimeout (1s) must be at least Interval (2s)")
 	v.StoreTimeout = -time.Second
 	assert.Contains(t, v.Validate().Error(), "StoreTimeout must not be negative")
+}
+
+// TestLeaseTermsAreNeverBegunTwice: instances that begin terms at once get
+// distinct terms, numbered 1, 2, ... as their LeaseTermBegan events are in
+// the stream. Three instances of two terms each can lose at most five
+// races, fewer than BeginTerm's tries.
+func TestLeaseTermsAreNeverBegunTwice(t *testing.T) {
+	store := embeddedStore(t)
+	terms := processes.StoreLeaseTerms{Store: store}
+	got := make(chan int64, 6)
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	var wg sync.WaitGroup
+	for i := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 2 {
+				term, err := terms.BeginTerm(context.Background(), fmt.Sprintf("supervisor/%d", i), at)
+				assert.NoError(t, err)
+				got <- term
+			}
+		}()
+	}
+	wg.Wait()
+	close(got)
+	var all []int64
+	for term := range got {
+		all = append(all, term)
+	}
+	assert.ElementsMatch(t, []int64{1, 2, 3, 4, 5, 6}, all)
+
+	recorded, err := store.ReadStream(context.Background(), processes.LeaseTermsStream)
+	require.NoError(t, err)
+	require.Len(t, recorded, 6)
+	for i, r := range recorded {
+		var began processes.LeaseTermBegan
+		require.NoError(t, json.Unmarshal(r.Data, &began))
+		assert.EqualValues(t, i+1, began.Term)
+		assert.Equal(t, r.Metadata.Actor, began.Actor)
+		assert.True(t, at.Equal(began.At))
+	}
 }
