@@ -109,11 +109,13 @@ type Supervisor struct {
 	term atomic.Int64
 	// The leadership's state, kept by Run's goroutine alone: when the
 	// store last answered (Clock), whether the supervisor stood down for
-	// want of it, and the tenure of the lease its term began in.
-	storeOK           time.Time
-	stoodDown, inTerm bool
-	tenure            uint64
-	staleTerms, downs atomic.Int64
+	// want of it, whether it acts in a term, whether an action of the
+	// scan under way gave up waiting for the store, and the tenure of the
+	// lease its term began in.
+	storeOK                        time.Time
+	stoodDown, inTerm, storeSilent bool
+	tenure                         uint64
+	staleTerms, downs              atomic.Int64
 }
 
 // SupervisorStats counts what the supervisor did.
@@ -235,11 +237,15 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		case <-timer.C():
 			timer.Reset(s.interval)
 			// Before it has caught up too: a leader that cannot reach
-			// the store at start must not keep the lease.
-			s.checkStore(ctx)
+			// the store at start must not keep the lease. A scan the
+			// store did not answer for acts on nothing.
+			answered := s.checkStore(ctx)
 			select {
 			case <-s.ready:
 			default:
+				continue
+			}
+			if !answered {
 				continue
 			}
 			if !s.mayAct(ctx) {
@@ -446,6 +452,7 @@ type dueAttempt struct {
 
 // scan times out the attempts that are due and alerts for tasks in Error.
 func (s *Supervisor) scan(ctx context.Context) {
+	s.storeSilent = false
 	now := s.Clock.Now()
 	var due []dueAttempt
 	var alerts []*domain.Task
@@ -466,7 +473,7 @@ func (s *Supervisor) scan(ctx context.Context) {
 	for _, a := range due {
 		// A lease can lapse during a long scan: ask before each action,
 		// not only before the scan. What is left goes back for the next.
-		if ctx.Err() != nil || !s.stillLeads() {
+		if ctx.Err() != nil || s.storeSilent || !s.stillLeads() {
 			s.mu.Lock()
 			for _, rest := range due {
 				heap.Push(&s.deadlines, rest.d)
@@ -499,8 +506,12 @@ func (s *Supervisor) timeOut(ctx context.Context, a dueAttempt, now time.Time) {
 	log := tracing.TaskLogger(ctx, s.Logger, t.ID)
 	meta := domain.EventMetadata{CausationID: "timeout/" + d.step + "/" + itoa(int64(d.attempt)), Actor: s.Actor, TraceParent: tracing.StoredTraceParent(ctx)}
 	term := s.term.Load()
-	u, err := s.repo.Update(ctx, t.ID, t, meta, func(t *domain.Task) ([]domain.Event, error) {
-		wf, err := s.Workflows.Workflow(ctx, t.Workflow, t.WorkflowVersion)
+	// An event store that stops answering must not hold the scan, and the
+	// lease with it: the action gives up after StoreTimeout.
+	bounded, cancel := context.WithTimeout(ctx, s.storeTimeout)
+	defer cancel()
+	u, err := s.repo.Update(bounded, t.ID, t, meta, func(t *domain.Task) ([]domain.Event, error) {
+		wf, err := s.Workflows.Workflow(bounded, t.Workflow, t.WorkflowVersion)
 		if err != nil {
 			return nil, errors.Wrap(err, "read the workflow of a task")
 		}
@@ -532,6 +543,9 @@ func (s *Supervisor) timeOut(ctx context.Context, a dueAttempt, now time.Time) {
 		tracing.FailSpan(span, err)
 		if ctx.Err() == nil {
 			log.Error("supervisor timeout", "err", err.Error())
+		}
+		if bounded.Err() != nil {
+			s.storeSilent = true // the rest of the scan waits for the store
 		}
 		// Look again at the next scan.
 		s.mu.Lock()
@@ -578,11 +592,12 @@ const storeProbeStream = "supervisor-store-probe"
 // checkStore reads the store, when the supervisor can stand down from its
 // election: once the store has not answered for StoreTimeout it stands
 // down, so that a standby that reaches the store leads, and it stands
-// again once the store answers.
-func (s *Supervisor) checkStore(ctx context.Context) {
+// again once the store answers. It reports whether the store answered
+// (always yes when the supervisor cannot stand down, and does not ask).
+func (s *Supervisor) checkStore(ctx context.Context) (answered bool) {
 	c, ok := s.Leader.(Candidacy)
 	if !ok {
-		return
+		return true
 	}
 	probe, cancel := context.WithTimeout(ctx, s.storeTimeout)
 	_, err := s.Store.ReadStream(probe, storeProbeStream)
@@ -591,6 +606,7 @@ func (s *Supervisor) checkStore(ctx context.Context) {
 	switch {
 	case ctx.Err() != nil:
 	case err == nil:
+		answered = true
 		s.storeOK = now
 		if s.stoodDown {
 			s.stoodDown = false
@@ -605,6 +621,7 @@ func (s *Supervisor) checkStore(ctx context.Context) {
 		s.Logger.Warn("supervisor stands down: the event store has not answered; another supervisor may lead",
 			"since_last_answer", now.Sub(s.storeOK).String(), "store_timeout", s.storeTimeout.String(), "err", err.Error())
 	}
+	return answered
 }
 
 // tenureNow is the tenure of the lease, 0 when Leader does not tell.
@@ -641,7 +658,9 @@ func (s *Supervisor) mayAct(ctx context.Context) bool {
 	}
 	s.endTerm("the lease was taken anew")
 	at := s.Clock.Now()
-	term, err := s.Terms.BeginTerm(ctx, s.Actor, at)
+	bounded, cancel := context.WithTimeout(ctx, s.storeTimeout)
+	term, err := s.Terms.BeginTerm(bounded, s.Actor, at)
+	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
 			s.Logger.Error("supervisor cannot begin a lease term: not acting", "err", err.Error())

@@ -40,8 +40,8 @@ func (c *candidate) StandAgain() {
 // would only stall). It counts the reads.
 type unreachableStore struct {
 	*eventstore.Store
-	cutOff atomic.Bool
-	reads  atomic.Int64
+	cutOff, hangAppends atomic.Bool
+	reads               atomic.Int64
 }
 
 var errCutOff = errors.New("event store unreachable")
@@ -57,6 +57,10 @@ func (s *unreachableStore) ReadStream(ctx context.Context, stream string) ([]dom
 func (s *unreachableStore) Append(ctx context.Context, stream string, expected domain.ExpectedRevision, events ...domain.NewEvent) (uint64, error) {
 	if s.cutOff.Load() {
 		return 0, errCutOff
+	}
+	if s.hangAppends.Load() {
+		<-ctx.Done() // as a store client retrying until its caller gives up
+		return 0, errors.Wrap(errCutOff, ctx.Err().Error())
 	}
 	return s.Store.Append(ctx, stream, expected, events...)
 }
@@ -234,4 +238,35 @@ func TestLeaseTermsAreNeverBegunTwice(t *testing.T) {
 		assert.Equal(t, r.Metadata.Actor, began.Actor)
 		assert.True(t, at.Equal(began.At))
 	}
+}
+
+// TestAnAppendThatHangsDoesNotHoldTheSupervisor: an append to a store that
+// stopped answering (its client retries until the caller gives up) ends
+// after StoreTimeout, so the supervisor goes on scanning (and would stand
+// down) instead of waiting on it with the lease; the attempt is timed out
+// once the store answers again.
+func TestAnAppendThatHangsDoesNotHoldTheSupervisor(t *testing.T) {
+	store := &unreachableStore{Store: embeddedStore(t)}
+	clock := newFakeClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	wf := oneStep("work", 2*time.Second, domain.CompensateOnExhausted)
+	history{t: t, store: store.Store, now: clock.Now()}.task("hang-1", wf, true)
+	leader := &candidate{}
+	leader.leads.Store(true)
+	v := &processes.Supervisor{Store: store, Alerts: &alerts{seen: map[string]int{}}, Workflows: workflows{"work": wf},
+		Actor: "supervisor/hanging", Clock: clock, Logger: quiet(), Interval: time.Second, StoreTimeout: time.Second,
+		Leader: leader, Terms: processes.StoreLeaseTerms{Store: store}}
+	run(t, v.Run)
+	<-v.Ready()
+	clock.Advance(time.Second)
+	require.Eventually(t, func() bool { return v.Stats().LeaseTerm == 1 }, 10*time.Second, time.Millisecond)
+	store.hangAppends.Store(true)
+	scanOnce(t, clock, store) // not due yet
+	scanOnce(t, clock, store) // the attempt is due: its append hangs
+	scanOnce(t, clock, store) // and yet the supervisor scans again
+	assert.Zero(t, count(eventTypes(t, store.Store, "hang-1"), domain.StepTimedOutType))
+
+	store.hangAppends.Store(false)
+	clock.Advance(time.Second)
+	require.Eventually(t, func() bool { return count(eventTypes(t, store.Store, "hang-1"), domain.StepTimedOutType) == 1 }, 10*time.Second,
+		5*time.Millisecond, "the attempt is timed out once the store answers")
 }
