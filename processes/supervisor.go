@@ -64,8 +64,9 @@ type Supervisor struct {
 	// StoreTimeout is how long a supervisor whose Leader is a Candidacy
 	// goes without an answer from the event store (it reads it at every
 	// scan) before it stands down, so that a standby that reaches the
-	// store leads; it stands again once the store answers. It must be at
-	// least Interval. Default DefaultSupervisorStoreTimeout.
+	// store leads; it stands again once the store answers. It also bounds
+	// each action's wait for the store. It must be at least Interval.
+	// Default DefaultSupervisorStoreTimeout.
 	StoreTimeout time.Duration
 	// Checkpoints, when set, keep the supervisor's task checkpoints, shared
 	// by every supervisor instance under CheckpointName; nil means follow

@@ -128,7 +128,7 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	rolesFlag := fs.String("roles", envOr("SAGA_ROLES", "all"), "parts to run, comma-separated: submitter, scheduler, supervisor, agents, api, status, or all [$SAGA_ROLES]")
 	supervisorInterval := fs.Duration("supervisor-interval", processes.DefaultSupervisorInterval, "how often the supervisor looks for attempts past their complete-by")
 	supervisorStoreTimeout := fs.Duration("supervisor-store-timeout", processes.DefaultSupervisorStoreTimeout,
-		"a supervisor that has had no answer from the event store for this long gives up its lease, so that a standby leads, and stands again once the store answers; at least --supervisor-interval")
+		"a supervisor that has had no answer from the event store for this long gives up its lease, so that a standby leads, and stands again once the store answers; each of its actions waits for the store this long at most; at least --supervisor-interval")
 	checkpointEvery := fs.Duration("checkpoint-every", processes.DefaultTaskCheckpointEvery,
 		"how often the scheduler and supervisor save the checkpoint they resume from (position and unfinished tasks)")
 	maxUnfinished := fs.Int("max-unfinished-tasks", processes.DefaultMaxUnfinishedTasks,
