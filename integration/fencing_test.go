@@ -31,7 +31,7 @@ func timeoutTerms(t *testing.T, events []domain.RecordedEvent) (terms []int64, b
 // TestSupervisorTimeoutsCarryGrowingLeaseTerms runs the whole system with a
 // hung service: every StepTimedOut carries the lease term of the
 // supervisor that appended it, recorded in the lease terms stream under
-// its actor, and after a restart of every process (the broker's consumer
+// its actor and shown by the API as the task's leaseTerm, and after a restart of every process (the broker's consumer
 // group included) the supervisor acts in a newer term.
 func TestSupervisorTimeoutsCarryGrowingLeaseTerms(t *testing.T) {
 	s := startSystem(t, engine.Config{Workflows: []*domain.Workflow{fastWorkflow(300 * time.Millisecond)},
@@ -45,6 +45,11 @@ func TestSupervisorTimeoutsCarryGrowingLeaseTerms(t *testing.T) {
 			assert.Equal(t, terms[0], terms[i], "one leader throughout")
 			assert.Equal(t, by[0], by[i])
 		}
+		s.awaitView(id, domain.StateCompensated)
+		view, ok, err := s.app.Tasks.Get(ctx(t, 10*time.Second), id)
+		require.NoError(t, err)
+		require.True(t, ok)
+		assert.Equal(t, terms[0], view.LeaseTerm, "the API shows the task's newest term")
 		return terms[0], by[0]
 	}
 	before, beforeBy := order("fence-1")
