@@ -66,7 +66,8 @@ type Supervisor struct {
 	// scan) before it stands down, so that a standby that reaches the
 	// store leads; it stands again once the store answers. It also bounds
 	// each action's wait for the store. It must be at least Interval.
-	// Default DefaultSupervisorStoreTimeout.
+	// Default DefaultSupervisorStoreTimeout, or the interval when that is
+	// longer.
 	StoreTimeout time.Duration
 	// Checkpoints, when set, keep the supervisor's task checkpoints, shared
 	// by every supervisor instance under CheckpointName; nil means follow
@@ -164,10 +165,10 @@ func (s *Supervisor) init() {
 		// own: the public ones are the caller's and are only read, so
 		// that Ready and Run may race.
 		s.interval, s.grace, s.checkpointName, s.checkpointEvery = s.Interval, s.Grace, s.CheckpointName, s.CheckpointEvery
-		s.storeTimeout = cmp.Or(s.StoreTimeout, DefaultSupervisorStoreTimeout)
 		if s.interval <= 0 {
 			s.interval = DefaultSupervisorInterval
 		}
+		s.storeTimeout = cmp.Or(s.StoreTimeout, max(DefaultSupervisorStoreTimeout, s.interval))
 		if s.grace == 0 {
 			s.grace = DefaultSupervisorGrace
 		}

@@ -197,6 +197,9 @@ func TestAStoreTimeoutShorterThanTheIntervalIsRefused(t *testing.T) {
 	assert.Contains(t, err.Error(), "StoreTimeout (1s) must be at least Interval (2s)")
 	v.StoreTimeout = -time.Second
 	assert.Contains(t, v.Validate().Error(), "StoreTimeout must not be negative")
+	v.StoreTimeout = 0 // the default: the interval, when longer than DefaultSupervisorStoreTimeout
+	v.Interval = time.Hour
+	assert.NotContains(t, fmt.Sprint(v.Validate()), "StoreTimeout")
 }
 
 // TestLeaseTermsAreNeverBegunTwice: instances that begin terms at once get

@@ -143,8 +143,9 @@ type Config struct {
 	// SupervisorInterval is how often the supervisor scans; default 1 s.
 	SupervisorInterval time.Duration
 	// SupervisorStoreTimeout is how long a supervisor goes without an
-	// answer from the event store before it gives up its lease; default
-	// processes.DefaultSupervisorStoreTimeout, at least SupervisorInterval.
+	// answer from the event store before it gives up its lease; at least
+	// SupervisorInterval. Default processes.DefaultSupervisorStoreTimeout,
+	// or SupervisorInterval when that is longer.
 	SupervisorStoreTimeout time.Duration
 	// CheckpointEvery bounds the time between the scheduler's and the
 	// supervisor's task checkpoints, from which they resume; default

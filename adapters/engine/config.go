@@ -101,7 +101,7 @@ func (c *Config) setDefaults() {
 		}
 	}
 	durationOr(&c.SupervisorInterval, processes.DefaultSupervisorInterval)
-	durationOr(&c.SupervisorStoreTimeout, processes.DefaultSupervisorStoreTimeout)
+	durationOr(&c.SupervisorStoreTimeout, max(processes.DefaultSupervisorStoreTimeout, c.SupervisorInterval))
 	durationOr(&c.CheckpointEvery, processes.DefaultTaskCheckpointEvery)
 	durationOr(&c.RegisterWorkflowsTimeout, DefaultRegisterWorkflowsTimeout)
 	durationOr(&c.CreateTopicsTimeout, DefaultCreateTopicsTimeout)

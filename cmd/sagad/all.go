@@ -128,7 +128,7 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	rolesFlag := fs.String("roles", envOr("SAGA_ROLES", "all"), "parts to run, comma-separated: submitter, scheduler, supervisor, agents, api, status, or all [$SAGA_ROLES]")
 	supervisorInterval := fs.Duration("supervisor-interval", processes.DefaultSupervisorInterval, "how often the supervisor looks for attempts past their complete-by")
 	supervisorStoreTimeout := fs.Duration("supervisor-store-timeout", processes.DefaultSupervisorStoreTimeout,
-		"a supervisor that has had no answer from the event store for this long gives up its lease, so that a standby leads, and stands again once the store answers; each of its actions waits for the store this long at most; at least --supervisor-interval")
+		"a supervisor that has had no answer from the event store for this long gives up its lease, so that a standby leads, and stands again once the store answers; each of its actions waits for the store this long at most; at least --supervisor-interval, which is the default when longer")
 	checkpointEvery := fs.Duration("checkpoint-every", processes.DefaultTaskCheckpointEvery,
 		"how often the scheduler and supervisor save the checkpoint they resume from (position and unfinished tasks)")
 	maxUnfinished := fs.Int("max-unfinished-tasks", processes.DefaultMaxUnfinishedTasks,
@@ -173,7 +173,12 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	if *maxUnfinished < -1 || *maxUnfinished == 0 {
 		return errors.New("--max-unfinished-tasks must be -1 or positive")
 	}
-	if *supervisorStoreTimeout < *supervisorInterval {
+	storeTimeoutSet := false
+	fs.Visit(func(f *flag.Flag) { storeTimeoutSet = storeTimeoutSet || f.Name == "supervisor-store-timeout" })
+	switch {
+	case !storeTimeoutSet:
+		*supervisorStoreTimeout = 0 // the default, or the interval when longer
+	case *supervisorStoreTimeout < *supervisorInterval:
 		return errors.New("--supervisor-store-timeout must be at least --supervisor-interval")
 	}
 	if *defaultCapacity < 1 || *defaultHangAfter <= 0 {

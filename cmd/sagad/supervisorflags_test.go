@@ -13,7 +13,8 @@ import (
 
 // TestSupervisorStoreTimeoutIsShownAndChecked: sagad -h shows
 // --supervisor-store-timeout with its default, and a timeout shorter than
-// the scan interval is refused before anything starts.
+// the scan interval is refused before anything starts; unset, it is never
+// shorter than the interval.
 func TestSupervisorStoreTimeoutIsShownAndChecked(t *testing.T) {
 	var out bytes.Buffer
 	before := helpOutput
