@@ -2,6 +2,10 @@ package integration_test
 
 import (
 	"encoding/json"
+	"io"
+	"net"
+	"net/url"
+	"sync"
 	"testing"
 	"time"
 
@@ -71,4 +75,110 @@ func TestSupervisorTimeoutsCarryGrowingLeaseTerms(t *testing.T) {
 	assert.Equal(t, beforeBy, began[before].Actor, "the term was begun by the supervisor that acted in it")
 	assert.Equal(t, afterBy, began[after].Actor)
 	assert.Equal(t, after, s.app.Supervisor.Stats().LeaseTerm)
+}
+
+// cuttableProxy forwards TCP connections to target until cut: then it
+// closes every connection and refuses new ones, as a firewall rule
+// between one process and the event store would.
+type cuttableProxy struct {
+	lis    net.Listener
+	target string
+	mu     sync.Mutex
+	conns  []net.Conn
+	cut    bool
+}
+
+func newCuttableProxy(t *testing.T, target string) *cuttableProxy {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &cuttableProxy{lis: lis, target: target}
+	go p.serve()
+	t.Cleanup(p.Cut)
+	return p
+}
+
+func (p *cuttableProxy) serve() {
+	for {
+		in, err := p.lis.Accept()
+		if err != nil {
+			return
+		}
+		out, err := net.Dial("tcp", p.target)
+		p.mu.Lock()
+		if err != nil || p.cut {
+			p.mu.Unlock()
+			in.Close()
+			if out != nil {
+				out.Close()
+			}
+			continue
+		}
+		p.conns = append(p.conns, in, out)
+		p.mu.Unlock()
+		go func() { _, _ = io.Copy(out, in); out.Close() }()
+		go func() { _, _ = io.Copy(in, out); in.Close() }()
+	}
+}
+
+// Cut closes every connection and the listener.
+func (p *cuttableProxy) Cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = true
+	p.lis.Close()
+	for _, c := range p.conns {
+		c.Close()
+	}
+}
+
+// TestASupervisorCutOffFromTheStoreHandsTheLeaseOver reproduces the first
+// lease defect of issue 28: the leading supervisor reaches the event store
+// through a proxy that is then cut. It stands down after its store timeout,
+// and the standby, which reaches the store, takes the lease and times out
+// the attempts of a hung service in a newer term, so the task finishes.
+// With a store timeout longer than the test (the old behaviour: no timeout)
+// the cut-off leader keeps the lease and nothing times out.
+func TestASupervisorCutOffFromTheStoreHandsTheLeaseOver(t *testing.T) {
+	wf := fastWorkflow(300 * time.Millisecond)
+	var roles []engine.Role
+	for _, r := range engine.AllRoles {
+		if r != engine.RoleSupervisor {
+			roles = append(roles, r)
+		}
+	}
+	s := startSystem(t, engine.Config{Roles: roles, Workflows: []*domain.Workflow{wf},
+		Faults: faults("shipping", demo.Fault{Mode: demo.FaultHang, Rate: 1})})
+	u, err := url.Parse(s.app.EventStoreURL)
+	require.NoError(t, err)
+	proxy := newCuttableProxy(t, u.Host)
+	supervisor := func(instance, storeURL string) *engine.App {
+		a, err := engine.Start(engine.Config{Instance: instance, Roles: []engine.Role{engine.RoleSupervisor},
+			KafkaBrokers: s.app.KafkaBrokers, EventStoreURL: storeURL, Workflows: []*domain.Workflow{wf}, Logger: testLogger(),
+			SupervisorInterval: 50 * time.Millisecond, SupervisorStoreTimeout: time.Second})
+		require.NoError(t, err)
+		t.Cleanup(a.Close)
+		<-a.Supervisor.Ready()
+		return a
+	}
+	viaProxy := *u
+	viaProxy.Host = proxy.lis.Addr().String()
+	cutOff := supervisor("cut-off", viaProxy.String())
+	require.Eventually(t, func() bool { return cutOff.Supervisor.Stats().LeaseTerm > 0 }, 30*time.Second, 10*time.Millisecond, "the first supervisor leads")
+	standby := supervisor("standby", s.app.EventStoreURL)
+	oldTerm := cutOff.Supervisor.Stats().LeaseTerm
+	assert.Zero(t, standby.Supervisor.Stats().LeaseTerm, "one leader")
+
+	proxy.Cut()
+	began := time.Now()
+	s.publish("cut-1", []byte(`{"orderId":"cut-1"}`))
+	task := s.awaitTerminal([]string{"cut-1"}, 30*time.Second)["cut-1"]
+	require.Equal(t, domain.StateCompensated, task.State, task.Reason)
+	terms, by := timeoutTerms(t, s.stream("cut-1"))
+	require.Len(t, terms, 3)
+	for i := range terms {
+		assert.Equal(t, "supervisor/standby", by[i], "the standby timed the attempts out")
+		assert.Greater(t, terms[i], oldTerm, "in a newer term")
+	}
+	assert.EqualValues(t, 1, cutOff.Supervisor.Stats().StandDowns, "the cut-off leader stood down")
+	t.Logf("finished %s after the cut; terms %v (cut-off leader's %d)", time.Since(began).Round(time.Millisecond), terms, oldTerm)
 }
