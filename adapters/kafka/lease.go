@@ -262,12 +262,15 @@ func (l *Lease) StandDown() {
 	l.mu.Lock()
 	c := l.client
 	l.client = nil
-	l.leader.Store(false)
+	led := l.leader.Swap(false)
 	l.mu.Unlock()
 	if c == nil {
 		return
 	}
 	l.logger.Warn("supervisor lease: standing down", "group", l.group)
+	if led {
+		l.logger.Info("supervisor lease changed", "group", l.group, "leader", false, "tenure", l.tenure.Load())
+	}
 	go c.Close()
 }
 
