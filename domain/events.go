@@ -154,6 +154,10 @@ type StepTimedOut struct {
 	CompleteBy   time.Time `json:"completeBy"`
 	DetectedBy   string    `json:"detectedBy"`
 	At           time.Time `json:"at"`
+	// LeaseTerm is the lease term (fencing token) of the supervisor that
+	// detected the timeout (TimeOutInTerm); absent when it had none, and
+	// in events recorded before terms.
+	LeaseTerm int64 `json:"leaseTerm,omitempty"`
 }
 
 // StepRetryScheduled records that attempt Attempt of a step (or of its

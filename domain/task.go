@@ -199,6 +199,9 @@ type Task struct {
 	TraceParent  string
 	// Priority is the task's priority; never empty once submitted.
 	Priority Priority
+	// LeaseTerm is the newest supervisor lease term recorded in the
+	// task's stream (StepTimedOut.LeaseTerm); 0 for none.
+	LeaseTerm int64
 	// Revision is the revision of the last event folded, -1 for none.
 	Revision    int64
 	SubmittedAt time.Time
@@ -300,6 +303,7 @@ func (t *Task) Apply(e Event) {
 				t.Step(e.Step).Ended = t.Revision
 			}
 		}
+		t.LeaseTerm = max(t.LeaseTerm, e.LeaseTerm)
 		t.UpdatedAt = e.At
 	case StepRetryScheduled:
 		if l := t.leg(e.Step, e.Compensation); l != nil {

@@ -148,6 +148,11 @@ type Config struct {
 	DemoServiceURLs map[string]string
 	// SupervisorInterval is how often the supervisor scans; default 1 s.
 	SupervisorInterval time.Duration
+	// SupervisorStoreTimeout is how long a supervisor goes without an
+	// answer from the event store before it gives up its lease; at least
+	// SupervisorInterval. Default processes.DefaultSupervisorStoreTimeout,
+	// or SupervisorInterval when that is longer.
+	SupervisorStoreTimeout time.Duration
 	// CheckpointEvery bounds the time between the scheduler's and the
 	// supervisor's task checkpoints, from which they resume; default
 	// processes.DefaultTaskCheckpointEvery.
@@ -779,6 +784,7 @@ func (a *App) startSupervisor(ctx context.Context) error {
 	a.run("supervisor lease", func() error { return lease.Run(ctx) })
 	a.Supervisor = &processes.Supervisor{Store: a.followers.Register("supervisor"), Alerts: a.newProducer("supervisor"), Workflows: a.Workflows, Actor: "supervisor/" + a.cfg.Instance,
 		Clock: a.clock, Logger: a.logger, Interval: a.cfg.SupervisorInterval, Leader: lease,
+		Terms: processes.StoreLeaseTerms{Store: a.Store}, StoreTimeout: a.cfg.SupervisorStoreTimeout,
 		Checkpoints: a.Store, CheckpointEvery: a.cfg.CheckpointEvery, Observer: a.Metrics, Tracing: a.tracing}
 	a.run("supervisor", func() error { return a.Supervisor.Run(ctx) })
 	return nil

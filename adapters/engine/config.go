@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -107,6 +108,7 @@ func (c *Config) setDefaults() {
 		}
 	}
 	durationOr(&c.SupervisorInterval, processes.DefaultSupervisorInterval)
+	durationOr(&c.SupervisorStoreTimeout, max(processes.DefaultSupervisorStoreTimeout, c.SupervisorInterval))
 	durationOr(&c.CheckpointEvery, processes.DefaultTaskCheckpointEvery)
 	durationOr(&c.RegisterWorkflowsTimeout, DefaultRegisterWorkflowsTimeout)
 	durationOr(&c.CreateTopicsTimeout, DefaultCreateTopicsTimeout)
@@ -182,10 +184,14 @@ func (c *Config) validate() ([]*domain.Workflow, error) {
 		{"SchedulerSetupTimeout", c.SchedulerSetupTimeout},
 		{"SupervisorSetupTimeout", c.SupervisorSetupTimeout},
 		{"ShutdownTimeout", c.ShutdownTimeout},
+		{"SupervisorStoreTimeout", c.SupervisorStoreTimeout},
 	} {
 		if d.value < 0 {
 			add("%s must not be negative, not %s", d.name, d.value)
 		}
+	}
+	if interval := cmp.Or(c.SupervisorInterval, processes.DefaultSupervisorInterval); c.SupervisorStoreTimeout > 0 && c.SupervisorStoreTimeout < interval {
+		add("SupervisorStoreTimeout (%s) must be at least SupervisorInterval (%s)", c.SupervisorStoreTimeout, interval)
 	}
 	if (c.APITLSCert == "") != (c.APITLSKey == "") {
 		add("APITLSCert and APITLSKey go together: set both or neither")

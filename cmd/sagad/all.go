@@ -129,6 +129,8 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	rolesFlag := fs.String("roles", envOr("SAGA_ROLES", "all"), "parts to run, comma-separated: submitter, scheduler, supervisor, agents, api, status, or all (those six); broker alone runs only the embedded Kafka broker (no event store: 'sagad eventstore' runs that alone). An empty or unknown role is refused [$SAGA_ROLES]")
 	shutdownTimeout := fs.Duration("shutdown-timeout", engine.DefaultShutdownTimeout, "at SIGTERM or SIGINT, parts that have not stopped after this long (a broker out of reach, a call that ignores cancellation) are logged and left: the process exits")
 	supervisorInterval := fs.Duration("supervisor-interval", processes.DefaultSupervisorInterval, "how often the supervisor looks for attempts past their complete-by")
+	supervisorStoreTimeout := fs.Duration("supervisor-store-timeout", processes.DefaultSupervisorStoreTimeout,
+		"a supervisor that has had no answer from the event store for this long gives up its lease, so that a standby leads, and stands again once the store answers; each of its actions waits for the store this long at most; at least --supervisor-interval, which is the default when longer")
 	checkpointEvery := fs.Duration("checkpoint-every", processes.DefaultTaskCheckpointEvery,
 		"how often the scheduler and supervisor save the checkpoint they resume from (position and unfinished tasks)")
 	maxUnfinished := fs.Int("max-unfinished-tasks", processes.DefaultMaxUnfinishedTasks,
@@ -173,6 +175,14 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	if *maxUnfinished < -1 || *maxUnfinished == 0 {
 		return errors.New("--max-unfinished-tasks must be -1 or positive")
 	}
+	storeTimeoutSet := false
+	fs.Visit(func(f *flag.Flag) { storeTimeoutSet = storeTimeoutSet || f.Name == "supervisor-store-timeout" })
+	switch {
+	case !storeTimeoutSet:
+		*supervisorStoreTimeout = 0 // the default, or the interval when longer
+	case *supervisorStoreTimeout < *supervisorInterval:
+		return errors.New("--supervisor-store-timeout must be at least --supervisor-interval")
+	}
 	if *defaultCapacity < 1 || *defaultHangAfter <= 0 {
 		return errors.New("--agent-capacity-default must be at least 1 and --agent-hang-after-default positive")
 	}
@@ -204,7 +214,7 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 		DataDir: *data, KafkaBrokers: kafka.SplitBrokers(*brokers), KafkaListen: *kafkaListen,
 		EventStoreURL: esConnection, EventStoreListen: *esListen, HTTPListen: *httpListen, HTTPAllowedHosts: kafka.SplitBrokers(*httpAllowedHosts), MetricsListen: *metricsListen,
 		Partitions: int32(*partitions), Instance: *instance, DemoAgents: *demoAgents, Faults: faults, Logger: logger,
-		Roles: roles, ShutdownTimeout: *shutdownTimeout, SupervisorInterval: *supervisorInterval, CheckpointEvery: *checkpointEvery, KafkaFsync: *kafkaFsync, DemoServiceURLs: services, CommandsThroughKafka: *commandsThroughKafka,
+		Roles: roles, ShutdownTimeout: *shutdownTimeout, SupervisorInterval: *supervisorInterval, SupervisorStoreTimeout: *supervisorStoreTimeout, CheckpointEvery: *checkpointEvery, KafkaFsync: *kafkaFsync, DemoServiceURLs: services, CommandsThroughKafka: *commandsThroughKafka,
 		WorkflowDirs: workflowDirs, HTTPAgents: httpAgents, HTTPAgentAllow: splitList(strings.Join(httpAgentAllow, ",")), SecretsDir: *secretsDir, KafkaSyncTopics: append([]string{}, kafka.SplitBrokers(*kafkaSyncTopics)...),
 		ReplyTopicPattern: *replyTopics, APITokensFile: *apiTokens, APITLSCert: *apiCert, APITLSKey: *apiKey,
 		Secure: *secureMode, KafkaSecurity: *kafkaSecurity, MaxOrderSize: *maxOrderSize, MaxUnfinishedTasks: *maxUnfinished, MaxRenderedBytes: *maxRendered, TaskViewBatch: *taskViewBatch,

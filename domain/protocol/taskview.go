@@ -35,6 +35,9 @@ type TaskView struct {
 	Compensating bool   `json:"compensating,omitempty"`
 	CancelledBy  string `json:"cancelledBy,omitempty"`
 	TraceParent  string `json:"traceparent,omitempty"`
+	// LeaseTerm is the newest supervisor lease term recorded in the
+	// task's stream; absent when none is.
+	LeaseTerm int64 `json:"leaseTerm,omitempty"`
 	// Revision is the revision of the last event folded in.
 	Revision    int64     `json:"revision"`
 	SubmittedAt time.Time `json:"submittedAt"`
@@ -128,6 +131,7 @@ func ViewOf(t *domain.Task) *TaskView {
 	v := &TaskView{ID: t.ID, Workflow: t.Workflow, WorkflowVersion: t.WorkflowVersion, State: t.State, Priority: t.Priority,
 		ReplyTo: t.ReplyTo, Reason: t.Reason, FailedStep: t.FailedStep, Compensating: t.Compensating,
 		CancelledBy: t.CancelledBy, TraceParent: t.TraceParent, Revision: t.Revision, SubmittedAt: t.SubmittedAt, UpdatedAt: t.UpdatedAt}
+	v.LeaseTerm = t.LeaseTerm
 	if t.Steps != nil {
 		v.Steps = make([]*StepView, len(t.Steps))
 	}
@@ -148,6 +152,7 @@ func (v *TaskView) Task() *domain.Task {
 	t := &domain.Task{ID: v.ID, Workflow: v.Workflow, WorkflowVersion: v.WorkflowVersion, State: v.State, Priority: v.Priority.OrNormal(),
 		ReplyTo: v.ReplyTo, Reason: v.Reason, FailedStep: v.FailedStep, Compensating: v.Compensating,
 		CancelledBy: v.CancelledBy, TraceParent: v.TraceParent, Revision: v.Revision, SubmittedAt: v.SubmittedAt, UpdatedAt: v.UpdatedAt}
+	t.LeaseTerm = v.LeaseTerm
 	if v.Steps != nil {
 		t.Steps = make([]*domain.Step, len(v.Steps))
 	}
