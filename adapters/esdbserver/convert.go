@@ -2,7 +2,6 @@ package esdbserver
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"regexp"
 
@@ -16,12 +15,13 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sagaengine/saga/adapters/esdbserver/eslog"
+	"github.com/sagaengine/saga/adapters/esdbwire"
 )
 
 // Metadata keys the protocol reserves on every event.
 const (
-	metaType        = "type"
-	metaContentType = "content-type"
+	metaType        = esdbwire.MetaType
+	metaContentType = esdbwire.MetaContentType
 	metaCreated     = "created"
 )
 
@@ -29,23 +29,8 @@ func invalid(format string, args ...any) error {
 	return status.Errorf(codes.InvalidArgument, format, args...)
 }
 
-func parseUUID(id *shared.UUID) ([16]byte, error) {
-	var out [16]byte
-	switch v := id.GetValue().(type) {
-	case *shared.UUID_Structured_:
-		binary.BigEndian.PutUint64(out[:8], uint64(v.Structured.GetMostSignificantBits()))
-		binary.BigEndian.PutUint64(out[8:], uint64(v.Structured.GetLeastSignificantBits()))
-		return out, nil
-	case *shared.UUID_String_:
-		u, err := uuid.Parse(v.String_)
-		if err != nil {
-			return out, invalid("event id %q is not a UUID", v.String_)
-		}
-		return u, nil
-	default:
-		return out, invalid("event id is missing")
-	}
-}
+// parseUUID reads an event id in either of the protocol's forms.
+func parseUUID(id *shared.UUID) ([16]byte, error) { return esdbwire.ParseUUID(id) }
 
 func streamName(id *shared.StreamIdentifier) (string, error) {
 	name := string(id.GetStreamName())

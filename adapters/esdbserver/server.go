@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/sagaengine/saga/adapters/esdbserver/eslog"
+	"github.com/sagaengine/saga/adapters/esdbwire"
 )
 
 // DefaultListen is EventStoreDB's default address, on loopback.
@@ -221,7 +222,7 @@ func Start(cfg Config) (*Server, error) {
 		grpc.SharedWriteBuffer(true),
 		// BatchAppend's messages are decoded and encoded by hand, and reads
 		// send events encoded by hand (encodedMsg).
-		grpc.ForceServerCodec(newWireCodec()),
+		grpc.ForceServerCodec(esdbwire.NewCodec()),
 		// The official client pings every 10 s, with or without calls in
 		// flight; the default enforcement would answer too_many_pings and
 		// drop idle subscriptions.

@@ -28,6 +28,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
+	"github.com/sagaengine/saga/adapters/esdbwire"
 	"github.com/sagaengine/saga/domain"
 )
 
@@ -94,22 +95,13 @@ func appendPathOf(connection string) (AppendPath, string, error) {
 // server's message size limit (the embedded server's is over 1 MiB).
 const maxChunkBytes = 512 << 10
 
-// eventOverhead is a generous estimate of what an event adds to a request
-// besides its data, metadata and type: id, content type, framing.
-const eventOverhead = 128
-
-// encodedSize estimates an event's size in a BatchAppend request.
-func encodedSize(e *esdb.EventData) int {
-	return len(e.Data) + len(e.Metadata) + len(e.EventType) + eventOverhead
-}
-
 // pipelinable reports whether every event fits in a chunk. An event that
 // does not goes through Streams.Append: one too large for the server's
 // message limit would end the whole call, and with it the other appends in
 // flight, where on its own call it fails alone.
 func pipelinable(events []esdb.EventData) bool {
 	for i := range events {
-		if encodedSize(&events[i]) > maxChunkBytes {
+		if esdbwire.EncodedSize(&events[i]) > maxChunkBytes {
 			return false
 		}
 	}
@@ -199,7 +191,7 @@ type batchCall struct {
 }
 
 type batchAnswer struct {
-	reply batchReply
+	reply esdbwire.Reply
 	err   error
 }
 
@@ -246,10 +238,10 @@ func newPipeline(conf *esdb.Configuration, logger *slog.Logger) (*pipeline, erro
 			}))
 		}
 	}
-	// Requests are encoded and answers decoded by hand (wireCodec).
+	// Requests are encoded and answers decoded by hand (esdbwire.Codec).
 	// Answers are decoded by hand into values that keep none of their bytes,
 	// so receive buffers can be reused.
-	opts = append(opts, grpc.WithDefaultCallOptions(grpc.ForceCodec(newWireCodec())),
+	opts = append(opts, grpc.WithDefaultCallOptions(grpc.ForceCodec(esdbwire.NewCodec())),
 		experimental.WithRecvBufferPool(grpc.NewSharedBufferPool()))
 	if conf.KeepAliveInterval >= 0 {
 		opts = append(opts, grpc.WithKeepaliveParams(keepalive.ClientParameters{
@@ -309,7 +301,7 @@ func (p *pipeline) current() (*batchCall, error) {
 // receive hands each answer of c to the append waiting for it, until the
 // call ends; then it fails every append still waiting.
 func (p *pipeline) receive(c *batchCall) {
-	var r batchReply
+	var r esdbwire.Reply
 	for {
 		// A bad answer (wireCodec refuses it) ends the call with Internal.
 		if err := c.stream.RecvMsg(&r); err != nil {
@@ -317,8 +309,8 @@ func (p *pipeline) receive(c *batchCall) {
 			return
 		}
 		c.mu.Lock()
-		w := c.waiting[r.corr]
-		delete(c.waiting, r.corr)
+		w := c.waiting[r.Corr]
+		delete(c.waiting, r.Corr)
 		c.mu.Unlock()
 		if w != nil {
 			w.answer <- batchAnswer{reply: r}
@@ -422,7 +414,7 @@ func (p *pipeline) append(ctx context.Context, stream string, expected domain.Ex
 	}
 	c.waiting[id] = w
 	c.mu.Unlock()
-	if err := c.send(batchFrames(id, stream, expected, events, deadline)); err != nil {
+	if err := c.send(esdbwire.AppendRequests(id, stream, expected, events, deadline, maxChunkBytes)); err != nil {
 		c.release(id, w)
 		return nil, callError(err)
 	}
@@ -434,7 +426,7 @@ func (p *pipeline) append(ctx context.Context, stream string, expected domain.Ex
 		if a.err != nil {
 			return nil, a.err
 		}
-		return a.reply.result()
+		return replyResult(&a.reply)
 	case <-w.timer.C:
 		c.release(id, w)
 		return nil, &appendError{code: esdb.ErrorCodeDeadlineExceeded, err: status.Error(codes.DeadlineExceeded, "append not answered before its deadline")}
@@ -451,7 +443,7 @@ func (p *pipeline) append(ctx context.Context, stream string, expected domain.Ex
 // send sends an append's requests, together, so that chunks of different
 // appends never interleave. An error other than io.EOF (the call ended, its
 // status comes to receive) is the append's.
-func (c *batchCall) send(frames []batchFrame) error {
+func (c *batchCall) send(frames []esdbwire.Encoded) error {
 	c.sendMu.Lock()
 	defer c.sendMu.Unlock()
 	for i := range frames {
@@ -479,19 +471,19 @@ func (c *batchCall) release(id uuid.UUID, w *waiter) {
 	waiters.Put(w)
 }
 
-// fromShared reads an id in either of the protocol's forms.
-func fromShared(id *shared.UUID) (uuid.UUID, error) {
-	var out uuid.UUID
-	switch v := id.GetValue().(type) {
-	case *shared.UUID_Structured_:
-		binary.BigEndian.PutUint64(out[:8], uint64(v.Structured.GetMostSignificantBits()))
-		binary.BigEndian.PutUint64(out[8:], uint64(v.Structured.GetLeastSignificantBits()))
-		return out, nil
-	case *shared.UUID_String_:
-		return uuid.Parse(v.String_)
-	default:
-		return out, errors.New("no id")
+// replyResult reads an append's answer as the official client reads
+// Append's: the same WriteResult on success, and the same error codes and
+// messages on failure.
+func replyResult(r *esdbwire.Reply) (*esdb.WriteResult, error) {
+	if r.Full != nil {
+		return fromBatchResponse(r.Full)
 	}
+	res := &esdb.WriteResult{NextExpectedVersion: r.Revision, CommitPosition: r.Commit, PreparePosition: r.Prepare}
+	if r.NoStream {
+		// The official client reports 1 here; keep its answer.
+		res.NextExpectedVersion = 1
+	}
+	return res, nil
 }
 
 // fromBatchResponse reads an append's answer as the official client reads
