@@ -3,6 +3,7 @@ package esdbserver
 import (
 	"context"
 	"io"
+	"math"
 	"time"
 
 	"github.com/EventStore/EventStore-Client-Go/v4/protos/shared"
@@ -238,7 +239,9 @@ func (s *streamsService) addChunk(a *chunkedAppend, msgs []esdbwire.Event, buffe
 			return
 		}
 		if a.size += size; a.size > s.cfg.MaxAppendSize {
-			a.err = invalid("append is over the limit of %d bytes", s.cfg.MaxAppendSize)
+			// The whole append's size, across its chunks, as KurrentDB
+			// counts it.
+			a.err = &maxAppendSizeError{limit: s.cfg.MaxAppendSize}
 			return
 		}
 		if buffered+a.size > s.cfg.MaxAppendSize {
@@ -272,14 +275,24 @@ func sendAnswer(ctx context.Context, srv streams.Streams_BatchAppendServer, answ
 	return srv.SendMsg(answer)
 }
 
+// maxAppendSizeError refuses an append over the maximum append size.
+type maxAppendSizeError struct{ limit int }
+
+func (e *maxAppendSizeError) Error() string { return esdbwire.MaxAppendSizeMessage(e.limit) }
+
 // batchStatus maps an append's error to the status BatchAppend answers with:
 // the code Append's call would end with, and EventStoreDB's detail message.
 func batchStatus(err error) *status.Status {
 	var wrong *eslog.WrongExpectedVersionError
 	var deleted *eslog.StreamDeletedError
+	var tooLarge *maxAppendSizeError
 	var detail protoadapt.MessageV1
 	var st *status.Status
 	switch {
+	case errors.As(err, &tooLarge):
+		// KurrentDB's Status.MaximumAppendSizeExceeded, message included.
+		st = status.New(codes.InvalidArgument, "MaximumAppendSizeExceeded")
+		detail = protoadapt.MessageV1Of(&shared.MaximumAppendSizeExceeded{MaxAppendSize: uint32(min(tooLarge.limit, math.MaxUint32))})
 	case errors.As(err, &wrong):
 		st = status.New(codes.FailedPrecondition, err.Error())
 		w := &shared.WrongExpectedVersion{}

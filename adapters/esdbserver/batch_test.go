@@ -211,7 +211,6 @@ func TestBatchAppendBadInputIsAnsweredPerAppend(t *testing.T) {
 		"no type":     {batchReq(uuid.New(), s, nil, batchEvent(uuid.New(), "", `{}`)), `no "type" metadata`},
 		"no event id": {noID, "event id is missing"},
 		"huge event":  {batchReq(uuid.New(), s, nil, batchEvent(uuid.New(), "E", strings.Repeat("x", 2<<10))), "over the limit of 1024"},
-		"huge append": {batchReq(uuid.New(), s, nil, batchEvent(uuid.New(), "E", strings.Repeat("x", 900)), batchEvent(uuid.New(), "E", strings.Repeat("x", 900)), batchEvent(uuid.New(), "E", strings.Repeat("x", 900))), "append is over the limit of 2048"},
 		"to $all":     {batchReq(uuid.New(), "$all", nil, batchEvent(uuid.New(), "E", `{}`)), "$all cannot be written to"},
 	}
 	for name, tc := range cases {

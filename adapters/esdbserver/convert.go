@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"strconv"
 
 	"github.com/EventStore/EventStore-Client-Go/v4/protos/shared"
 	"github.com/EventStore/EventStore-Client-Go/v4/protos/streams"
@@ -115,6 +116,15 @@ func toFilter(f *streams.ReadReq_Options_FilterOptions, maxRegex int) (*eslog.Fi
 		return nil, invalid("filter has neither prefixes nor a regex")
 	}
 	return out, nil
+}
+
+// maxAppendSizeExceeded is KurrentDB's answer to an Append over its
+// maximum append size: InvalidArgument with its message, and the exception
+// and the limit as trailers.
+func maxAppendSizeExceeded(ctx context.Context, limit int) error {
+	_ = grpc.SetTrailer(ctx, metadata.Pairs(esdbwire.TrailerException, esdbwire.ExceptionMaxAppendSize,
+		esdbwire.TrailerMaxAppendSize, strconv.Itoa(limit)))
+	return status.Error(codes.InvalidArgument, esdbwire.MaxAppendSizeMessage(limit))
 }
 
 // toStatus maps store errors to the statuses and trailers the clients expect.

@@ -511,6 +511,13 @@ func fromBatchResponse(resp *streams.BatchAppendResp) (*esdb.WriteResult, error)
 			return nil, &appendError{code: esdb.ErrorCodeWrongExpectedVersion,
 				err: fmt.Errorf("wrong expected version: expecting '%s' but got '%s'", expectedOf(&wrong), currentOf(&wrong))}
 		}
+		var tooLarge shared.MaximumAppendSizeExceeded
+		if d.MessageIs(&tooLarge) && d.UnmarshalTo(&tooLarge) == nil {
+			// As Append's answer reads: the same message, so that classify
+			// and Append treat both paths alike.
+			return nil, &appendError{code: esdb.ErrorCodeUnknown,
+				err: status.Error(codes.InvalidArgument, esdbwire.MaxAppendSizeMessage(int(tooLarge.GetMaxAppendSize())))}
+		}
 		var deleted shared.StreamDeleted
 		if d.MessageIs(&deleted) && d.UnmarshalTo(&deleted) == nil {
 			return nil, &appendError{code: esdb.ErrorCodeStreamDeleted,

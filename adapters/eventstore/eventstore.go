@@ -30,6 +30,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/sagaengine/saga/adapters/esdbwire"
 	"github.com/sagaengine/saga/domain"
 )
 
@@ -202,6 +203,10 @@ func (s *Store) Append(ctx context.Context, stream string, expected domain.Expec
 	case errConflict:
 		return 0, errors.Wrapf(domain.ErrConcurrencyConflict, "append to %s: %v", stream, err)
 	case errRefused:
+		if limit, ok := esdbwire.ParseMaxAppendSize(err.Error()); ok {
+			return 0, errors.Wrapf(errors.Mark(domain.ErrAppendRefused, ErrAppendTooLarge),
+				"append to %s: %d events, over the event store's maximum append size of %d bytes: %v", stream, len(events), limit, err)
+		}
 		if codeOf(err) == esdb.ErrorCodeStreamDeleted || errors.Is(err, errStreamDeleted) {
 			return 0, errors.Wrapf(errors.Mark(domain.ErrAppendRefused, errStreamDeleted), "append to %s: %v", stream, err)
 		}
@@ -515,6 +520,13 @@ func codeOf(err error) esdb.ErrorCode {
 	return -1
 }
 
+// ErrAppendTooLarge marks an append refused because its events together
+// are over the event store's maximum append size (KurrentDB's
+// MaximumAppendSizeExceeded; 1 MiB by default, in the embedded server
+// too), whichever path it took: one request, several chunks or in process.
+// It comes with domain.ErrAppendRefused.
+var ErrAppendTooLarge = errors.New("append over the event store's maximum append size")
+
 // errStreamDeleted marks an append refused because its stream was
 // tombstoned.
 var errStreamDeleted = errors.New("stream deleted")
@@ -548,6 +560,10 @@ func classify(err error) error {
 	case errors.Is(err, domain.ErrConcurrencyConflict):
 		return errConflict
 	case errors.Is(err, domain.ErrAppendRefused):
+		return errRefused
+	}
+	if _, ok := esdbwire.ParseMaxAppendSize(err.Error()); ok {
+		// KurrentDB's MaximumAppendSizeExceeded, by either path.
 		return errRefused
 	}
 	switch codeOf(err) {
