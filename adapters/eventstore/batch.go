@@ -108,6 +108,12 @@ func pipelinable(events []esdb.EventData) bool {
 	return true
 }
 
+// maxInboundMessage is the largest message the adapter's own connection
+// receives: the official client's (17 MiB, for a 16 MiB event and its
+// envelope). gRPC's default, 4 MiB, would end the $all subscription at a
+// larger event, and every resubscription at the same one, for good.
+const maxInboundMessage = 17 << 20
+
 // defaultAppendDeadline bounds each append when neither the caller's
 // context nor the connection string (defaultDeadline) does, as the official
 // client's default.
@@ -241,7 +247,7 @@ func newPipeline(conf *esdb.Configuration, logger *slog.Logger) (*pipeline, erro
 	// Requests are encoded and answers decoded by hand (esdbwire.Codec).
 	// Answers are decoded by hand into values that keep none of their bytes,
 	// so receive buffers can be reused.
-	opts = append(opts, grpc.WithDefaultCallOptions(grpc.ForceCodec(esdbwire.NewCodec())),
+	opts = append(opts, grpc.WithDefaultCallOptions(grpc.ForceCodec(esdbwire.NewCodec()), grpc.MaxCallRecvMsgSize(maxInboundMessage)),
 		experimental.WithRecvBufferPool(grpc.NewSharedBufferPool()))
 	if conf.KeepAliveInterval >= 0 {
 		opts = append(opts, grpc.WithKeepaliveParams(keepalive.ClientParameters{
