@@ -74,17 +74,17 @@ func TestLeanCatchUpDeliversWhatTheOfficialClientDoes(t *testing.T) {
 	require.NoError(t, err)
 
 	official := func(from domain.SubscribeFrom, prefix string) []*domain.RecordedEvent {
-		after, hasAfter := from.After()
+		after := positionAfter(from)
 		var backoff time.Duration
 		return collectUntilCaughtUp(t, func(handle func(domain.SubscriptionItem) error) error {
-			return s.followOfficial(ctx, prefix, handle, &after, &hasAfter, &backoff)
+			return s.followOfficial(ctx, prefix, handle, &after, &backoff)
 		})
 	}
 	lean := func(from domain.SubscribeFrom, prefix string) []*domain.RecordedEvent {
-		after, hasAfter := from.After()
+		after := positionAfter(from)
 		confirmed := false
 		got := collectUntilCaughtUp(t, func(handle func(domain.SubscriptionItem) error) error {
-			return s.pipe.followAll(ctx, prefix, handle, &after, &hasAfter, func() { confirmed = true })
+			return s.pipe.followAll(ctx, prefix, handle, &after, func() { confirmed = true })
 		})
 		require.True(t, confirmed)
 		return got
@@ -122,10 +122,9 @@ func TestLeanCatchUpReadsAnEventOverGRPCsDefaultLimit(t *testing.T) {
 	require.NoError(t, err)
 	_, err = s.Append(ctx, "task-after", domain.ExpectNoStream(), domain.NewEvent{Type: "After", Data: []byte(`{}`)})
 	require.NoError(t, err)
-	var after uint64
-	hasAfter := false
+	var after allPosition
 	got := collectUntilCaughtUp(t, func(handle func(domain.SubscriptionItem) error) error {
-		return s.pipe.followAll(ctx, "task-", handle, &after, &hasAfter, func() {})
+		return s.pipe.followAll(ctx, "task-", handle, &after, func() {})
 	})
 	require.Len(t, got, 3, "both events and the caught-up signal")
 	require.Equal(t, big, got[0].Data)
