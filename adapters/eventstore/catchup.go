@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/EventStore/EventStore-Client-Go/v4/protos/shared"
@@ -62,6 +63,15 @@ type allPosition struct {
 func positionAfter(from domain.SubscribeFrom) allPosition {
 	after, set := from.After()
 	return allPosition{commit: after, prepare: after, set: set}
+}
+
+// systemEvent reports whether e is one of the server's own events: its type
+// or its stream starts with "$" (stream metadata, statistics, scavenges,
+// projections' links). A subscription to $all never delivers them, as the
+// official client's ExcludeSystemEventsFilter does not (it matches the type;
+// the stream is checked too, for a foreign event in a system stream).
+func systemEvent(e *domain.RecordedEvent) bool {
+	return strings.HasPrefix(e.Type, "$") || strings.HasPrefix(e.Stream, "$")
 }
 
 // readRespKind says what a ReadResp carries, as far as SubscribeAll cares.
@@ -322,8 +332,10 @@ func (p *pipeline) followAll(ctx context.Context, prefix string, handle func(dom
 		switch r.kind {
 		case respEvent:
 			rec := r.event
-			if err := handle(domain.SubscriptionItem{Event: &rec}); err != nil {
-				return handlerError{err}
+			if !systemEvent(&rec) {
+				if err := handle(domain.SubscriptionItem{Event: &rec}); err != nil {
+					return handlerError{err}
+				}
 			}
 			*after = allPosition{commit: rec.Position, prepare: r.prepare, set: true}
 		case respCaughtUp:

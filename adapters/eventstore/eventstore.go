@@ -484,8 +484,10 @@ func (s *Store) follow(sub *esdb.Subscription, handle func(domain.SubscriptionIt
 			return errors.Wrap(ev.SubscriptionDropped.Error, "subscription dropped")
 		case ev.EventAppeared != nil:
 			rec := fromRecorded(ev.EventAppeared.Event)
-			if err := handle(domain.SubscriptionItem{Event: &rec}); err != nil {
-				return handlerError{err}
+			if !systemEvent(&rec) {
+				if err := handle(domain.SubscriptionItem{Event: &rec}); err != nil {
+					return handlerError{err}
+				}
 			}
 			*after = allPosition{commit: rec.Position, prepare: ev.EventAppeared.Event.Position.Prepare, set: true}
 		case ev.CaughtUp != nil:

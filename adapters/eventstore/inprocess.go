@@ -79,8 +79,10 @@ func (s *Store) followLocal(ctx context.Context, prefix string, handle func(doma
 		rec := domain.RecordedEvent{ID: uuid.UUID(e.ID).String(), Stream: e.Stream, Type: e.Type, Data: e.Data,
 			Revision: e.Revision, Position: e.Position, Recorded: e.Recorded}
 		decodeMetadata(e.Metadata, &rec.Metadata) // foreign events may carry none
-		if err := handle(domain.SubscriptionItem{Event: &rec}); err != nil {
-			return handlerError{err}
+		if !systemEvent(&rec) {
+			if err := handle(domain.SubscriptionItem{Event: &rec}); err != nil {
+				return handlerError{err}
+			}
 		}
 		// The embedded store has no transactions: both parts are one.
 		*after = allPosition{commit: rec.Position, prepare: rec.Position, set: true}

@@ -92,3 +92,49 @@ func TestFanoutDeliversEveryEventOfALegacyTransaction(t *testing.T) {
 	require.ErrorIs(t, err, errEnough)
 	assert.Equal(t, []string{"T1", "T2", "B"}, types)
 }
+
+// TestSystemEventsAreNotDelivered: with no prefix, a subscription to $all
+// of a real server carries its own events ($-prefixed streams and types:
+// stream metadata, statistics, links); the adapter delivers none of them,
+// as the official client's ExcludeSystemEventsFilter would, on either path.
+func TestSystemEventsAreNotDelivered(t *testing.T) {
+	events := []scriptedEvent{
+		{stream: "task-a", typ: "A", revision: 0, commit: 100, prepare: 100, data: `{}`},
+		{stream: "$$task-a", typ: "$metadata", revision: 0, commit: 200, prepare: 200, data: `{"$maxCount":10}`},
+		{stream: "$stats-127.0.0.1:2113", typ: "$statsCollected", revision: 0, commit: 300, prepare: 300, data: `{}`},
+		{stream: "$et-A", typ: "$>", revision: 0, commit: 400, prepare: 400, data: `0@task-a`},
+		{stream: "$scavenges", typ: "Foreign", revision: 0, commit: 450, prepare: 450, data: `{}`},
+		{stream: "orders-b", typ: "B", revision: 0, commit: 500, prepare: 500, data: `{}`},
+	}
+	for path, suffix := range paths {
+		t.Run(string(path), func(t *testing.T) {
+			addr := startScripted(t, &scriptedStreams{read: subscriptionScript(events, nil)})
+			var streams []string
+			for _, e := range followScripted(t, addr, suffix, "") {
+				streams = append(streams, e.Stream)
+			}
+			assert.Equal(t, []string{"task-a", "orders-b"}, streams)
+		})
+	}
+	t.Run("in process", func(t *testing.T) {
+		s := dialStore(t, "esdb://127.0.0.1:1?tls=false")
+		s.SubscribeInProcess(func(ctx context.Context, _ uint64, _ bool, _ string, event func(eventstore.LocalRecorded) error, caughtUp func() error) error {
+			for _, e := range events {
+				if err := event(eventstore.LocalRecorded{Stream: e.stream, Type: e.typ, Data: []byte(e.data), Position: e.commit}); err != nil {
+					return err
+				}
+			}
+			return caughtUp()
+		})
+		var streams []string
+		err := s.SubscribeAll(context.Background(), domain.FromStart(), "", func(it domain.SubscriptionItem) error {
+			if it.CaughtUp {
+				return errEnough
+			}
+			streams = append(streams, it.Event.Stream)
+			return nil
+		})
+		require.ErrorIs(t, err, errEnough)
+		assert.Equal(t, []string{"task-a", "orders-b"}, streams)
+	})
+}
