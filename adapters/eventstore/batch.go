@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/url"
 	"strconv"
 	"strings"
@@ -26,6 +27,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/sagaengine/saga/adapters/esdbwire"
@@ -165,8 +167,10 @@ func (e *appendError) Unwrap() error { return e.err }
 // Unavailable, which Store.Append retries with the same event ids
 // (idempotently), and the next append opens a new call.
 type pipeline struct {
-	conn     *grpc.ClientConn
-	client   streams.StreamsClient
+	// conn is the connection to the server, replaced by one to the leader
+	// when the server answers NotLeader (followLeader).
+	conn     atomic.Pointer[grpc.ClientConn]
+	dial     func(address string) (*grpc.ClientConn, error)
 	deadline time.Duration
 	logger   *slog.Logger
 
@@ -181,6 +185,8 @@ type pipeline struct {
 	mu     sync.Mutex
 	call   *batchCall
 	closed bool
+	// address is conn's: the connection string's, or the leader's.
+	address string
 }
 
 // batchCall is one BatchAppend call and the appends waiting for its answers.
@@ -254,27 +260,78 @@ func newPipeline(conf *esdb.Configuration, logger *slog.Logger) (*pipeline, erro
 			Time: conf.KeepAliveInterval, Timeout: conf.KeepAliveTimeout, PermitWithoutStream: true,
 		}))
 	}
-	conn, err := grpc.NewClient(conf.Address, opts...)
+	dial := func(address string) (*grpc.ClientConn, error) {
+		conn, err := grpc.NewClient(address, opts...)
+		return conn, errors.Wrapf(err, "connect to %s", address)
+	}
+	conn, err := dial(conf.Address)
 	if err != nil {
-		return nil, errors.Wrapf(err, "connect to %s", conf.Address)
+		return nil, err
 	}
 	deadline := defaultAppendDeadline
 	if conf.DefaultDeadline != nil {
 		deadline = *conf.DefaultDeadline
 	}
 	prefix := uuid.New()
-	return &pipeline{conn: conn, client: streams.NewStreamsClient(conn), deadline: deadline, logger: logger,
-		idPrefix: binary.BigEndian.Uint64(prefix[:8])}, nil
+	p := &pipeline{dial: dial, address: conf.Address, deadline: deadline, logger: logger,
+		idPrefix: binary.BigEndian.Uint64(prefix[:8])}
+	p.conn.Store(conn)
+	return p, nil
+}
+
+// notLeader reads KurrentDB's NotLeader answer from a call's trailers: the
+// exception and the leader's host and port (RpcExceptions.LeaderInfo), as
+// the official client reads them.
+func notLeader(trailer metadata.MD) (string, bool) {
+	if v := trailer.Get(esdbwire.TrailerException); len(v) == 0 || v[0] != esdbwire.ExceptionNotLeader {
+		return "", false
+	}
+	host, port := trailer.Get(esdbwire.TrailerLeaderHost), trailer.Get(esdbwire.TrailerLeaderPort)
+	if len(host) == 0 || len(port) == 0 || host[0] == "" {
+		return "", false
+	}
+	if n, err := strconv.ParseUint(port[0], 10, 16); err != nil || n == 0 {
+		return "", false
+	}
+	return net.JoinHostPort(host[0], port[0]), true
+}
+
+// followLeader moves the pipeline to the leader a server named in its
+// NotLeader answer, as the official client reconnects: the next call, and
+// the next subscription on this connection, go to the leader.
+func (p *pipeline) followLeader(leader string) {
+	p.mu.Lock()
+	if p.closed || leader == p.address {
+		p.mu.Unlock()
+		return
+	}
+	conn, err := p.dial(leader)
+	if err != nil {
+		p.mu.Unlock()
+		p.logger.Warn("event store answered NotLeader; cannot connect to the leader it names", "leader", leader, "err", err.Error())
+		return
+	}
+	old := p.conn.Swap(conn)
+	from := p.address
+	p.address = leader
+	p.mu.Unlock()
+	_ = old.Close()
+	p.logger.Info("event store answered NotLeader; appending to the leader", "from", from, "leader", leader)
 }
 
 // close ends the call and the connection; later appends fail with
 // ConnectionClosed, as the official client's do once it is closed.
 func (p *pipeline) close() error {
 	// Closing the connection first ends a call being opened, which holds mu.
-	err := p.conn.Close()
+	first := p.conn.Load()
+	err := first.Close()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.closed = true
+	if conn := p.conn.Load(); conn != first {
+		// Moved to a leader meanwhile.
+		_ = conn.Close()
+	}
 	if p.call != nil {
 		p.call.cancel()
 		p.call = nil
@@ -293,7 +350,7 @@ func (p *pipeline) current() (*batchCall, error) {
 		return p.call, nil
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	stream, err := p.client.BatchAppend(ctx)
+	stream, err := streams.NewStreamsClient(p.conn.Load()).BatchAppend(ctx)
 	if err != nil {
 		cancel()
 		return nil, callError(err)
@@ -311,6 +368,12 @@ func (p *pipeline) receive(c *batchCall) {
 	for {
 		// A bad answer (wireCodec refuses it) ends the call with Internal.
 		if err := c.stream.RecvMsg(&r); err != nil {
+			if leader, ok := notLeader(c.stream.Trailer()); ok {
+				// The appends in flight fail with NotLeader, which Append
+				// retries: on a new call, to the leader.
+				p.followLeader(leader)
+				err = &appendError{code: esdb.ErrorCodeNotLeader, err: err}
+			}
 			p.end(c, err)
 			return
 		}
@@ -327,7 +390,12 @@ func (p *pipeline) receive(c *batchCall) {
 // end records why c ended, fails its waiting appends and lets the next
 // append open a new call.
 func (p *pipeline) end(c *batchCall, cause error) {
-	err := callError(cause)
+	var err error
+	if a := (*appendError)(nil); errors.As(cause, &a) {
+		err = a
+	} else {
+		err = callError(cause)
+	}
 	p.mu.Lock()
 	closed := p.closed
 	p.mu.Unlock()

@@ -307,7 +307,7 @@ var readStreamDesc = grpc.StreamDesc{StreamName: "Read", ServerStreams: true}
 func (p *pipeline) followAll(ctx context.Context, prefix string, handle func(domain.SubscriptionItem) error, after *allPosition, subscribed func()) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := p.conn.NewStream(ctx, &readStreamDesc, streams.Streams_Read_FullMethodName, grpc.ForceCodec(catchUpCodec{}))
+	stream, err := p.conn.Load().NewStream(ctx, &readStreamDesc, streams.Streams_Read_FullMethodName, grpc.ForceCodec(catchUpCodec{}))
 	if err != nil {
 		return errors.Wrap(err, "subscribe to $all")
 	}
