@@ -2,9 +2,9 @@ package esdbserver
 
 import (
 	"context"
-	"fmt"
 	"regexp"
 	"strconv"
+	"strings"
 
 	"github.com/EventStore/EventStore-Client-Go/v4/protos/shared"
 	"github.com/EventStore/EventStore-Client-Go/v4/protos/streams"
@@ -127,6 +127,32 @@ func maxAppendSizeExceeded(ctx context.Context, limit int) error {
 	return status.Error(codes.InvalidArgument, esdbwire.MaxAppendSizeMessage(limit))
 }
 
+// legacyExpectedVersion is an expected revision as EventStoreDB writes it
+// in its errors: a revision, or -1 for no stream, -2 for any, -4 for a
+// stream that exists (ExpectedVersion).
+func legacyExpectedVersion(e eslog.Expected) int64 {
+	switch e.Kind {
+	case eslog.ExpectRevision:
+		return int64(e.Revision)
+	case eslog.ExpectNoStream:
+		return -1
+	case eslog.ExpectStreamExists:
+		return -4
+	default:
+		return -2
+	}
+}
+
+// operation names the call a context serves, as EventStoreDB's error
+// messages do ("Delete", "Tombstone").
+func operation(ctx context.Context) string {
+	method, _ := grpc.Method(ctx)
+	if i := strings.LastIndexByte(method, '/'); i >= 0 {
+		return method[i+1:]
+	}
+	return "Operation"
+}
+
 // toStatus maps store errors to the statuses and trailers the clients expect.
 func toStatus(ctx context.Context, err error) error {
 	var deleted *eslog.StreamDeletedError
@@ -138,10 +164,15 @@ func toStatus(ctx context.Context, err error) error {
 		_ = grpc.SetTrailer(ctx, metadata.Pairs("exception", "stream-deleted", "stream-name", deleted.Stream))
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.As(err, &wrong):
-		current := fmt.Sprint(wrong.Current)
-		_ = grpc.SetTrailer(ctx, metadata.Pairs("exception", "wrong-expected-version",
-			"expected-version", wrong.Expected.String(), "actual-version", current))
-		return status.Error(codes.FailedPrecondition, err.Error())
+		// RpcExceptions.WrongExpectedVersion: the stream's name, and both
+		// versions as numbers (the Node client reads them as such, and
+		// never settles without them).
+		expected := legacyExpectedVersion(wrong.Expected)
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(esdbwire.TrailerException, "wrong-expected-version",
+			"stream-name", wrong.Stream,
+			"expected-version", strconv.FormatInt(expected, 10), "actual-version", strconv.FormatInt(wrong.Current, 10)))
+		return status.Errorf(codes.FailedPrecondition, "%s failed due to WrongExpectedVersion. Stream: %s, Expected version: %d, Actual version: %d",
+			operation(ctx), wrong.Stream, expected, wrong.Current)
 	default:
 		return storeStatus(err).Err()
 	}
