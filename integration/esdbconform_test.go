@@ -34,8 +34,9 @@ func TestLargestOrderFitsItsOwnStore(t *testing.T) {
 
 // TestNodeClientSettlesWrongExpectedVersion runs the official Node client
 // of EventStoreDB (@eventstore/db-client, testdata/nodeclient) against the
-// embedded event store: a Delete and a Tombstone with a wrong expected
-// revision settle with its WrongExpectedVersionError (with the trailers the
+// embedded event store: an append (through BatchAppend), a Delete and a
+// Tombstone with a wrong expected revision settle with its
+// WrongExpectedVersionError (with the trailers the
 // store sent before, the client threw a TypeError and never settled). It
 // skips without node or the package: install it with
 // npm install --prefix integration/testdata/nodeclient, or name a
@@ -64,6 +65,7 @@ func TestNodeClientSettlesWrongExpectedVersion(t *testing.T) {
 	cmd.Env = append(os.Environ(), "NODE_PATH="+modules)
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "node check:\n%s", out)
+	assert.Contains(t, string(out), `"check":"append","ok":true`)
 	assert.Contains(t, string(out), `"check":"delete","ok":true`)
 	assert.Contains(t, string(out), `"check":"tombstone","ok":true`)
 	t.Logf("%s", out)

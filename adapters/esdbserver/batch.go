@@ -280,8 +280,11 @@ type maxAppendSizeError struct{ limit int }
 
 func (e *maxAppendSizeError) Error() string { return esdbwire.MaxAppendSizeMessage(e.limit) }
 
-// batchStatus maps an append's error to the status BatchAppend answers with:
-// the code Append's call would end with, and EventStoreDB's detail message.
+// batchStatus maps an append's error to the status BatchAppend answers with,
+// as EventStoreDB's Status does: its code, message and detail for a wrong
+// expected version, a deleted stream and an append over the maximum size;
+// for the rest, the code Append's call would end with and EventStoreDB's
+// detail message.
 func batchStatus(err error) *status.Status {
 	var wrong *eslog.WrongExpectedVersionError
 	var deleted *eslog.StreamDeletedError
@@ -294,7 +297,9 @@ func batchStatus(err error) *status.Status {
 		st = status.New(codes.InvalidArgument, "MaximumAppendSizeExceeded")
 		detail = protoadapt.MessageV1Of(&shared.MaximumAppendSizeExceeded{MaxAppendSize: uint32(min(tooLarge.limit, math.MaxUint32))})
 	case errors.As(err, &wrong):
-		st = status.New(codes.FailedPrecondition, err.Error())
+		// EventStoreDB's Status.WrongExpectedVersion: AlreadyExists, named
+		// by its message, told by its detail.
+		st = status.New(codes.AlreadyExists, "WrongExpectedVersion")
 		w := &shared.WrongExpectedVersion{}
 		if wrong.Current == eslog.NoStream {
 			w.CurrentStreamRevisionOption = &shared.WrongExpectedVersion_CurrentNoStream{CurrentNoStream: &emptypb.Empty{}}
@@ -313,7 +318,8 @@ func batchStatus(err error) *status.Status {
 		}
 		detail = protoadapt.MessageV1Of(w)
 	case errors.As(err, &deleted):
-		st = status.New(codes.FailedPrecondition, err.Error())
+		// EventStoreDB's Status.StreamDeleted.
+		st = status.New(codes.NotFound, "StreamDeleted")
 		detail = protoadapt.MessageV1Of(&shared.StreamDeleted{StreamIdentifier: &shared.StreamIdentifier{StreamName: []byte(deleted.Stream)}})
 	default:
 		st = storeStatus(err)

@@ -1,7 +1,7 @@
 // Runs the official Node client of EventStoreDB against the event store at
-// the connection string given as the first argument: a Delete and a
-// Tombstone with a wrong expected revision must each settle, with the
-// client's WrongExpectedVersionError. Prints one JSON line per check and
+// the connection string given as the first argument: an append (the
+// client's BatchAppend), a Delete and a Tombstone with a wrong expected
+// revision must each settle, with the client's WrongExpectedVersionError. Prints one JSON line per check and
 // exits non-zero if any failed or never settled.
 "use strict";
 
@@ -50,6 +50,7 @@ async function main() {
     jsonEvent({ type: "E", data: { n: 0 } }),
     jsonEvent({ type: "E", data: { n: 1 } }),
   ]);
+  await expectWrongVersion("append", stream, () => client.appendToStream(stream, [jsonEvent({ type: "E", data: {} })], { expectedRevision: NO_STREAM }));
   await expectWrongVersion("delete", stream, () => client.deleteStream(stream, { expectedRevision: NO_STREAM }));
   await expectWrongVersion("tombstone", stream, () => client.tombstoneStream(stream, { expectedRevision: BigInt(7) }));
   await client.dispose();
