@@ -109,6 +109,9 @@ type Config struct {
 	// checkpoint; 0 means the store's default. Tests set it small so that
 	// index writes are frequent.
 	EventStoreIndexMemtable int
+	// EventStoreMaxAppendSize bounds one append to the embedded event store
+	// (esdbserver.Config.MaxAppendSize); 0 means KurrentDB's default, 1 MiB.
+	EventStoreMaxAppendSize int
 	// TaskViewBatch bounds the events the task view folds per SQLite
 	// commit; 0 means projections.StoredTasks's default.
 	TaskViewBatch int
@@ -481,6 +484,7 @@ func (a *App) startEventStore(context.Context) error {
 		esCfg := esdbserver.Config{
 			Listen: a.cfg.EventStoreListen, DataDir: filepath.Join(a.cfg.DataDir, "eventstore"), Logger: a.logger,
 			IndexMemtableEntries: a.cfg.EventStoreIndexMemtable,
+			MaxAppendSize:        a.cfg.EventStoreMaxAppendSize,
 		}
 		if a.cfg.Secure {
 			files, err := a.secureFiles()

@@ -168,6 +168,7 @@ func (c *Config) validate() ([]*domain.Workflow, error) {
 		{"MaxOrderSize", int64(c.MaxOrderSize)},
 		{"TaskViewBatch", int64(c.TaskViewBatch)},
 		{"EventStoreIndexMemtable", int64(c.EventStoreIndexMemtable)},
+		{"EventStoreMaxAppendSize", int64(c.EventStoreMaxAppendSize)},
 	} {
 		if n.value < 0 {
 			add("%s must not be negative, not %d", n.name, n.value)

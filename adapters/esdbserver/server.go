@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/sagaengine/saga/adapters/esdbserver/eslog"
+	"github.com/sagaengine/saga/adapters/esdbwire"
 )
 
 // DefaultListen is EventStoreDB's default address, on loopback.
@@ -30,10 +31,13 @@ const ProtocolVersion = "24.10.0"
 // Defaults of Config, declared once for the server and for the flags of
 // sagad eventstore.
 const (
-	// DefaultMaxEventSize bounds one event's data plus metadata.
+	// DefaultMaxEventSize bounds one event's data plus metadata: KurrentDB's
+	// largest log record, 16 MiB. MaxAppendSize binds first unless raised.
 	DefaultMaxEventSize = 16 << 20
-	// DefaultMaxAppendSize bounds all events of one append.
-	DefaultMaxAppendSize = 64 << 20
+	// DefaultMaxAppendSize bounds all events of one append, however many
+	// requests carry them: KurrentDB's default MaxAppendSize, 1 MiB, so
+	// that what the embedded server accepts a real one accepts too.
+	DefaultMaxAppendSize = esdbwire.DefaultMaxAppendSize
 	// DefaultMaxSearchWindow is how many events one page of a filtered $all
 	// read or subscription examines at most: EventStoreDB's max search
 	// window.
@@ -56,8 +60,10 @@ type Config struct {
 	// MaxEventSize bounds one event's data plus metadata. Default
 	// DefaultMaxEventSize.
 	MaxEventSize int
-	// MaxAppendSize bounds all events of one append. Default
-	// DefaultMaxAppendSize.
+	// MaxAppendSize bounds the data and metadata of all events of one
+	// append, however many requests (chunks) carry them; an append over it
+	// is refused as KurrentDB refuses it (MaximumAppendSizeExceeded).
+	// Default DefaultMaxAppendSize.
 	MaxAppendSize int
 	// SegmentSize is the size of a log segment file. Default 256 MiB.
 	SegmentSize uint64
@@ -221,7 +227,7 @@ func Start(cfg Config) (*Server, error) {
 		grpc.SharedWriteBuffer(true),
 		// BatchAppend's messages are decoded and encoded by hand, and reads
 		// send events encoded by hand (encodedMsg).
-		grpc.ForceServerCodec(newWireCodec()),
+		grpc.ForceServerCodec(esdbwire.NewCodec()),
 		// The official client pings every 10 s, with or without calls in
 		// flight; the default enforcement would answer too_many_pings and
 		// drop idle subscriptions.
@@ -251,7 +257,8 @@ func (s *Server) Store() *eslog.Store { return s.store }
 
 // AppendLocal is an append from a client in the same process: the limits of
 // an append through Streams.Append (MaxEventSize, MaxAppendSize; a refusal
-// is eslog.ErrInvalidRequest), the same store and group commit, and the
+// is eslog.ErrInvalidRequest, with KurrentDB's message for an append over
+// MaxAppendSize, esdbwire.MaxAppendSizeMessage), the same store and group commit, and the
 // same answer once the events are durable, without gRPC. It is for saga's
 // own engine running beside its embedded server.
 func (s *Server) AppendLocal(ctx context.Context, stream string, expected eslog.Expected, events []eslog.ProposedEvent) (eslog.WriteResult, error) {
@@ -260,7 +267,7 @@ func (s *Server) AppendLocal(ctx context.Context, stream string, expected eslog.
 		total += len(events[i].Data) + len(events[i].Metadata)
 	}
 	if total > s.cfg.MaxAppendSize {
-		return eslog.WriteResult{}, errors.Wrapf(eslog.ErrInvalidRequest, "append is over the limit of %d bytes", s.cfg.MaxAppendSize)
+		return eslog.WriteResult{}, errors.Wrap(eslog.ErrInvalidRequest, esdbwire.MaxAppendSizeMessage(s.cfg.MaxAppendSize))
 	}
 	return s.store.Append(ctx, stream, expected, events)
 }

@@ -106,6 +106,7 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	data := fs.String("data", defaultDataDir(""), "directory of the embedded servers' data")
 	kafkaListen := fs.String("kafka-listen", broker.DefaultListen, "address of the embedded Kafka broker")
 	esListen := fs.String("eventstore-listen", esdbserver.DefaultListen, "address of the embedded event store")
+	esMaxAppend := fs.Int("eventstore-max-append-size", esdbserver.DefaultMaxAppendSize, "largest append the embedded event store accepts (all its events), in bytes: KurrentDB's default; raise --max-order-size with it, as a TaskSubmitted event carries its order")
 	httpListen := fs.String("http-listen", envOr("SAGA_HTTP_LISTEN", ""), "address of the HTTP API (default "+httpapi.DefaultListen+" with the api role). A process without the api role serves only /healthz, /readyz and /metrics there (same tokens, hosts and TLS), and nothing when it is not set [$SAGA_HTTP_LISTEN]")
 	httpAllowedHosts := fs.String("http-allowed-hosts", envOr("SAGA_HTTP_ALLOWED_HOSTS", ""), "names (comma-separated) by which the HTTP API may be reached besides localhost, IP addresses and --http-listen's host; .example.com allows subdomains, * any name. Other Host headers get 421, which stops DNS rebinding; checked always without --api-tokens-file, with it only when set [$SAGA_HTTP_ALLOWED_HOSTS]")
 	debugListen := fs.String("debug-listen", envOr("SAGA_DEBUG_LISTEN", ""), "serve Go's profiling endpoints (/debug/pprof/) on this address, apart from the API; off by default [$SAGA_DEBUG_LISTEN]")
@@ -211,7 +212,7 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	logger.Info("starting saga", "data", *data, "roles", *rolesFlag)
 	started := time.Now()
 	a, err := engine.Start(engine.Config{
-		DataDir: *data, KafkaBrokers: kafka.SplitBrokers(*brokers), KafkaListen: *kafkaListen,
+		DataDir: *data, KafkaBrokers: kafka.SplitBrokers(*brokers), KafkaListen: *kafkaListen, EventStoreMaxAppendSize: *esMaxAppend,
 		EventStoreURL: esConnection, EventStoreListen: *esListen, HTTPListen: *httpListen, HTTPAllowedHosts: kafka.SplitBrokers(*httpAllowedHosts), MetricsListen: *metricsListen,
 		Partitions: int32(*partitions), Instance: *instance, DemoAgents: *demoAgents, Faults: faults, Logger: logger,
 		Roles: roles, ShutdownTimeout: *shutdownTimeout, SupervisorInterval: *supervisorInterval, SupervisorStoreTimeout: *supervisorStoreTimeout, CheckpointEvery: *checkpointEvery, KafkaFsync: *kafkaFsync, DemoServiceURLs: services, CommandsThroughKafka: *commandsThroughKafka,
