@@ -20,7 +20,9 @@ import (
 //   - at most one final event (TaskProcessed, TaskCompensated) and nothing
 //     after it;
 //   - a compensated task undid its steps in reverse order of completion
-//     (for a list of steps, reverse list order).
+//     (for a list of steps, reverse list order);
+//   - the lease terms of its timeouts never decrease (no supervisor acted
+//     on the task after a newer leader had: the fencing of issue 28).
 func Stream(id string, events []domain.RecordedEvent) (*domain.Task, []string) {
 	task := domain.NewTask(id)
 	var problems []string
@@ -34,6 +36,7 @@ func Stream(id string, events []domain.RecordedEvent) (*domain.Task, []string) {
 	}
 	finals := 0
 	var undone []int64 // the Ended of each step undone, in order
+	var term int64     // the newest lease term of a timeout so far
 	for i, r := range events {
 		ev, err := domain.DecodeEvent(r.Type, r.Data)
 		if err != nil {
@@ -49,6 +52,10 @@ func Stream(id string, events []domain.RecordedEvent) (*domain.Task, []string) {
 			once("compensation", e.Step, e.Attempt)
 		case domain.StepTimedOut:
 			once(fmt.Sprintf("timeout-%v", e.Compensation), e.Step, e.Attempt)
+			if e.LeaseTerm < term {
+				problems = append(problems, fmt.Sprintf("%s: a timeout in lease term %d after one in term %d, at revision %d", id, e.LeaseTerm, term, i))
+			}
+			term = max(term, e.LeaseTerm)
 		case domain.StepCompensated:
 			if s := task.Step(e.Step); s != nil {
 				undone = append(undone, s.Ended)
