@@ -373,6 +373,9 @@ func (s *persistentService) Create(ctx context.Context, req *persistent.CreateRe
 	if st == nil {
 		return nil, invalid("create carries no settings")
 	}
+	if err := s.authorize(ctx, c.Stream); err != nil {
+		return nil, err
+	}
 	if err := applySettings(&c, st, strategyName(st.GetConsumerStrategy(), st.GetNamedConsumerStrategy())); err != nil {
 		return nil, err
 	}
@@ -439,6 +442,9 @@ func (s *persistentService) Update(ctx context.Context, req *persistent.UpdateRe
 	if st == nil {
 		return nil, invalid("update carries no settings")
 	}
+	if err := s.authorize(ctx, stream); err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old := s.groups[groupKey(stream, o.GetGroupName())]
@@ -480,6 +486,9 @@ func (s *persistentService) Delete(ctx context.Context, req *persistent.DeleteRe
 			return nil, err
 		}
 		stream = name
+	}
+	if err := s.authorize(ctx, stream); err != nil {
+		return nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -549,7 +558,7 @@ func (s *persistentService) List(_ context.Context, req *persistent.ListReq) (*p
 
 // ReplayParked redelivers a group's parked messages, the oldest first, up
 // to stop_at of them.
-func (s *persistentService) ReplayParked(_ context.Context, req *persistent.ReplayParkedReq) (*persistent.ReplayParkedResp, error) {
+func (s *persistentService) ReplayParked(ctx context.Context, req *persistent.ReplayParkedReq) (*persistent.ReplayParkedResp, error) {
 	o := req.GetOptions()
 	stream := allStreamName
 	if id := o.GetStreamIdentifier(); id != nil {
@@ -558,6 +567,9 @@ func (s *persistentService) ReplayParked(_ context.Context, req *persistent.Repl
 			return nil, err
 		}
 		stream = name
+	}
+	if err := s.authorize(ctx, stream); err != nil {
+		return nil, err
 	}
 	g, err := s.group(stream, o.GetGroupName())
 	if err != nil {
@@ -573,7 +585,10 @@ func (s *persistentService) ReplayParked(_ context.Context, req *persistent.Repl
 
 // RestartSubsystem stops every group, dropping its consumers, and starts
 // them again from their stored settings and checkpoints.
-func (s *persistentService) RestartSubsystem(context.Context, *shared.Empty) (*shared.Empty, error) {
+func (s *persistentService) RestartSubsystem(ctx context.Context, _ *shared.Empty) (*shared.Empty, error) {
+	if u, ok := ctx.Value(userKey{}).(User); ok && !u.Admin() {
+		return nil, denied(u, "restart the persistent subscriptions subsystem")
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, g := range s.groups {
@@ -583,6 +598,24 @@ func (s *persistentService) RestartSubsystem(context.Context, *shared.Empty) (*s
 		return nil, status.Error(codes.Internal, err.Error())
 	}
 	return &shared.Empty{}, nil
+}
+
+// authorize applies a secure server's rules of reading to a group's
+// source: $all and system streams are for AdminsGroup only. The caller's
+// user is in ctx (the authenticator put it there); an insecure server has
+// none and allows everything.
+func (s *persistentService) authorize(ctx context.Context, stream string) error {
+	u, ok := ctx.Value(userKey{}).(User)
+	if !ok || u.Admin() {
+		return nil
+	}
+	if stream == allStreamName {
+		return denied(u, "use a persistent subscription to $all")
+	}
+	if systemStream(stream) {
+		return denied(u, "use a persistent subscription to system stream "+stream)
+	}
+	return nil
 }
 
 // persistentMethods are the methods ServerFeatures announces for the

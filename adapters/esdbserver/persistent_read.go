@@ -38,6 +38,9 @@ func (s *persistentService) Read(srv persistent.PersistentSubscriptions_ReadServ
 			return err
 		}
 	}
+	if err := s.authorize(srv.Context(), stream); err != nil {
+		return err
+	}
 	g, err := s.group(stream, opts.GetGroupName())
 	if err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sagaengine/saga/adapters/esdbserver"
+	"github.com/sagaengine/saga/adapters/secure"
 )
 
 // persubChildEnv makes the test binary serve a store for
@@ -402,4 +404,30 @@ func TestPersistentKillRedeliversFromTheLastCheckpoint(t *testing.T) {
 			"everything after the checkpoint is redelivered, the 3 acks since included, and nothing before it")
 		assert.Equal(t, got[10+i].Event.OriginalEvent().EventID, e.Event.OriginalEvent().EventID)
 	}
+}
+
+// TestPersistentSecureRules: on a secure server a user outside $admins
+// may use groups on its streams but not on $all or system streams, nor
+// restart the subsystem.
+func TestPersistentSecureRules(t *testing.T) {
+	files, err := secure.Prepare(filepath.Join(t.TempDir(), "secure"))
+	require.NoError(t, err)
+	tlsCfg, err := files.ServerTLS()
+	require.NoError(t, err)
+	hash, err := esdbserver.HashPassword("pw")
+	require.NoError(t, err)
+	srv, err := esdbserver.Start(esdbserver.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), TLS: tlsCfg,
+		Users: []esdbserver.User{{Name: "ops", Hash: hash}}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Close() })
+	c := connect(t, "esdb://ops:pw@"+srv.Addr()+"?tls=true&tlsCAFile="+files.CA)
+	t.Cleanup(func() { _ = c.Close() })
+
+	require.NoError(t, c.CreatePersistentSubscription(ctx(t), "orders", "g", esdb.PersistentStreamSubscriptionOptions{}))
+	err = c.CreatePersistentSubscriptionToAll(ctx(t), "g", esdb.PersistentAllSubscriptionOptions{})
+	assert.Equal(t, esdb.ErrorCodeAccessDenied, code(err), "$all is for admins")
+	err = c.CreatePersistentSubscription(ctx(t), "$system", "g", esdb.PersistentStreamSubscriptionOptions{})
+	assert.Equal(t, esdb.ErrorCodeAccessDenied, code(err), "system streams are for admins")
+	err = c.RestartPersistentSubscriptionSubsystem(ctx(t), esdb.RestartPersistentSubscriptionSubsystemOptions{})
+	assert.Equal(t, esdb.ErrorCodeAccessDenied, code(err))
 }
