@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"hash/fnv"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -427,9 +428,10 @@ func (g *psGroup) take(c *psConsumer) ([]eslog.RecordedEvent, []int32) {
 	defer g.mu.Unlock()
 	var evs []eslog.RecordedEvent
 	var retries []int32
-	for _, m := range c.queue {
-		// A message that timed out before it was sent went elsewhere.
-		if m.consumer == c {
+	for i, m := range c.queue {
+		// A message that timed out before it was sent went elsewhere, or
+		// came back to c and is queued again later.
+		if m.consumer == c && !slices.Contains(c.queue[i+1:], m) {
 			evs = append(evs, m.ev)
 			retries = append(retries, m.retries)
 		}

@@ -20,13 +20,40 @@ module=${2:-}
 root=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
 work=$(mktemp -d)
 out=${OUT:-$PWD/official-suite.log}
-server_pid=
+server_pids=
 cleanup() {
-	if [ -n "$server_pid" ]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
+	for pid in $server_pids; do
+		kill "$pid" 2>/dev/null || true
+		wait "$pid" 2>/dev/null || true
+	done
 	chmod -R u+w "$work" 2>/dev/null || true
 	rm -rf "$work"
 }
 trap cleanup EXIT
+
+# summarize counts the tests that have no subtests, by outcome.
+summarize() {
+	python3 - "$out" "$pattern" <<'PY'
+import re, sys
+lines = open(sys.argv[1], errors="replace").read().splitlines()
+res = {}
+for l in lines:
+    m = re.match(r"\s*--- (PASS|FAIL|SKIP): (\S+)", l)
+    if m:
+        res[m.group(2)] = m.group(1)
+leaves = {n: r for n, r in res.items() if not any(o.startswith(n + "/") for o in res)}
+count = {k: sum(1 for r in leaves.values() if r == k) for k in ("PASS", "FAIL", "SKIP")}
+print(f"{sys.argv[2]}: {count['PASS']} passed, {count['FAIL']} failed, {count['SKIP']} skipped (log: {sys.argv[1]})")
+for n, r in sorted(leaves.items()):
+    if r == "FAIL":
+        print("  FAIL", n)
+if any(l.startswith("panic:") for l in lines):
+    print("  the test binary panicked: the tests after the panic did not run")
+if not res:
+    print("  no test ran; the log's tail:")
+    print("\n".join(lines[-15:]))
+PY
+}
 
 if [ -z "$module" ]; then
 	dir=$(cd "$root" && go list -m -f '{{.Dir}}' github.com/EventStore/EventStore-Client-Go/v4)
@@ -35,10 +62,40 @@ else
 fi
 cp -r "$dir" "$work/client"
 chmod -R u+w "$work/client"
-pkg=
-for d in "$work/client/esdb" "$work/client/kurrentdb"; do
-	if [ -d "$d" ]; then pkg=$d; fi
-done
+(cd "$root" && go build -o "$work/sagad" ./cmd/sagad)
+# serve [sagad eventstore flags...] starts a server on a free port and sets
+# addr to its address.
+serve() {
+	local port log
+	port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+	log="$work/server-$port.log"
+	"$work/sagad" eventstore -listen "127.0.0.1:$port" -data "$work/data-$port" "$@" >"$log" 2>&1 &
+	server_pids="$server_pids $!"
+	for _ in $(seq 100); do
+		if grep -q "event store listening" "$log"; then break; fi
+		sleep 0.1
+	done
+	addr="127.0.0.1:$port"
+}
+
+if [ -f "$work/client/test/client_fixture_test.go" ]; then
+	# KurrentDB-Client-Go: suites whose fixtures dial fixed addresses, an
+	# insecure node on 2114 and a secure one on 2115 with the module's
+	# certificates (the default admin/changeit account).
+	pkg="$work/client/test"
+	serve
+	insecure=$addr
+	serve -tls-cert "$work/client/certs/node1/node.crt" -tls-key "$work/client/certs/node1/node.key"
+	secure=$addr
+	sed -i "s/localhost:2114/$insecure/; s/localhost:2115/$secure/" "$pkg/client_fixture_test.go"
+	set +e
+	(cd "$pkg" && go test -run "$pattern" -count=1 -v -timeout 15m . >"$out" 2>&1)
+	set -e
+	summarize
+	exit 0
+fi
+
+pkg=$work/client/esdb
 # createDatabase: an empty database is the embedded server; a populated one
 # is nil, so the tests that need its data set skip.
 python3 - "$pkg/containers_test.go" <<'PY'
@@ -59,26 +116,10 @@ assert close, "Container.Close not found"
 s = s[:close.end()] + '\tif container.Container == nil {\n\t\treturn\n\t}\n' + s[close.end():]
 open(p, 'w').write(s)
 PY
-scheme=esdb
-case "$pkg" in */kurrentdb) scheme=kurrentdb ;; esac
-
-(cd "$root" && go build -o "$work/sagad" ./cmd/sagad)
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-"$work/sagad" eventstore -listen "127.0.0.1:$port" -data "$work/data" >"$work/server.log" 2>&1 &
-server_pid=$!
-for _ in $(seq 100); do
-	if grep -q "event store listening" "$work/server.log"; then break; fi
-	sleep 0.1
-done
-
+serve
+endpoint=$addr
 set +e
-(cd "$pkg" && SAGA_SUITE_ENDPOINT="127.0.0.1:$port" SAGA_SUITE_SCHEME=$scheme EVENTSTORE_INSECURE=true \
+(cd "$pkg" && SAGA_SUITE_ENDPOINT="$endpoint" SAGA_SUITE_SCHEME=esdb EVENTSTORE_INSECURE=true \
 	go test -run "$pattern" -count=1 -v -timeout 15m . >"$out" 2>&1)
 set -e
-# The leaves: Test/Group/Case.
-leaf='^ +--- %s: [^/ ]+/[^/ ]+/[^ ]+ '
-pass=$(grep -cE "$(printf "$leaf" PASS)" "$out" || true)
-fail=$(grep -cE "$(printf "$leaf" FAIL)" "$out" || true)
-skip=$(grep -cE "$(printf "$leaf" SKIP)" "$out" || true)
-echo "$pattern: $pass passed, $fail failed, $skip skipped (log: $out)"
-grep -E "$(printf "$leaf" FAIL)" "$out" || true
+summarize
