@@ -617,6 +617,12 @@ func (g *psGroup) flushParks() {
 		g.toPark = append(ms, g.toPark...)
 		return
 	}
+	// With nothing parked, the new links are the first to count: a parked
+	// stream truncated past all its links reads as having none, so its
+	// last revision was not known when the group started.
+	if first := uint64(res.Revision) + 1 - uint64(len(ms)); int64(g.parkNext) > g.parkedLast {
+		g.parkNext = max(g.parkNext, first)
+	}
 	g.parkedLast = res.Revision
 	for _, m := range ms {
 		g.finishLocked(m)

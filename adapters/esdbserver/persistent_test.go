@@ -226,6 +226,26 @@ func TestPersistentAckNackParkAndReplayParked(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return info(t, c, name, "g").Stats.ParkedMessagesCount == 0
 	}, 10*time.Second, 20*time.Millisecond, "replayed and acked messages leave the parked stream")
+
+	if tg.server == nil {
+		return
+	}
+	// After a restart the truncated parked stream counts only what is
+	// parked after it.
+	tg.restart()
+	c = tg.client
+	assert.Equal(t, int64(0), info(t, c, name, "g").Stats.ParkedMessagesCount)
+	r = subscribePersistent(t, c, name, "g", 10)
+	_, err = c.AppendToStream(ctx(t), name, esdb.AppendToStreamOptions{}, events(1, "E")...)
+	require.NoError(t, err)
+	e := r.next(t)
+	require.Equal(t, uint64(4), e.Event.OriginalEvent().EventNumber)
+	require.NoError(t, r.sub.Nack("poison", esdb.NackActionPark, e.Event))
+	require.Eventually(t, func() bool {
+		return info(t, c, name, "g").Stats.ParkedMessagesCount == 1
+	}, 10*time.Second, 20*time.Millisecond)
+	require.NoError(t, c.ReplayParkedMessages(ctx(t), name, "g", esdb.ReplayParkedMessagesOptions{}))
+	assert.Equal(t, uint64(4), r.next(t).Event.OriginalEvent().EventNumber, "only the new parked message is replayed")
 }
 
 func TestPersistentRoundRobinSharesMessages(t *testing.T) {
