@@ -89,6 +89,22 @@ func (r *psReader) next(t *testing.T) *esdb.EventAppeared {
 	}
 }
 
+// awaitDrop waits until the subscription is dropped, discarding events.
+func (r *psReader) awaitDrop(t *testing.T) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case _, ok := <-r.ch:
+			if !ok {
+				return
+			}
+		case <-deadline:
+			t.Fatal("the subscription was not dropped within 10 s")
+		}
+	}
+}
+
 func (r *psReader) nextN(t *testing.T, n int) []*esdb.EventAppeared {
 	t.Helper()
 	out := make([]*esdb.EventAppeared, n)
@@ -450,4 +466,39 @@ func TestPersistentSecureRules(t *testing.T) {
 	assert.Equal(t, esdb.ErrorCodeAccessDenied, code(err), "system streams are for admins")
 	err = c.RestartPersistentSubscriptionSubsystem(ctx(t), esdb.RestartPersistentSubscriptionSubsystemOptions{})
 	assert.Equal(t, esdb.ErrorCodeAccessDenied, code(err))
+}
+
+// TestPersistentRestartSubsystemAndUpdateDropConsumers: both drop the
+// group's consumers, which reconnect and get what was not acked.
+func TestPersistentRestartSubsystemAndUpdateDropConsumers(t *testing.T) {
+	tg := newTarget(t)
+	c := tg.client
+	name := stream("restart")
+	require.NoError(t, c.CreatePersistentSubscription(ctx(t), name, "g", esdb.PersistentStreamSubscriptionOptions{}))
+	_, err := c.AppendToStream(ctx(t), name, esdb.AppendToStreamOptions{}, events(3, "E")...)
+	require.NoError(t, err)
+	r := subscribePersistent(t, c, name, "g", 10)
+	got := r.nextN(t, 3)
+	require.NoError(t, r.sub.Ack(got[0].Event))
+	require.Eventually(t, func() bool {
+		return info(t, c, name, "g").Stats.TotalItems == 1
+	}, 10*time.Second, 20*time.Millisecond)
+
+	require.NoError(t, c.RestartPersistentSubscriptionSubsystem(ctx(t), esdb.RestartPersistentSubscriptionSubsystemOptions{}))
+	r.awaitDrop(t)
+	r = subscribePersistent(t, c, name, "g", 10)
+	again := r.nextN(t, 2)
+	assert.Equal(t, uint64(1), again[0].Event.OriginalEvent().EventNumber, "what was not acked comes again")
+	require.NoError(t, r.sub.Ack(again[0].Event))
+	require.Eventually(t, func() bool {
+		return info(t, c, name, "g").Stats.TotalItems == 1
+	}, 10*time.Second, 20*time.Millisecond)
+
+	require.NoError(t, c.UpdatePersistentSubscription(ctx(t), name, "g", esdb.PersistentStreamSubscriptionOptions{
+		Settings: psSettings(func(s *esdb.PersistentSubscriptionSettings) { s.MaxRetryCount = 2 }),
+	}))
+	r.awaitDrop(t)
+	r = subscribePersistent(t, c, name, "g", 10)
+	assert.Equal(t, uint64(2), r.next(t).Event.OriginalEvent().EventNumber)
+	assert.Equal(t, int32(2), info(t, c, name, "g").Settings.MaxRetryCount)
 }
