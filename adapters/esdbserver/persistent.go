@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/EventStore/EventStore-Client-Go/v4/protos/persistent"
 	"github.com/EventStore/EventStore-Client-Go/v4/protos/serverfeatures"
@@ -118,6 +119,9 @@ type persistentService struct {
 	groups map[string]*psGroup
 	// configRevision is the last revision of persistentConfigStream.
 	configRevision int64
+	// consumers counts the connected consumers of every group, bounded by
+	// MaxSubscriptions as the catch-up subscriptions are (separately).
+	consumers atomic.Int64
 }
 
 // newPersistentService loads the groups stored in the store and starts them.

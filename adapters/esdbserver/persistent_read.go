@@ -45,6 +45,12 @@ func (s *persistentService) Read(srv persistent.PersistentSubscriptions_ReadServ
 	if err != nil {
 		return err
 	}
+	if n := s.consumers.Add(1); n > int64(s.cfg.MaxSubscriptions) {
+		s.consumers.Add(-1)
+		return status.Errorf(codes.ResourceExhausted,
+			"the server already serves %d persistent-subscription consumers, its limit (--max-subscriptions); close one or retry later", s.cfg.MaxSubscriptions)
+	}
+	defer s.consumers.Add(-1)
 	c := &psConsumer{slots: int(opts.GetBufferSize()), notify: make(chan struct{}, 1), dropped: make(chan struct{})}
 	if c.slots <= 0 {
 		c.slots = defaultPersistentBuffer

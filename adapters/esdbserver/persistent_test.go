@@ -502,3 +502,18 @@ func TestPersistentRestartSubsystemAndUpdateDropConsumers(t *testing.T) {
 	assert.Equal(t, uint64(2), r.next(t).Event.OriginalEvent().EventNumber)
 	assert.Equal(t, int32(2), info(t, c, name, "g").Settings.MaxRetryCount)
 }
+
+// TestPersistentConsumersAreBounded: --max-subscriptions bounds the
+// consumers of persistent subscriptions too.
+func TestPersistentConsumersAreBounded(t *testing.T) {
+	srv, err := esdbserver.Start(esdbserver.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), MaxSubscriptions: 1})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Close() })
+	c := connect(t, fmt.Sprintf("esdb://%s?tls=false", srv.Addr()))
+	t.Cleanup(func() { _ = c.Close() })
+	require.NoError(t, c.CreatePersistentSubscription(ctx(t), "s", "g", esdb.PersistentStreamSubscriptionOptions{}))
+	subscribePersistent(t, c, "s", "g", 10)
+	_, err = c.SubscribeToPersistentSubscription(ctx(t), "s", "g", esdb.SubscribeToPersistentSubscriptionOptions{})
+	require.Error(t, err, "one consumer more than the limit is refused")
+	assert.Contains(t, err.Error(), "--max-subscriptions")
+}
