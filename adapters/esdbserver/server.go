@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/EventStore/EventStore-Client-Go/v4/protos/persistent"
 	"github.com/EventStore/EventStore-Client-Go/v4/protos/serverfeatures"
 	"github.com/EventStore/EventStore-Client-Go/v4/protos/shared"
 	"github.com/EventStore/EventStore-Client-Go/v4/protos/streams"
@@ -164,6 +165,7 @@ type Server struct {
 	cfg     Config
 	store   *eslog.Store
 	streams *streamsService
+	persist *persistentService
 	grpc    *grpc.Server
 	lis     net.Listener
 	done    chan error
@@ -236,6 +238,12 @@ func Start(cfg Config) (*Server, error) {
 	s.streams = &streamsService{store: store, cfg: &s.cfg, closing: s.closing}
 	streams.RegisterStreamsServer(s.grpc, s.streams)
 	serverfeatures.RegisterServerFeaturesServer(s.grpc, featuresService{batchAppend: !cfg.DisableBatchAppend})
+	if s.persist, err = newPersistentService(store, &s.cfg, s.closing); err != nil {
+		_ = lis.Close()
+		_ = store.Close()
+		return nil, err
+	}
+	persistent.RegisterPersistentSubscriptionsServer(s.grpc, s.persist)
 	go func() { s.done <- s.grpc.Serve(lis) }()
 	cfg.Logger.Info("event store listening", "addr", lis.Addr().String(), "data", cfg.DataDir, "tls", cfg.TLS != nil, "authentication", cfg.TLS != nil)
 	return s, nil
@@ -330,6 +338,7 @@ func (s *Server) Close() error {
 			<-stopped
 		}
 		<-s.done
+		s.persist.stop()
 		s.err = s.store.Close()
 	})
 	return s.err
@@ -352,5 +361,6 @@ func (f featuresService) GetSupportedMethods(context.Context, *shared.Empty) (*s
 	if f.batchAppend {
 		methods = append(methods, &serverfeatures.SupportedMethod{ServiceName: streamsService, MethodName: "batchappend"})
 	}
+	methods = append(methods, persistentMethods()...)
 	return &serverfeatures.SupportedMethods{Methods: methods, EventStoreServerVersion: ProtocolVersion}, nil
 }
