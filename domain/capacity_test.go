@@ -11,8 +11,8 @@ import (
 )
 
 // full is an admission that has no room for agent.
-func full(agent string) func(string) domain.Admission {
-	return func(a string) domain.Admission {
+func full(agent string) func(string, []domain.InFlightAttempt) domain.Admission {
+	return func(a string, _ []domain.InFlightAttempt) domain.Admission {
 		if a == agent {
 			return domain.Admission{Reason: "at capacity: 2 of 2 in flight"}
 		}

@@ -41,13 +41,16 @@ type Decision struct {
 	// decisions stay pure.
 	Random float64
 	// Admit, when set, says whether a dispatch to agent may go now: the
-	// agent has room. When it says no, the step waits (StepWaiting, with
+	// agent has room. own lists the task's attempts that are to be in
+	// flight besides this one (its steps running side by side, and the
+	// dispatches decided before it in the same decision), which take room
+	// too. When it says no, the step waits (StepWaiting, with
 	// the reason it gives) and nothing is dispatched. Nil admits every
 	// dispatch. It must only read: a decision may be made again (after a
 	// conflict, or tentatively while settling) and must change nothing,
 	// so the room a dispatch takes is taken by its caller once the
 	// dispatch is stored.
-	Admit func(agent string) Admission
+	Admit func(agent string, own []InFlightAttempt) Admission
 	// ReturnPause is how long a step whose attempt an agent gave back
 	// waits before it is dispatched again: zero when another instance may
 	// take it now, a pause when none may, so that an agent that keeps
@@ -72,7 +75,7 @@ func (t *Task) admit(d Decision, step, agent string, compensation bool, l *Leg) 
 	if d.Admit == nil {
 		return nil, "", true
 	}
-	a := d.Admit(agent)
+	a := d.Admit(agent, t.InFlight())
 	if a.OK {
 		return nil, a.Instance, true
 	}
@@ -99,66 +102,137 @@ func Submit(order Order, wf *Workflow, traceParent string, now time.Time) TaskSu
 	}
 }
 
-// Next decides what the task needs now: dispatch the next step or
-// compensation that is due, decide after a failed attempt, or finish. It
-// returns nothing while an attempt is in flight, while a retry is not yet
+// Next decides what the task needs now: dispatch every step whose
+// predecessors are done (or skip it when its condition is false), decide
+// after a failed attempt, compensate, or finish. It returns nothing while
+// the attempts in flight are all it waits for, while a retry is not yet
 // due, and once the task has stopped.
 func (t *Task) Next(wf *Workflow, d Decision) []Event {
+	events := t.next(wf, d)
+	for _, e := range events {
+		if _, ok := e.(StepSkipped); ok {
+			// What the skip lets start goes in the same decision.
+			return t.settle(wf, events, d)
+		}
+	}
+	return events
+}
+
+func (t *Task) next(wf *Workflow, d Decision) []Event {
 	if !t.Exists() || t.State.Terminal() {
 		return nil
 	}
 	if t.Compensating {
 		return t.nextCompensation(wf, d)
 	}
+	// A failed attempt is decided first, alone: it may end the task.
 	for _, s := range t.Steps {
-		switch s.State {
-		case StepStateProcessed:
-			continue
-		case StepStatePending:
-			return t.dispatch(wf, s, d)
-		case StepStateRetrying:
-			if s.NotBefore != nil && d.Now.Before(*s.NotBefore) {
-				return nil
-			}
-			return t.dispatch(wf, s, d)
-		case StepStateError:
+		if s.State == StepStateError {
 			return t.afterFailure(wf, s, false, d)
-		default:
-			return nil
 		}
 	}
-	return []Event{TaskProcessed{TaskID: t.ID, At: d.Now}}
+	// cur is the task as the steps started so far leave it, so that each
+	// is admitted with the room the ones before it take; a copy is made
+	// only when a second step may start.
+	cur := t
+	var events []Event
+	finished := true
+	for i := 0; i < len(cur.Steps); i++ {
+		s := cur.Steps[i]
+		switch s.State {
+		case StepStateProcessed, StepStateSkipped:
+			continue
+		case StepStatePending, StepStateRetrying:
+			finished = false
+			if s.State == StepStateRetrying && s.NotBefore != nil && d.Now.Before(*s.NotBefore) {
+				continue
+			}
+			if j := wf.stepIndex(s.Name); j >= 0 && !cur.ready(wf, j) || j < 0 && i > 0 && !cur.Steps[i-1].done() {
+				continue // a step not in the workflow fails in its turn (dispatch)
+			}
+			if len(events) > 0 && cur == t {
+				// A step a skip made ready is decided by Next's settle.
+				cur = t.Clone()
+				for _, e := range events {
+					cur.Apply(e)
+				}
+				s = cur.Steps[i]
+			}
+			started := cur.start(wf, s, d)
+			if events == nil {
+				events = started
+			} else {
+				events = append(events[:len(events):len(events)], started...)
+			}
+			for _, e := range started {
+				if _, failed := e.(TaskFailed); failed {
+					return events
+				}
+				if cur != t {
+					cur.Apply(e)
+				}
+			}
+		default:
+			finished = false
+		}
+	}
+	if finished {
+		return []Event{TaskProcessed{TaskID: t.ID, At: d.Now}}
+	}
+	return events
 }
 
-// nextCompensation undoes steps in reverse order: a step is compensated if
-// it may have had an effect, and only once its own execution has answered or
-// timed out, so that an undo never overtakes the action it undoes.
+// start dispatches a step whose predecessors are done, or skips it when it
+// has not been tried and its condition is false.
+func (t *Task) start(wf *Workflow, s *Step, d Decision) []Event {
+	if def, ok := wf.Step(s.Name); ok && def.When != "" && s.Attempt == 0 {
+		if c, err := ParseCondition(def.When); err != nil {
+			return []Event{TaskFailed{TaskID: t.ID, Step: s.Name, Reason: "condition of step " + s.Name + ": " + err.Error(), At: d.Now}}
+		} else if !c.Eval(t.Order, t.ResultsFor(wf, s.Name), taskFields(t)) {
+			return []Event{StepSkipped{TaskID: t.ID, Step: s.Name, Condition: def.When, At: d.Now}}
+		}
+	}
+	return t.dispatch(wf, s, d)
+}
+
+// nextCompensation undoes, one at a time, every step that may have had an
+// effect, in the reverse order in which their attempts ended, so that an
+// undo never overtakes the action it undoes: it waits first for every
+// attempt in flight to answer or time out. The siblings of the step that
+// failed are abandoned: they are not tried again.
 func (t *Task) nextCompensation(wf *Workflow, d Decision) []Event {
-	for i := len(t.Steps) - 1; i >= 0; i-- {
-		s := t.Steps[i]
-		switch {
-		case s.State == StepStateCompensated:
+	// The compensation under way goes on first.
+	for _, s := range t.Steps {
+		if s.Compensation == nil || (s.State != StepStateCompensating && s.State != StepStateError) {
 			continue
-		case s.Compensation != nil && (s.State == StepStateCompensating || s.State == StepStateError):
-			c := s.Compensation
-			switch c.State {
-			case StepStateProcessing:
+		}
+		c := s.Compensation
+		switch c.State {
+		case StepStateProcessing:
+			return nil
+		case StepStateRetrying:
+			if c.NotBefore != nil && d.Now.Before(*c.NotBefore) {
 				return nil
-			case StepStateRetrying:
-				if c.NotBefore != nil && d.Now.Before(*c.NotBefore) {
-					return nil
-				}
-				return t.dispatchCompensation(wf, s, d)
-			case StepStatePending:
-				return t.dispatchCompensation(wf, s, d)
-			case StepStateError:
-				return t.afterFailure(wf, s, true, d)
 			}
+			return t.dispatchCompensation(wf, s, d)
+		case StepStatePending:
+			return t.dispatchCompensation(wf, s, d)
+		case StepStateError:
+			return t.afterFailure(wf, s, true, d)
+		}
+	}
+	var last *Step
+	for _, s := range t.Steps {
+		switch {
 		case s.State == StepStateProcessing:
 			return nil
-		case s.mayHaveEffect() && hasCompensation(wf, s.Name):
-			return t.dispatchCompensation(wf, s, d)
+		case s.State == StepStateCompensated || s.State == StepStateSkipped:
+		case s.mayHaveEffect() && hasCompensation(wf, s.Name) && (last == nil || s.Ended > last.Ended):
+			last = s
 		}
+	}
+	if last != nil {
+		return t.dispatchCompensation(wf, last, d)
 	}
 	return []Event{TaskCompensated{TaskID: t.ID, At: d.Now}}
 }
@@ -189,6 +263,10 @@ func (t *Task) afterFailure(wf *Workflow, s *Step, compensation bool, d Decision
 		reason = "step " + s.Name + " failed permanently: " + s.LastError
 	}
 	switch {
+	case def.OnExhausted == ErrorOnExhausted && t.othersInFlight(s.Name):
+		// The task stops once the branches beside this one have answered,
+		// so that nothing is in flight while it waits for an operator.
+		return nil
 	case def.OnExhausted == ErrorOnExhausted:
 		return []Event{TaskFailed{TaskID: t.ID, Step: s.Name, Reason: reason, At: d.Now}}
 	case def.OnExhausted == WaitOnExhausted && s.LastFailure != FailurePermanent:
@@ -258,8 +336,8 @@ func (t *Task) settle(wf *Workflow, events []Event, d Decision) []Event {
 	for _, e := range events {
 		after.Apply(e)
 	}
-	for i := 0; i < 2*len(t.Steps)+4; i++ {
-		more := after.Next(wf, d)
+	for i := 0; i < 3*len(t.Steps)+4; i++ {
+		more := after.next(wf, d)
 		if len(more) == 0 {
 			break
 		}
@@ -401,7 +479,9 @@ func (t *Task) Resubmit(wf *Workflow, step, by string, d Decision) ([]Event, err
 	var target *Step
 	for _, s := range t.Steps {
 		failed := s.State == StepStateError && (!t.Compensating || s.Compensation != nil)
-		if failed && (step == "" || s.Name == step) {
+		// By default the step that stopped the task, when several failed
+		// side by side.
+		if failed && (step == "" && (target == nil || s.Name == t.FailedStep) || s.Name == step) {
 			target = s
 		}
 	}
@@ -425,4 +505,15 @@ func (t *Task) Cancel(wf *Workflow, by, reason string, d Decision) ([]Event, err
 		return nil, errors.Wrapf(ErrNotAllowed, "task %q is %s and cannot be cancelled", t.ID, t.State)
 	}
 	return []Event{TaskCancelled{TaskID: t.ID, By: by, Reason: reason, At: d.Now}}, nil
+}
+
+// othersInFlight reports whether a step other than the named one has an
+// attempt in flight.
+func (t *Task) othersInFlight(step string) bool {
+	for _, s := range t.Steps {
+		if s.Name != step && s.InFlight() {
+			return true
+		}
+	}
+	return false
 }

@@ -312,10 +312,11 @@ func (p *defParser) backoff(path string, v any, b Backoff) Backoff {
 
 func (p *defParser) step(path string, v any, d stepDefaults) StepDefinition {
 	s := d.step()
-	m := p.object(path, v, "name", "agent", "http", "budget", "attempts", "backoff", "onExhausted", "compensation")
+	m := p.object(path, v, "name", "agent", "http", "budget", "attempts", "backoff", "onExhausted", "compensation", "after", "when")
 	if m == nil {
 		return s
 	}
+	p.graphFields(path, m, &s)
 	if v, ok := m["name"]; ok {
 		s.Name = p.str(join(path, "name"), v)
 	}
@@ -468,10 +469,12 @@ func (w *Workflow) Validate() error {
 				if s.HTTP == nil && s.Agent != HTTPAgent {
 					add(cpath+".http", "a compensation runs on the step's agent %q; give the step an http call too, or leave the compensation to that agent", s.Agent)
 				}
-				validateHTTP(cpath+".http", c.HTTP, templateScope{workflow: w, before: i + 1, compensation: true}, add)
+				validateHTTP(cpath+".http", c.HTTP, templateScope{workflow: w, before: i, compensation: true}, add)
 			}
 		}
 	}
+	validateGraph(w, add)
+	validateConditions(w, add)
 	if len(problems) > 0 {
 		return &DefinitionError{Problems: problems}
 	}
@@ -608,6 +611,7 @@ func (w *Workflow) MarshalDefinition() ([]byte, error) {
 		if s.HTTP != nil {
 			step["http"] = s.HTTP
 		}
+		graphDoc(step, s)
 		if c := s.Compensation; c != nil {
 			comp := map[string]any{"budget": c.Budget.String(), "attempts": c.MaxAttempts, "backoff": backoffDoc(c.Backoff)}
 			if c.Action != "" {

@@ -52,6 +52,10 @@ const (
 	// StepReturnedType records that an agent instance gave an attempt back
 	// without calling its service; the attempt does not count.
 	StepReturnedType = "StepReturned"
+	// StepSkippedType records that a step's condition was false: the step
+	// counts as succeeded for the steps after it, is never called and never
+	// compensated.
+	StepSkippedType = "StepSkipped"
 )
 
 // Event is a task event.
@@ -150,6 +154,10 @@ type StepTimedOut struct {
 	CompleteBy   time.Time `json:"completeBy"`
 	DetectedBy   string    `json:"detectedBy"`
 	At           time.Time `json:"at"`
+	// LeaseTerm is the lease term (fencing token) of the supervisor that
+	// detected the timeout (TimeOutInTerm); absent when it had none, and
+	// in events recorded before terms.
+	LeaseTerm int64 `json:"leaseTerm,omitempty"`
 }
 
 // StepRetryScheduled records that attempt Attempt of a step (or of its
@@ -239,6 +247,17 @@ type StepReturned struct {
 	At        time.Time  `json:"at"`
 }
 
+// StepSkipped records that a step's condition (When) was false when the
+// steps it waits for were done: the step counts as succeeded for the steps
+// after it, and is never called nor compensated.
+type StepSkipped struct {
+	TaskID string `json:"taskId"`
+	Step   string `json:"step"`
+	// Condition is the condition that was false.
+	Condition string    `json:"condition"`
+	At        time.Time `json:"at"`
+}
+
 // TaskCompensated records that every step that needed it was undone.
 type TaskCompensated struct {
 	TaskID string    `json:"taskId"`
@@ -282,6 +301,7 @@ func (StepResubmitted) EventType() string        { return StepResubmittedType }
 func (TaskCancelled) EventType() string          { return TaskCancelledType }
 func (StepWaiting) EventType() string            { return StepWaitingType }
 func (StepReturned) EventType() string           { return StepReturnedType }
+func (StepSkipped) EventType() string            { return StepSkippedType }
 
 // taskEvents registers every task event: its wire name and how to decode
 // it. DecodeEvent reads it; a test checks that every registered event is
@@ -307,6 +327,7 @@ var taskEvents = []struct {
 	{StepResubmittedType, decodeAs[StepResubmitted]},
 	{TaskCancelledType, decodeAs[TaskCancelled]},
 	{StepWaitingType, decodeAs[StepWaiting]},
+	{StepSkippedType, decodeAs[StepSkipped]},
 	{StepReturnedType, decodeAs[StepReturned]},
 }
 

@@ -46,6 +46,9 @@ const (
 	StepStateError        StepState = "Error"
 	StepStateCompensating StepState = "Compensating"
 	StepStateCompensated  StepState = "Compensated"
+	// StepStateSkipped is a step whose condition was false: it counts as
+	// succeeded for the steps after it.
+	StepStateSkipped StepState = "Skipped"
 )
 
 // FailureKind says what went wrong with an attempt.
@@ -155,7 +158,15 @@ type Step struct {
 	// Result is what the step's agent returned when it succeeded.
 	Result       json.RawMessage
 	Compensation *Leg
+	// Ended is the revision of the event that last ended an attempt of
+	// the step (it succeeded, failed or timed out); compensations go in
+	// the reverse order of it. 0 before any ended.
+	Ended int64
 }
+
+// done reports whether the steps after this one may start: it succeeded
+// or was skipped.
+func (s *Step) done() bool { return s.State == StepStateProcessed || s.State == StepStateSkipped }
 
 // mayHaveEffect reports whether the step may have changed something at its
 // remote service and so must be compensated: it succeeded, or an attempt
@@ -178,8 +189,8 @@ type Task struct {
 	Order           json.RawMessage
 	// Reason says why the task compensates or stopped in Error.
 	Reason string
-	// FailedStep names the step whose failure or failed compensation put
-	// the task in Error.
+	// FailedStep names the step whose failure made the task compensate,
+	// or whose failure or failed compensation put it in Error.
 	FailedStep string
 	// Compensating is set once the task is being undone; it stays set if a
 	// compensation stops in Error, so a retry resumes the compensation.
@@ -188,6 +199,9 @@ type Task struct {
 	TraceParent  string
 	// Priority is the task's priority; never empty once submitted.
 	Priority Priority
+	// LeaseTerm is the newest supervisor lease term recorded in the
+	// task's stream (StepTimedOut.LeaseTerm); 0 for none.
+	LeaseTerm int64
 	// Revision is the revision of the last event folded, -1 for none.
 	Revision    int64
 	SubmittedAt time.Time
@@ -260,7 +274,7 @@ func (t *Task) Apply(e Event) {
 		t.UpdatedAt = e.DispatchedAt
 	case StepSucceeded:
 		if s := t.Step(e.Step); s != nil {
-			s.State, s.CompleteBy, s.Result = StepStateProcessed, nil, e.Result
+			s.State, s.CompleteBy, s.Result, s.Ended = StepStateProcessed, nil, e.Result, t.Revision
 			s.answered(e.Answer)
 		}
 		t.UpdatedAt = e.At
@@ -268,6 +282,7 @@ func (t *Task) Apply(e Event) {
 		if l := t.leg(e.Step, false); l != nil {
 			l.failed(e.Failure, e.Reason)
 			l.answered(e.Answer)
+			t.Step(e.Step).Ended = t.Revision
 		}
 		t.UpdatedAt = e.At
 	case StepWaiting:
@@ -284,7 +299,11 @@ func (t *Task) Apply(e Event) {
 	case StepTimedOut:
 		if l := t.leg(e.Step, e.Compensation); l != nil {
 			l.failed(FailureTimeout, "no reply before completeBy "+e.CompleteBy.Format(time.RFC3339Nano))
+			if !e.Compensation {
+				t.Step(e.Step).Ended = t.Revision
+			}
 		}
+		t.LeaseTerm = max(t.LeaseTerm, e.LeaseTerm)
 		t.UpdatedAt = e.At
 	case StepRetryScheduled:
 		if l := t.leg(e.Step, e.Compensation); l != nil {
@@ -294,6 +313,7 @@ func (t *Task) Apply(e Event) {
 		t.UpdatedAt = e.At
 	case CompensationRequested:
 		t.Compensating, t.State, t.Reason, t.UpdatedAt = true, StateCompensating, e.Reason, e.At
+		t.FailedStep = e.Step
 	case TaskCancelled:
 		t.Compensating, t.State, t.CancelledBy, t.UpdatedAt = true, StateCompensating, e.By, e.At
 		t.Reason = "cancelled by " + e.By
@@ -334,6 +354,12 @@ func (t *Task) Apply(e Event) {
 		if t.Compensating {
 			t.State = StateCompensating
 		}
+	case StepSkipped:
+		if s := t.Step(e.Step); s != nil {
+			s.State, s.NotBefore = StepStateSkipped, nil
+			s.WaitingSince, s.WaitReason = nil, ""
+		}
+		t.UpdatedAt = e.At
 	case TaskProcessed:
 		t.State, t.UpdatedAt = StateProcessed, e.At
 	case TaskCompensated:

@@ -130,7 +130,8 @@ func nextPlaceholder(text string, i int) (ph placeholder, found bool, err error)
 }
 
 // templateScope says what a template in a definition may refer to: the
-// results of the steps before index before, and result in compensations.
+// results of the steps that always run before the step at index before
+// (runsBefore), and result in compensations.
 type templateScope struct {
 	workflow     *Workflow
 	before       int
@@ -161,12 +162,10 @@ func (sc templateScope) checkPath(path []string) error {
 		if len(path) < 2 {
 			return errors.New("name a step: results.STEP")
 		}
-		for i := 0; i < sc.before && i < len(sc.workflow.Steps); i++ {
-			if sc.workflow.Steps[i].Name == path[1] {
-				return nil
-			}
+		if sc.runsBefore(path[1]) {
+			return nil
 		}
-		return errors.Newf("no step %q runs before this one", path[1])
+		return errors.Newf("no step %q always runs before this one (name it in after, or in the after of a step this one waits for)", path[1])
 	case TemplateResult:
 		if !sc.compensation {
 			return errors.New("result is only known in a compensation (use results.STEP)")

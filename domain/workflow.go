@@ -32,7 +32,9 @@ const (
 	MaxResultBytes = 64 << 10
 )
 
-// Workflow is an ordered list of steps that succeed or fail as a whole.
+// Workflow is a list of steps that succeed or fail as a whole; each waits
+// for the one before it, or for the steps its After names, so that steps
+// may run side by side (a directed acyclic graph, see Predecessors).
 // Definitions are data (see ParseDefinition); a registered definition is
 // immutable and identified by its name and version.
 type Workflow struct {
@@ -192,6 +194,13 @@ type StepDefinition struct {
 	// Compensation undoes the step; nil for a step that cannot or need not
 	// be undone (a welcome email cannot be unsent).
 	Compensation *CompensationDefinition
+	// After names the steps this one waits for (see Predecessors): nil
+	// means the step before it in the list, an empty list none, so that
+	// the step starts at once.
+	After []string
+	// When is the step's condition (see ParseCondition); empty means
+	// always. A step whose condition is false is skipped.
+	When string
 }
 
 // Step returns the definition of the named step.

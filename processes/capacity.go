@@ -2,6 +2,7 @@ package processes
 
 import (
 	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -27,9 +28,10 @@ type capacity struct {
 	aging time.Duration
 
 	mu sync.Mutex
-	// inflight is, by task, the attempt it has in flight; load counts
-	// them by agent and instance.
-	inflight map[string]route
+	// inflight is, by task, the attempts it has in flight (several when
+	// its workflow runs steps side by side); load counts them by agent and
+	// instance.
+	inflight map[string][]route
 	load     map[string]map[string]int
 	// waiting is, by agent, the tasks that wait for room.
 	waiting map[string]*waiters
@@ -49,41 +51,48 @@ type capacity struct {
 type route struct{ agent, instance string }
 
 func newCapacity(dir AgentDirectory, clock Clock, aging time.Duration) *capacity {
-	return &capacity{dir: dir, clock: clock, aging: aging, inflight: map[string]route{}, load: map[string]map[string]int{},
+	return &capacity{dir: dir, clock: clock, aging: aging, inflight: map[string][]route{}, load: map[string]map[string]int{},
 		waiting: map[string]*waiters{}, avoid: map[string]time.Time{}, freed: map[string]uint64{}, held: map[string]route{}}
 }
 
-// setLocked notes task id's attempt in flight, or none (nil).
-func (c *capacity) setLocked(id string, r *route) {
-	if old, ok := c.inflight[id]; ok {
+// enabled reports whether the scheduler knows its agents' instances and so
+// admits dispatches by their room.
+func (c *capacity) enabled() bool { return c != nil && c.dir != nil }
+
+// setLocked notes task id's attempts in flight, or none.
+func (c *capacity) setLocked(id string, routes []route) {
+	for _, old := range c.inflight[id] {
 		if l := c.load[old.agent]; l != nil {
 			if l[old.instance]--; l[old.instance] <= 0 {
 				delete(l, old.instance)
 			}
 		}
-		delete(c.inflight, id)
 	}
-	if r == nil {
+	delete(c.inflight, id)
+	if len(routes) == 0 {
 		return
 	}
-	c.inflight[id] = *r
-	l := c.load[r.agent]
-	if l == nil {
-		l = map[string]int{}
-		c.load[r.agent] = l
+	c.inflight[id] = routes
+	for _, r := range routes {
+		l := c.load[r.agent]
+		if l == nil {
+			l = map[string]int{}
+			c.load[r.agent] = l
+		}
+		l[r.instance]++
 	}
-	l[r.instance]++
 }
 
 // check decides, reading only, whether task t may dispatch to agent now,
 // and to which instance (dispatch.View.Admit). Higher-ranked waiters
 // (domain.AgedRank) go first: a dispatch that ranks below one already
-// waiting is refused too. A task being dispatched has nothing else in
-// flight (its steps and compensations go one at a time), so what is noted
-// for it (the attempt that just ended, or one this very decision made
-// before a conflict) does not count. When it may not go, the refusal says
-// how the task is to wait (wait).
-func (c *capacity) check(agent string, t *domain.Task) (domain.Admission, *refusal) {
+// waiting is refused too. What is noted for t (the attempt that just
+// ended, or one this very decision made before a conflict) does not
+// count; own, the attempts t will have in flight besides this one (its
+// steps that run side by side, and the dispatches decided before this one
+// in the same decision), does. When it may not go, the refusal says how
+// the task is to wait (wait).
+func (c *capacity) check(agent string, t *domain.Task, own []domain.InFlightAttempt) (domain.Admission, *refusal) {
 	if c == nil || c.dir == nil {
 		return domain.Admission{OK: true}, nil
 	}
@@ -92,7 +101,7 @@ func (c *capacity) check(agent string, t *domain.Task) (domain.Admission, *refus
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	since := dispatch.WaitingSince(t, now)
-	v := dispatch.View{Agent: agent, Instances: instances, Load: c.loadLocked(agent, t.ID), Avoid: c.avoid}
+	v := dispatch.View{Agent: agent, Instances: instances, Load: c.loadLocked(agent, t.ID, own), Avoid: c.avoid}
 	a := v.Admit(c.aheadLocked(agent, t, since, now))
 	if a.OK {
 		return a, nil
@@ -110,16 +119,24 @@ type refusal struct {
 }
 
 // loadLocked is how many attempts are in flight on each of agent's
-// instances, stored or held, but for task except's own: a task being
-// dispatched has nothing else in flight.
-func (c *capacity) loadLocked(agent, except string) map[string]int {
+// instances, stored or held, with what is noted for task except replaced
+// by own, the attempts it is to have in flight.
+func (c *capacity) loadLocked(agent, except string, own []domain.InFlightAttempt) map[string]int {
 	load := maps.Clone(c.load[agent])
 	if load == nil {
 		load = map[string]int{}
 	}
-	if r, ok := c.inflight[except]; ok && r.agent == agent {
+	for _, r := range c.inflight[except] {
+		if r.agent != agent {
+			continue
+		}
 		if load[r.instance]--; load[r.instance] <= 0 {
 			delete(load, r.instance)
+		}
+	}
+	for _, a := range own {
+		if a.Agent == agent {
+			load[a.Instance]++
 		}
 	}
 	for id, r := range c.held {
@@ -130,13 +147,14 @@ func (c *capacity) loadLocked(agent, except string) map[string]int {
 	return load
 }
 
-// hold takes the room a decision for task t admitted its dispatch to
-// (d, nil when it dispatches nothing) until the dispatch is stored, when
-// the room is still there: the decision read the room without taking it,
-// and another decided since may have taken it first. It reports whether
-// the decision stands; when it does not, the task is decided again, as
-// after a conflict in the store.
-func (c *capacity) hold(t *domain.Task, d *route) bool {
+// hold takes the room a decision for task t admitted its last dispatch
+// to (d, nil when it dispatches nothing) until the dispatch is stored,
+// when the room is still there: the decision read the room without taking
+// it, and another decided since may have taken it first. own are the
+// other attempts t is to have in flight. It reports whether the decision
+// stands; when it does not, the task is decided again, as after a
+// conflict in the store.
+func (c *capacity) hold(t *domain.Task, d *route, own []domain.InFlightAttempt) bool {
 	if c == nil || c.dir == nil {
 		return true
 	}
@@ -152,7 +170,7 @@ func (c *capacity) hold(t *domain.Task, d *route) bool {
 	if len(instances) == 0 {
 		return true // no heartbeats: no room to take
 	}
-	v := dispatch.View{Agent: d.agent, Instances: instances, Load: c.loadLocked(d.agent, t.ID), Avoid: c.avoid}
+	v := dispatch.View{Agent: d.agent, Instances: instances, Load: c.loadLocked(d.agent, t.ID, own), Avoid: c.avoid}
 	if a := v.Admit(c.aheadLocked(d.agent, t, dispatch.WaitingSince(t, now), now)); !a.OK || a.Instance != d.instance {
 		return false
 	}
@@ -205,7 +223,7 @@ func (c *capacity) aheadLocked(agent string, t *domain.Task, since, now time.Tim
 
 // viewLocked is agent as dispatch policy sees it now.
 func (c *capacity) viewLocked(agent string, instances []protocol.AgentHeartbeat) dispatch.View {
-	return dispatch.View{Agent: agent, Instances: instances, Load: c.loadLocked(agent, ""), Avoid: c.avoid}
+	return dispatch.View{Agent: agent, Instances: instances, Load: c.loadLocked(agent, "", nil), Avoid: c.avoid}
 }
 
 // DefaultReturnPause is how long a step given back waits before it goes
@@ -232,16 +250,15 @@ func (c *capacity) track(t *domain.Task) {
 	if c == nil || c.dir == nil {
 		return
 	}
-	var now *route
+	var now []route
 	if !t.State.Terminal() {
 		for _, a := range t.InFlight() {
-			now = &route{agent: a.Agent, instance: a.Instance}
-			break
+			now = append(now, route{agent: a.Agent, instance: a.Instance})
 		}
 	}
 	c.mu.Lock()
 	before, had := c.inflight[t.ID]
-	if now != nil || had {
+	if len(now) > 0 || had {
 		c.setLocked(t.ID, now)
 	}
 	delete(c.held, t.ID)
@@ -254,14 +271,18 @@ func (c *capacity) track(t *domain.Task) {
 	// A task that finished, or whose step went, waits for nothing. One
 	// that neither waits nor has anything in flight keeps a wait noted
 	// (wait): the append of its StepWaiting may have failed.
-	if t.State.Terminal() || (!waiting && now != nil) {
+	if t.State.Terminal() || (!waiting && len(now) > 0) {
 		for _, ws := range c.waiting {
 			ws.remove(t.ID)
 		}
 	}
+	// An agent at which the task has fewer attempts in flight than before
+	// has room that freed.
 	var wake []func()
-	if had && (now == nil || now.agent != before.agent) {
-		wake = c.wakeLocked(before.agent)
+	for i, r := range before {
+		if slices.IndexFunc(before[:i], func(o route) bool { return o.agent == r.agent }) < 0 && countAt(now, r.agent) < countAt(before, r.agent) {
+			wake = append(wake, c.wakeLocked(r.agent)...)
+		}
 	}
 	c.mu.Unlock()
 	for _, w := range wake {
@@ -357,4 +378,15 @@ func (c *capacity) waitingCount() map[string]map[domain.Priority]int {
 		ws.count(out[agent])
 	}
 	return out
+}
+
+// countAt counts the routes to agent.
+func countAt(routes []route, agent string) int {
+	n := 0
+	for _, r := range routes {
+		if r.agent == agent {
+			n++
+		}
+	}
+	return n
 }

@@ -1,6 +1,7 @@
 package processes
 
 import (
+	"cmp"
 	"time"
 
 	"github.com/sagaengine/saga/processes/port"
@@ -25,6 +26,10 @@ const (
 	// DefaultSupervisorGrace is how long past CompleteBy an attempt still
 	// has before it times out, so that a reply sent at the last moment wins.
 	DefaultSupervisorGrace = 100 * time.Millisecond
+	// DefaultSupervisorStoreTimeout is how long a leading supervisor goes
+	// without an answer from the event store before it gives up its lease
+	// to a standby that may reach the store.
+	DefaultSupervisorStoreTimeout = 5 * time.Second
 	// DefaultStatusCheckpointEvery bounds the time between two checkpoints
 	// of the status publisher.
 	DefaultStatusCheckpointEvery = 200 * time.Millisecond
@@ -67,6 +72,10 @@ func (s *Supervisor) Validate() error {
 	p.Require(s.Actor != "", "Actor")
 	p.NotNegative(int64(s.Interval), "Interval")
 	p.NotNegative(int64(s.Grace), "Grace")
+	p.NotNegative(int64(s.StoreTimeout), "StoreTimeout")
+	if interval := cmp.Or(s.Interval, DefaultSupervisorInterval); s.StoreTimeout > 0 && s.StoreTimeout < interval {
+		p.Add("StoreTimeout (" + s.StoreTimeout.String() + ") must be at least Interval (" + interval.String() + ")")
+	}
 	p.NotNegative(int64(s.CheckpointEvery), "CheckpointEvery")
 	return p.Err()
 }

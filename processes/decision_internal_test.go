@@ -89,7 +89,8 @@ func TestNextTwiceOnTheSameStateHasNoSideEffect(t *testing.T) {
 
 		// The shard holds the room while the dispatch is appended; after
 		// a conflict, the decision made again does not count it.
-		require.True(t, c.hold(task, dispatchOf(first)))
+		d, own := dispatchOf(task, first)
+		require.True(t, c.hold(task, d, own))
 		held := roomState(c)
 		assert.NotEqual(t, before, held)
 		again := task.Next(wf, sh.decision(task, &rc))

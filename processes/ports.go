@@ -90,6 +90,29 @@ type Leadership interface {
 	IsLeader() bool
 }
 
+// Candidacy is a Leadership an instance can withdraw from, so that another
+// instance leads, and stand for again; it tells one tenure of the lease
+// from the next.
+type Candidacy interface {
+	Leadership
+	// Tenure numbers this instance's holdings of the lease: it changes
+	// each time the instance is given the lease anew.
+	Tenure() uint64
+	// StandDown leaves the election until StandAgain: the instance stops
+	// leading at once and another may take the lease. It does not wait.
+	StandDown()
+	// StandAgain takes part in the election again after StandDown.
+	StandAgain()
+}
+
+// LeaseTerms number the leaderships of supervisors: their fencing tokens.
+type LeaseTerms interface {
+	// BeginTerm records that actor took the lease at at and returns the
+	// term it acts in: larger than every term begun before, by any
+	// instance.
+	BeginTerm(ctx context.Context, actor string, at time.Time) (int64, error)
+}
+
 // Alerts tells operators about tasks that need them, and about those that
 // no longer do (resolved alerts).
 type Alerts interface {

@@ -649,8 +649,8 @@ func (sh *shard) decision(t *domain.Task, rc *roomCheck) domain.Decision {
 	d := domain.Decision{Now: sh.s.Clock.Now(), Actor: sh.s.Actor, Random: rand.Float64()}
 	if sh.s.Agents != nil && rc != nil {
 		rc.refused = nil
-		d.Admit = func(agent string) domain.Admission {
-			a, refused := sh.s.capacity.check(agent, t)
+		d.Admit = func(agent string, own []domain.InFlightAttempt) domain.Admission {
+			a, refused := sh.s.capacity.check(agent, t, own)
 			rc.refused = refused
 			return a
 		}
@@ -676,25 +676,37 @@ const maxHoldTries = 16
 func (sh *shard) decide(t *domain.Task, rc *roomCheck, decide func(domain.Decision) ([]domain.Event, error)) ([]domain.Event, error) {
 	for try := 1; ; try++ {
 		events, err := decide(sh.decision(t, rc))
-		if err != nil || sh.s.capacity.hold(t, dispatchOf(events)) || try == maxHoldTries {
+		if err != nil || !sh.s.capacity.enabled() {
+			return events, err
+		}
+		if d, own := dispatchOf(t, events); sh.s.capacity.hold(t, d, own) || try == maxHoldTries {
 			return events, err
 		}
 	}
 }
 
-// dispatchOf is where the last dispatch among events goes; nil when they
+// dispatchOf is where the last dispatch among events for task t goes, and
+// the other attempts t has in flight once they are stored; nil when they
 // dispatch nothing.
-func dispatchOf(events []domain.Event) *route {
+func dispatchOf(t *domain.Task, events []domain.Event) (*route, []domain.InFlightAttempt) {
 	var r *route
-	for _, e := range events {
+	last := -1
+	for i, e := range events {
 		switch d := e.(type) {
 		case domain.StepDispatched:
-			r = &route{agent: d.Agent, instance: d.Instance}
+			r, last = &route{agent: d.Agent, instance: d.Instance}, i
 		case domain.CompensationDispatched:
-			r = &route{agent: d.Agent, instance: d.Instance}
+			r, last = &route{agent: d.Agent, instance: d.Instance}, i
 		}
 	}
-	return r
+	if r == nil {
+		return nil, nil
+	}
+	after := t.Clone()
+	for _, e := range events[:last] {
+		after.Apply(e)
+	}
+	return r, after.InFlight()
 }
 
 // decided follows a decision for task id once it is stored or failed: the
@@ -1174,7 +1186,7 @@ func commandFor(ctx context.Context, workflows Workflows, t *domain.Task, a doma
 	cmd := protocol.ExecuteStep{
 		TaskID: t.ID, Workflow: t.Workflow, WorkflowVersion: t.WorkflowVersion, Step: st.Name, Agent: st.Agent,
 		Action: protocol.ActionExecute, Attempt: a.Attempt, CompleteBy: a.CompleteBy, IdempotencyKey: st.IdempotencyKey,
-		Order: t.Order, Results: t.Results(st.Name), Priority: t.Priority,
+		Order: t.Order, Priority: t.Priority,
 	}
 	if cmd.Priority == domain.PriorityNormal {
 		cmd.Priority = "" // as before priorities: agents that know none see the same command
@@ -1187,7 +1199,7 @@ func commandFor(ctx context.Context, workflows Workflows, t *domain.Task, a doma
 	if !ok {
 		return cmd, errors.Wrapf(domain.ErrUnknownStep, "workflow %s version %d has no step %q", wf.Name, wf.Version, st.Name)
 	}
-	cmd.HTTP = def.HTTP
+	cmd.HTTP, cmd.Results = def.HTTP, t.ResultsFor(wf, st.Name)
 	if a.Compensation {
 		cmd.Action, cmd.IdempotencyKey = protocol.ActionCompensate, st.Compensation.IdempotencyKey
 		cmd.Results, cmd.Result = t.Results(""), st.Result

@@ -14,8 +14,11 @@ import (
 	"github.com/sagaengine/saga/processes/internal/tracing"
 )
 
-// DefaultMaxOrderSize bounds an order message body.
-const DefaultMaxOrderSize = 1 << 20
+// DefaultMaxOrderSize bounds an order message body: 960 KiB, so that the
+// order's TaskSubmitted event (the body, the step names, the metadata)
+// fits KurrentDB's default maximum append size of 1 MiB, which the
+// embedded event store enforces too.
+const DefaultMaxOrderSize = 1<<20 - 64<<10
 
 // Submitter turns order messages into tasks: it appends TaskSubmitted to the
 // order's new task stream. Invalid orders go to the dead letters with the

@@ -1,6 +1,7 @@
 package processes
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
 	"log/slog"
@@ -25,6 +26,11 @@ import (
 // Several supervisors may run. Only the leader acts, but correctness never
 // depends on the election: a timeout is appended on the revision it was
 // decided on, so two supervisors can never both time out the same attempt.
+// With Terms, the leader acts in a lease term (a fencing token) recorded in
+// its timeouts, and a task refuses a timeout of an older term than one it
+// recorded, so an old leader that still acts (paused, or cut off, with
+// timers that lie) cannot undo what a newer one decided. A leader that
+// cannot reach the event store stands down (StoreTimeout).
 //
 // It keeps in memory only unfinished tasks and tasks in Error. With
 // Checkpoints it resumes from the newest task checkpoint, as the scheduler
@@ -45,8 +51,24 @@ type Supervisor struct {
 	// times out, so that a reply sent at the last moment wins. Default
 	// DefaultSupervisorGrace.
 	Grace time.Duration
-	// Leader says whether this instance may act; nil means always.
+	// Leader says whether this instance may act; nil means always. When it
+	// is a Candidacy, the supervisor stands down from the election while
+	// the event store does not answer (StoreTimeout), and begins a new
+	// term (Terms) at each new tenure.
 	Leader Leadership
+	// Terms, when set, numbers the supervisor's leaderships: it begins a
+	// term each time it takes the lease, acts only within one, and records
+	// it in every StepTimedOut it appends (domain.Task.TimeOutInTerm). Nil
+	// means no terms.
+	Terms LeaseTerms
+	// StoreTimeout is how long a supervisor whose Leader is a Candidacy
+	// goes without an answer from the event store (it reads it at every
+	// scan) before it stands down, so that a standby that reaches the
+	// store leads; it stands again once the store answers. It also bounds
+	// each action's wait for the store. It must be at least Interval.
+	// Default DefaultSupervisorStoreTimeout, or the interval when that is
+	// longer.
+	StoreTimeout time.Duration
 	// Checkpoints, when set, keep the supervisor's task checkpoints, shared
 	// by every supervisor instance under CheckpointName; nil means follow
 	// the store from the start at every start.
@@ -66,11 +88,11 @@ type Supervisor struct {
 	repo *TaskRepository
 	// interval, grace, checkpointName and checkpointEvery are the
 	// settings in effect (init).
-	interval, grace, checkpointEvery time.Duration
-	checkpointName                   string
-	mu                               sync.Mutex
-	tasks                            map[string]*domain.Task
-	deadlines                        dueHeap[deadline]
+	interval, grace, checkpointEvery, storeTimeout time.Duration
+	checkpointName                                 string
+	mu                                             sync.Mutex
+	tasks                                          map[string]*domain.Task
+	deadlines                                      dueHeap[deadline]
 	// failed holds the tasks in Error and the revision of their failure;
 	// alerted what this instance has alerted.
 	failed  map[string]*domain.Task
@@ -84,6 +106,18 @@ type Supervisor struct {
 
 	timeouts, conflicts, alerts          atomic.Int64
 	startLoads, startEvents, checkpoints atomic.Int64
+
+	// term is the lease term the supervisor acts in, 0 when none.
+	term atomic.Int64
+	// The leadership's state, kept by Run's goroutine alone: when the
+	// store last answered (Clock), whether the supervisor stood down for
+	// want of it, whether it acts in a term, whether an action of the
+	// scan under way gave up waiting for the store, and the tenure of the
+	// lease its term began in.
+	storeOK                        time.Time
+	stoodDown, inTerm, storeSilent bool
+	tenure                         uint64
+	staleTerms, downs              atomic.Int64
 }
 
 // SupervisorStats counts what the supervisor did.
@@ -93,12 +127,22 @@ type SupervisorStats struct {
 	// do: task streams read at start, events before caught up, checkpoints
 	// saved.
 	StartLoads, StartEvents, Checkpoints int64
+	// LeaseTerm is the lease term the supervisor acts in now, 0 when it
+	// does not lead (or has no Terms).
+	LeaseTerm int64
+	// StaleTerms counts timeouts a task refused because a newer lease
+	// term had acted on it (domain.ErrStaleLeaseTerm).
+	StaleTerms int64
+	// StandDowns counts the times the supervisor left the election because
+	// the event store did not answer.
+	StandDowns int64
 }
 
 // Stats returns the supervisor's counters.
 func (s *Supervisor) Stats() SupervisorStats {
 	return SupervisorStats{Timeouts: s.timeouts.Load(), Conflicts: s.conflicts.Load(), Alerts: s.alerts.Load(),
-		StartLoads: s.startLoads.Load(), StartEvents: s.startEvents.Load(), Checkpoints: s.checkpoints.Load()}
+		StartLoads: s.startLoads.Load(), StartEvents: s.startEvents.Load(), Checkpoints: s.checkpoints.Load(),
+		LeaseTerm: s.term.Load(), StaleTerms: s.staleTerms.Load(), StandDowns: s.downs.Load()}
 }
 
 type deadline struct {
@@ -124,6 +168,7 @@ func (s *Supervisor) init() {
 		if s.interval <= 0 {
 			s.interval = DefaultSupervisorInterval
 		}
+		s.storeTimeout = cmp.Or(s.StoreTimeout, max(DefaultSupervisorStoreTimeout, s.interval))
 		if s.grace == 0 {
 			s.grace = DefaultSupervisorGrace
 		}
@@ -180,6 +225,8 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	}()
 	timer := s.Clock.NewTimer(s.interval)
 	defer timer.Stop()
+	s.storeOK = s.Clock.Now()
+	defer s.endTerm("the supervisor stopped")
 	for {
 		select {
 		case <-ctx.Done():
@@ -191,12 +238,19 @@ func (s *Supervisor) Run(ctx context.Context) error {
 			return errors.Wrap(err, "supervisor subscription")
 		case <-timer.C():
 			timer.Reset(s.interval)
+			// Before it has caught up too: a leader that cannot reach
+			// the store at start must not keep the lease. A scan the
+			// store did not answer for acts on nothing.
+			answered := s.checkStore(ctx)
 			select {
 			case <-s.ready:
 			default:
 				continue
 			}
-			if s.Leader != nil && !s.Leader.IsLeader() {
+			if !answered {
+				continue
+			}
+			if !s.mayAct(ctx) {
 				continue
 			}
 			s.scan(ctx)
@@ -400,6 +454,7 @@ type dueAttempt struct {
 
 // scan times out the attempts that are due and alerts for tasks in Error.
 func (s *Supervisor) scan(ctx context.Context) {
+	s.storeSilent = false
 	now := s.Clock.Now()
 	var due []dueAttempt
 	var alerts []*domain.Task
@@ -420,7 +475,7 @@ func (s *Supervisor) scan(ctx context.Context) {
 	for _, a := range due {
 		// A lease can lapse during a long scan: ask before each action,
 		// not only before the scan. What is left goes back for the next.
-		if ctx.Err() != nil || (s.Leader != nil && !s.Leader.IsLeader()) {
+		if ctx.Err() != nil || s.storeSilent || !s.stillLeads() {
 			s.mu.Lock()
 			for _, rest := range due {
 				heap.Push(&s.deadlines, rest.d)
@@ -452,15 +507,32 @@ func (s *Supervisor) timeOut(ctx context.Context, a dueAttempt, now time.Time) {
 	defer span.End()
 	log := tracing.TaskLogger(ctx, s.Logger, t.ID)
 	meta := domain.EventMetadata{CausationID: "timeout/" + d.step + "/" + itoa(int64(d.attempt)), Actor: s.Actor, TraceParent: tracing.StoredTraceParent(ctx)}
-	u, err := s.repo.Update(ctx, t.ID, t, meta, func(t *domain.Task) ([]domain.Event, error) {
-		wf, err := s.Workflows.Workflow(ctx, t.Workflow, t.WorkflowVersion)
+	term := s.term.Load()
+	// An event store that stops answering must not hold the scan, and the
+	// lease with it: the action gives up after StoreTimeout.
+	bounded, cancel := context.WithTimeout(ctx, s.storeTimeout)
+	defer cancel()
+	u, err := s.repo.Update(bounded, t.ID, t, meta, func(t *domain.Task) ([]domain.Event, error) {
+		wf, err := s.Workflows.Workflow(bounded, t.Workflow, t.WorkflowVersion)
 		if err != nil {
 			return nil, errors.Wrap(err, "read the workflow of a task")
 		}
-		return t.TimeOut(wf, d.step, d.compensation, d.attempt, domain.Decision{Now: now, Actor: s.Actor, Random: rand.Float64()})
+		return t.TimeOutInTerm(wf, d.step, d.compensation, d.attempt, term, domain.Decision{Now: now, Actor: s.Actor, Random: rand.Float64()})
 	})
 	s.conflicts.Add(int64(u.Conflicts))
 	switch {
+	case errors.Is(err, domain.ErrStaleLeaseTerm):
+		// A newer leader acted on the task: this one's lease, clock or
+		// timers cannot be trusted. The attempt is left to the newer
+		// one, and looked at again should this one lead in a newer term.
+		s.staleTerms.Add(1)
+		span.SetAttributes(AttrOutcome.String("stale lease term"))
+		log.Warn("supervisor timeout refused: a newer lease term acted on the task", "step", d.step, "attempt", d.attempt,
+			"lease_term", term, "err", err.Error())
+		s.mu.Lock()
+		heap.Push(&s.deadlines, d)
+		s.mu.Unlock()
+		return
 	case errors.Is(err, domain.ErrNotInFlight), err == nil && len(u.Events) == 0:
 		span.SetAttributes(AttrOutcome.String("answered"))
 		return // answered, or timed out already
@@ -473,6 +545,9 @@ func (s *Supervisor) timeOut(ctx context.Context, a dueAttempt, now time.Time) {
 		tracing.FailSpan(span, err)
 		if ctx.Err() == nil {
 			log.Error("supervisor timeout", "err", err.Error())
+		}
+		if bounded.Err() != nil {
+			s.storeSilent = true // the rest of the scan waits for the store
 		}
 		// Look again at the next scan.
 		s.mu.Lock()
@@ -511,3 +586,110 @@ func (s *Supervisor) alert(ctx context.Context, t *domain.Task) {
 	s.alerted[t.ID] = t.Revision
 	s.mu.Unlock()
 }
+
+// storeProbeStream is the stream a supervisor reads to learn whether the
+// event store answers; nothing writes it.
+const storeProbeStream = "supervisor-store-probe"
+
+// checkStore reads the store, when the supervisor can stand down from its
+// election: once the store has not answered for StoreTimeout it stands
+// down, so that a standby that reaches the store leads, and it stands
+// again once the store answers. It reports whether the store answered
+// (always yes when the supervisor cannot stand down, and does not ask).
+func (s *Supervisor) checkStore(ctx context.Context) (answered bool) {
+	c, ok := s.Leader.(Candidacy)
+	if !ok {
+		return true
+	}
+	probe, cancel := context.WithTimeout(ctx, s.storeTimeout)
+	_, err := s.Store.ReadStream(probe, storeProbeStream)
+	cancel()
+	now := s.Clock.Now()
+	switch {
+	case ctx.Err() != nil:
+	case err == nil:
+		answered = true
+		s.storeOK = now
+		if s.stoodDown {
+			s.stoodDown = false
+			c.StandAgain()
+			s.Logger.Info("the event store answers again: the supervisor stands for the lease again")
+		}
+	case !s.stoodDown && now.Sub(s.storeOK) >= s.storeTimeout:
+		s.stoodDown = true
+		s.downs.Add(1)
+		s.endTerm("the event store does not answer")
+		c.StandDown()
+		s.Logger.Warn("supervisor stands down: the event store has not answered; another supervisor may lead",
+			"since_last_answer", now.Sub(s.storeOK).String(), "store_timeout", s.storeTimeout.String(), "err", err.Error())
+	}
+	return answered
+}
+
+// tenureNow is the tenure of the lease, 0 when Leader does not tell.
+func (s *Supervisor) tenureNow() uint64 {
+	if c, ok := s.Leader.(Candidacy); ok {
+		return c.Tenure()
+	}
+	return 0
+}
+
+// stillLeads reports whether the supervisor still holds the lease, in the
+// tenure its term began in.
+func (s *Supervisor) stillLeads() bool {
+	if s.Leader == nil {
+		return true
+	}
+	return s.Leader.IsLeader() && (s.Terms == nil || s.tenureNow() == s.tenure)
+}
+
+// mayAct reports whether the supervisor leads, beginning a lease term when
+// it took the lease anew. A term it cannot begin (the store does not
+// answer) means it does not act.
+func (s *Supervisor) mayAct(ctx context.Context) bool {
+	if s.Leader != nil && !s.Leader.IsLeader() {
+		s.endTerm("the lease was lost")
+		return false
+	}
+	if s.Terms == nil {
+		return true
+	}
+	tenure := s.tenureNow()
+	if s.inTerm && tenure == s.tenure {
+		return true
+	}
+	s.endTerm("the lease was taken anew")
+	at := s.Clock.Now()
+	bounded, cancel := context.WithTimeout(ctx, s.storeTimeout)
+	term, err := s.Terms.BeginTerm(bounded, s.Actor, at)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			s.Logger.Error("supervisor cannot begin a lease term: not acting", "err", err.Error())
+		}
+		return false
+	}
+	s.storeOK = s.Clock.Now()
+	s.inTerm, s.tenure = true, tenure
+	s.term.Store(term)
+	s.Logger.Info(LogLeaseTermBegan, "lease_term", term, "actor", s.Actor, "at", at.UTC().Format(time.RFC3339Nano))
+	return true
+}
+
+// endTerm ends the lease term the supervisor acts in, if any.
+func (s *Supervisor) endTerm(reason string) {
+	if !s.inTerm {
+		return
+	}
+	term := s.term.Swap(0)
+	s.inTerm = false
+	s.Logger.Info(LogLeaseTermEnded, "lease_term", term, "actor", s.Actor, "at", s.Clock.Now().UTC().Format(time.RFC3339Nano), "reason", reason)
+}
+
+// The messages of the log lines that record a supervisor's lease terms,
+// with the attributes lease_term, actor and at (RFC 3339, the supervisor's
+// clock), and reason for an end.
+const (
+	LogLeaseTermBegan = "supervisor lease term began"
+	LogLeaseTermEnded = "supervisor lease term ended"
+)

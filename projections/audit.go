@@ -124,6 +124,8 @@ func describe(e domain.Event) (string, int, string) {
 			what = "compensation"
 		}
 		return e.Step, 0, what + " waits for " + e.Agent + ": " + e.Reason
+	case domain.StepSkipped:
+		return e.Step, 0, "skipped: condition " + e.Condition + " is false"
 	case domain.StepReturned:
 		what := "attempt"
 		if e.Compensation {
@@ -139,7 +141,11 @@ func describe(e domain.Event) (string, int, string) {
 		if e.Compensation {
 			what = "compensation"
 		}
-		return e.Step, e.Attempt, fmt.Sprintf("%s past completeBy %s; failure %d; detected by %s", what, e.CompleteBy.UTC().Format(stamp), e.FailureCount, e.DetectedBy)
+		detail := fmt.Sprintf("%s past completeBy %s; failure %d; detected by %s", what, e.CompleteBy.UTC().Format(stamp), e.FailureCount, e.DetectedBy)
+		if e.LeaseTerm > 0 {
+			detail += fmt.Sprintf(" in lease term %d", e.LeaseTerm)
+		}
+		return e.Step, e.Attempt, detail
 	case domain.StepRetryScheduled:
 		what := "attempt"
 		if e.Compensation {

@@ -34,10 +34,13 @@ type Mark struct {
 }
 
 // Lane is one step's row of the timeline; the task's own lane has no step.
+// Steps that run side by side have bars that overlap in time.
 type Lane struct {
 	Step  string
 	Bars  []Bar
 	Marks []Mark
+	// Skipped says the step's condition was false: it never ran.
+	Skipped bool
 }
 
 // Timeline is a task's history as swimlanes.
@@ -115,6 +118,10 @@ func BuildTimeline(rows []projections.AuditRow) Timeline {
 			lane(r.Step).Marks = append(lane(r.Step).Marks, m)
 		case domain.CompensationRequestedType:
 			lane(r.Step).Marks = append(lane(r.Step).Marks, Mark{At: r.Time, Kind: "compensate", Detail: r.Details})
+		case domain.StepSkippedType:
+			l := lane(r.Step)
+			l.Skipped = true
+			l.Marks = append(l.Marks, Mark{At: r.Time, Kind: "skipped", Detail: r.Details})
 		case domain.StepResubmittedType, domain.TaskCancelledType:
 			lane(r.Step).Marks = append(lane(r.Step).Marks, Mark{At: r.Time, Kind: "operator", Detail: r.Event + " " + r.Details})
 		default:
@@ -162,6 +169,9 @@ func (tl Timeline) SVG() template.HTML {
 		name := l.Step
 		if name == "" {
 			name = "task"
+		}
+		if l.Skipped {
+			name += " (skipped)"
 		}
 		fmt.Fprintf(&b, `<g class="lane" data-step="%s"><text class="label" x="4" y="%d">%s</text>`, esc(name), y+19, esc(name))
 		for _, bar := range l.Bars {

@@ -7,6 +7,7 @@ package engine
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"log/slog"
 	"net"
@@ -93,7 +94,11 @@ type Config struct {
 	// through eventstore.Redact.
 	EventStoreURL    string
 	EventStoreListen string
-	HTTPListen       string
+	// HTTPListen is where the HTTP API listens (the api role; default
+	// httpapi.DefaultListen). A process without the api role serves only
+	// the operational endpoints there (/healthz, /readyz, /metrics), with
+	// the same tokens, allowed hosts and TLS, and none when it is empty.
+	HTTPListen string
 	// HTTPAllowedHosts are the names, besides localhost, IP addresses and
 	// the host of HTTPListen, by which the HTTP API may be reached (see
 	// httpapi.AllowedHosts; "*" any). Without API tokens they are always
@@ -104,6 +109,9 @@ type Config struct {
 	// checkpoint; 0 means the store's default. Tests set it small so that
 	// index writes are frequent.
 	EventStoreIndexMemtable int
+	// EventStoreMaxAppendSize bounds one append to the embedded event store
+	// (esdbserver.Config.MaxAppendSize); 0 means KurrentDB's default, 1 MiB.
+	EventStoreMaxAppendSize int
 	// TaskViewBatch bounds the events the task view folds per SQLite
 	// commit; 0 means projections.StoredTasks's default.
 	TaskViewBatch int
@@ -111,7 +119,8 @@ type Config struct {
 	Partitions int32
 	// Instance names this process in events (actor, LockedBy).
 	Instance string
-	// Roles lists the parts to run; empty means all of them.
+	// Roles lists the parts to run; empty means those of AllRoles.
+	// RoleBroker alone runs the embedded broker and nothing else.
 	Roles []Role
 	// DemoAgents runs the demo remote services and their agents (with the
 	// agents role): inventory, payment and shipping, the agents of the demo
@@ -142,10 +151,19 @@ type Config struct {
 	DemoServiceURLs map[string]string
 	// SupervisorInterval is how often the supervisor scans; default 1 s.
 	SupervisorInterval time.Duration
+	// SupervisorStoreTimeout is how long a supervisor goes without an
+	// answer from the event store before it gives up its lease; at least
+	// SupervisorInterval. Default processes.DefaultSupervisorStoreTimeout,
+	// or SupervisorInterval when that is longer.
+	SupervisorStoreTimeout time.Duration
 	// CheckpointEvery bounds the time between the scheduler's and the
 	// supervisor's task checkpoints, from which they resume; default
 	// processes.DefaultTaskCheckpointEvery.
 	CheckpointEvery time.Duration
+	// ShutdownTimeout bounds Close: the parts that have not stopped by
+	// then are logged and left (the process exits without them); default
+	// DefaultShutdownTimeout.
+	ShutdownTimeout time.Duration
 	// RegisterWorkflowsTimeout bounds registering Workflows at start;
 	// default DefaultRegisterWorkflowsTimeout.
 	RegisterWorkflowsTimeout time.Duration
@@ -200,8 +218,7 @@ type Config struct {
 	// does nothing unless the program set one.
 	TracerProvider trace.TracerProvider
 	// MetricsListen, when set, serves /metrics on a listener of its own,
-	// for processes that run without the api role (whose HTTP API serves
-	// /metrics too).
+	// without tokens (HTTPListen serves it too, in every process).
 	MetricsListen string
 	// AgentInstances configures the agents this process runs: capacity,
 	// shared limits, latency budget.
@@ -239,30 +256,78 @@ const (
 	RoleAgents     Role = "agents"
 	RoleAPI        Role = "api"
 	RoleStatus     Role = "status"
+	// RoleBroker runs the embedded Kafka broker. Alone, the process runs
+	// the broker and nothing else: no event store (embedded or client), no
+	// workflows, no other part. With other roles it changes nothing: the
+	// embedded broker runs whenever KafkaBrokers is empty. It needs an
+	// empty KafkaBrokers, and "all" does not include it.
+	RoleBroker Role = "broker"
 )
 
-// AllRoles lists every role.
+// AllRoles lists every role "all" stands for: every part of saga. The
+// broker role is apart (see RoleBroker).
 var AllRoles = []Role{RoleSubmitter, RoleScheduler, RoleSupervisor, RoleAgents, RoleAPI, RoleStatus}
 
-// ParseRoles parses a comma-separated role list; "all" means every role.
+// KnownRoles lists every role a process may be given.
+var KnownRoles = append(slices.Clone(AllRoles), RoleBroker)
+
+// ErrRoles marks a role list ParseRoles refuses: empty, or naming an
+// unknown role.
+var ErrRoles = errors.New("invalid role list")
+
+// ParseRoles parses a comma-separated role list; "all" means every role
+// of AllRoles. A list that names no role ("", " , ") or an unknown one is
+// refused with ErrRoles; a role named twice counts once.
 func ParseRoles(list string) ([]Role, error) {
 	var out []Role
-	for _, r := range strings.Split(list, ",") {
-		switch r = strings.TrimSpace(r); Role(r) {
-		case "", "all":
-			if r == "all" {
-				out = append(out, AllRoles...)
+	add := func(rs ...Role) {
+		for _, r := range rs {
+			if !slices.Contains(out, r) {
+				out = append(out, r)
 			}
-		case RoleSubmitter, RoleScheduler, RoleSupervisor, RoleAgents, RoleAPI, RoleStatus:
-			out = append(out, Role(r))
-		default:
-			return nil, errors.Newf("unknown role %q: want %v or all", r, AllRoles)
 		}
+	}
+	for _, r := range strings.Split(list, ",") {
+		r = strings.TrimSpace(r)
+		switch {
+		case r == "":
+		case r == "all":
+			add(AllRoles...)
+		case slices.Contains(KnownRoles, Role(r)):
+			add(Role(r))
+		default:
+			return nil, errors.Wrapf(ErrRoles, "unknown role %q: want a comma-separated list of %s, or all", r, roleNames())
+		}
+	}
+	if len(out) == 0 {
+		return nil, errors.Wrapf(ErrRoles, "no role in %q: want a comma-separated list of %s, or all", list, roleNames())
 	}
 	return out, nil
 }
 
-func (c *Config) has(r Role) bool { return len(c.Roles) == 0 || slices.Contains(c.Roles, r) }
+// roleNames lists KnownRoles for an error message.
+func roleNames() string {
+	names := make([]string, len(KnownRoles))
+	for i, r := range KnownRoles {
+		names[i] = string(r)
+	}
+	return strings.Join(names, ", ")
+}
+
+// has reports whether the process runs role r: every role of AllRoles
+// when Roles is empty.
+func (c *Config) has(r Role) bool {
+	if len(c.Roles) == 0 {
+		return r != RoleBroker
+	}
+	return slices.Contains(c.Roles, r)
+}
+
+// brokerOnly reports whether the process runs the embedded broker and
+// nothing else (RoleBroker alone).
+func (c *Config) brokerOnly() bool {
+	return len(c.Roles) > 0 && !slices.ContainsFunc(c.Roles, func(r Role) bool { return r != RoleBroker })
+}
 
 // App is a running system.
 type App struct {
@@ -318,7 +383,11 @@ type App struct {
 	// tracing starts the spans of every part.
 	tracing trace.TracerProvider
 	// groups are the Kafka consumer groups this process consumes in.
-	groups []string
+	groups   []string
+	groupsMu sync.Mutex
+	// memberTag tells this process's consumers from others' in their
+	// groups (consumerClientID).
+	memberTag string
 
 	// runCtx is the context every part runs under; Close cancels it.
 	runCtx context.Context
@@ -350,7 +419,7 @@ func Start(cfg Config) (*App, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	a := &App{egress: egress, cfg: cfg, logger: cfg.Logger, clock: processes.ClockFunc(cfg.Clock), cancel: cancel, runCtx: ctx, errs: make(chan error, 16),
 		Services: map[string]*demo.Service{}, AgentProcs: map[string]*agent.Agent{},
-		HTTPHandlers: map[string]*httpagent.Handler{}, Metrics: metrics.New()}
+		HTTPHandlers: map[string]*httpagent.Handler{}, Metrics: metrics.New(), memberTag: newMemberTag()}
 	for _, step := range a.startSteps() {
 		err := step.start(ctx)
 		if err == nil && cfg.startFault != nil {
@@ -362,6 +431,14 @@ func Start(cfg Config) (*App, error) {
 		}
 	}
 	return a, nil
+}
+
+// newMemberTag returns a tag unique to this process and App: the pid
+// and random bytes.
+func newMemberTag() string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return fmt.Sprintf("%d-%x", os.Getpid(), b)
 }
 
 // startStep is one step of start-up: it starts a part (or, for a role
@@ -399,11 +476,15 @@ func (a *App) startSteps() []startStep {
 // startEventStore starts the embedded event store unless one is
 // configured, and the engine's client of it.
 func (a *App) startEventStore(context.Context) error {
+	if a.cfg.brokerOnly() {
+		return nil // the broker needs no event store
+	}
 	a.EventStoreURL = a.cfg.EventStoreURL
 	if a.EventStoreURL == "" {
 		esCfg := esdbserver.Config{
 			Listen: a.cfg.EventStoreListen, DataDir: filepath.Join(a.cfg.DataDir, "eventstore"), Logger: a.logger,
 			IndexMemtableEntries: a.cfg.EventStoreIndexMemtable,
+			MaxAppendSize:        a.cfg.EventStoreMaxAppendSize,
 		}
 		if a.cfg.Secure {
 			files, err := a.secureFiles()
@@ -420,7 +501,7 @@ func (a *App) startEventStore(context.Context) error {
 			return err
 		}
 		a.esServer = srv
-		a.closers.push("event store server", srv.Close)
+		a.closers.pushServer("event store server", srv.Close)
 		a.egress.AddOwn(srv.Addr())
 		a.EventStoreURL = fmt.Sprintf("esdb://%s?tls=false", srv.Addr())
 		if a.cfg.Secure {
@@ -450,6 +531,9 @@ func (a *App) startEventStore(context.Context) error {
 // registerWorkflows registers the configured workflows and reads back
 // the agents and trigger topics of every registered one.
 func (a *App) registerWorkflows(ctx context.Context) error {
+	if a.Store == nil {
+		return nil // the broker role alone: its clients create their topics
+	}
 	a.Workflows = processes.NewRegistry(a.Store, a.clock)
 	regCtx, cancel := context.WithTimeout(ctx, a.cfg.RegisterWorkflowsTimeout)
 	defer cancel()
@@ -527,7 +611,7 @@ func (a *App) startKafka(ctx context.Context) error {
 			return err
 		}
 		a.broker = embedded
-		a.closers.push("kafka broker", func() error { embedded.Close(); return nil })
+		a.closers.pushServer("kafka broker", func() error { embedded.Close(); return nil })
 		a.KafkaBrokers = embedded.Addrs()
 		for _, addr := range a.KafkaBrokers {
 			a.egress.AddOwn(addr)
@@ -639,6 +723,9 @@ func (a *App) startStatus(ctx context.Context) error {
 // startFanout runs the subscription the followers registered so far
 // share.
 func (a *App) startFanout(ctx context.Context) error {
+	if a.followers == nil {
+		return nil
+	}
 	a.run("event fan-out", func() error { return a.followers.Run(ctx) })
 	return nil
 }
@@ -701,16 +788,23 @@ func (a *App) startSupervisor(ctx context.Context) error {
 	a.run("supervisor lease", func() error { return lease.Run(ctx) })
 	a.Supervisor = &processes.Supervisor{Store: a.followers.Register("supervisor"), Alerts: a.newProducer("supervisor"), Workflows: a.Workflows, Actor: "supervisor/" + a.cfg.Instance,
 		Clock: a.clock, Logger: a.logger, Interval: a.cfg.SupervisorInterval, Leader: lease,
+		Terms: processes.StoreLeaseTerms{Store: a.Store}, StoreTimeout: a.cfg.SupervisorStoreTimeout,
 		Checkpoints: a.Store, CheckpointEvery: a.cfg.CheckpointEvery, Observer: a.Metrics, Tracing: a.tracing}
 	a.run("supervisor", func() error { return a.Supervisor.Run(ctx) })
 	return nil
 }
 
 // startAPI serves the task view and the operators' actions over HTTP (the
-// api role).
+// api role). A process without the api role serves only the operational
+// endpoints (/healthz, /readyz, /metrics) on HTTPListen, when it is set.
 func (a *App) startAPI(ctx context.Context) error {
 	if !a.cfg.has(RoleAPI) {
-		return nil
+		if a.cfg.HTTPListen == "" {
+			return nil
+		}
+		return a.serveHTTP(func(guard httpapi.Guard) http.Handler {
+			return httpapi.Operational(httpapi.Config{Metrics: a, Readiness: a, Tokens: guard.Tokens, Hosts: guard.Hosts})
+		})
 	}
 	dir := a.cfg.TaskViewDir
 	if dir == "" {
@@ -727,9 +821,30 @@ func (a *App) startAPI(ctx context.Context) error {
 	}
 	a.Tasks = view
 	a.Operator = &processes.Operator{Store: a.Store, Workflows: a.Workflows, Clock: a.clock, Observer: a.Metrics, Tracing: a.tracing}
-	var tokens *httpapi.Tokens
+	return a.serveHTTP(func(guard httpapi.Guard) http.Handler {
+		agents := agentsView{dir: a.AgentDirectory, registered: a.Workflows.Agents, adm: kadm.NewClient(a.client), now: a.cfg.Clock,
+			held: func() map[string]map[domain.Priority]int {
+				if a.Scheduler == nil {
+					return nil
+				}
+				return a.Scheduler.WaitingByPriority()
+			}}
+		ui := console.Handler(console.Config{Tasks: a.Tasks, History: a.Store, Tokens: guard.Tokens, Kafka: topics.Dial(a.KafkaBrokers, a.cfg.KafkaSecurity.Explain, a.kafkaOpts...),
+			Metrics: a.Metrics.Registry, Context: ctx, Agents: agents})
+		mounts := append([]httpapi.Mount{{Pattern: console.Pattern, Handler: ui},
+			{Pattern: "GET /ui", Handler: http.RedirectHandler(console.Pattern, http.StatusMovedPermanently)}}, httpapi.AgentsAPI(agents)...)
+		return httpapi.Handler(httpapi.Config{Tasks: a.Tasks, Operations: a.Operator, Workflows: registering{a.Workflows, a},
+			Metrics: a, Readiness: a, Tokens: guard.Tokens, Hosts: guard.Hosts, Mounts: mounts})
+	})
+}
+
+// serveHTTP serves the handler handler builds on HTTPListen, with the
+// tokens, allowed hosts and TLS configured, until Close.
+func (a *App) serveHTTP(handler func(httpapi.Guard) http.Handler) error {
+	var guard httpapi.Guard
 	if a.cfg.APITokensFile != "" {
-		if tokens, err = httpapi.LoadTokens(a.cfg.APITokensFile); err != nil {
+		var err error
+		if guard.Tokens, err = httpapi.LoadTokens(a.cfg.APITokensFile); err != nil {
 			return err
 		}
 	}
@@ -737,6 +852,7 @@ func (a *App) startAPI(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	guard.Hosts = hosts
 	lis, err := net.Listen("tcp", a.cfg.HTTPListen)
 	if err != nil {
 		return errors.Wrap(err, "http api listen")
@@ -745,19 +861,7 @@ func (a *App) startAPI(ctx context.Context) error {
 	a.egress.AddOwn(a.HTTPAddr)
 	// Timeouts and a header limit, so that slow or hostile clients cannot
 	// hold connections and memory: bodies are small (1 MiB at most).
-	agents := agentsView{dir: a.AgentDirectory, registered: a.Workflows.Agents, adm: kadm.NewClient(a.client), now: a.cfg.Clock,
-		held: func() map[string]map[domain.Priority]int {
-			if a.Scheduler == nil {
-				return nil
-			}
-			return a.Scheduler.WaitingByPriority()
-		}}
-	ui := console.Handler(console.Config{Tasks: a.Tasks, History: a.Store, Tokens: tokens, Kafka: topics.Dial(a.KafkaBrokers, a.cfg.KafkaSecurity.Explain, a.kafkaOpts...),
-		Metrics: a.Metrics.Registry, Context: ctx, Agents: agents})
-	mounts := append([]httpapi.Mount{{Pattern: console.Pattern, Handler: ui},
-		{Pattern: "GET /ui", Handler: http.RedirectHandler(console.Pattern, http.StatusMovedPermanently)}}, httpapi.AgentsAPI(agents)...)
-	server := &http.Server{Handler: httpapi.Handler(httpapi.Config{Tasks: a.Tasks, Operations: a.Operator, Workflows: registering{a.Workflows, a},
-		Metrics: a, Readiness: a, Tokens: tokens, Hosts: hosts, Mounts: mounts}),
+	server := &http.Server{Handler: handler(guard),
 		ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second,
 		IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
 	a.run("http api", func() error {
@@ -773,7 +877,8 @@ func (a *App) startAPI(ctx context.Context) error {
 		return nil
 	})
 	a.closers.push("http api server", func() error { shutdown(server); return nil })
-	a.logger.Info("http api listening", "addr", a.HTTPAddr, "tls", a.cfg.APITLSCert != "", "tokens", tokens.Enabled())
+	a.logger.Info("http api listening", "addr", a.HTTPAddr, "tls", a.cfg.APITLSCert != "", "tokens", guard.Tokens.Enabled(),
+		"operational-only", !a.cfg.has(RoleAPI))
 	return nil
 }
 
@@ -866,7 +971,11 @@ func (a *App) startHTTPAgent(ctx context.Context, name string, cfg httpagent.Con
 // startAgent runs an agent through the Go agent SDK, as any program would.
 func (a *App) startAgent(ctx context.Context, name string, handler agent.Handler, breakerOpenFor time.Duration, breakers func() agentruntime.BreakerState,
 	healthByTarget bool) error {
-	cfg := agent.Config{Brokers: a.KafkaBrokers, KafkaOptions: a.kafkaOpts, Logger: a.logger, Clock: a.cfg.Clock, BreakerOpenFor: breakerOpenFor,
+	group := "saga-agent-" + name
+	// The client ID names this process's consumer in its group (readiness
+	// looks for it there); the agent's producer carries it too.
+	opts := append(slices.Clone(a.kafkaOpts), kgo.ClientID(a.consumerClientID(group)))
+	cfg := agent.Config{Brokers: a.KafkaBrokers, KafkaOptions: opts, Group: group, Logger: a.logger, Clock: a.cfg.Clock, BreakerOpenFor: breakerOpenFor,
 		TracerProvider: a.tracing, Instance: a.agentInstance(name), Breakers: breakers, HealthByTarget: healthByTarget}
 	a.cfg.AgentInstances.configure(name, &cfg)
 	cfg.Directory = a.directory()
@@ -878,14 +987,22 @@ func (a *App) startAgent(ctx context.Context, name string, handler agent.Handler
 	if a.inProcess != nil {
 		a.inProcess.add(ag)
 	}
-	a.groups = append(a.groups, ag.Group())
+	a.addGroup(ag.Group())
 	a.run("agent "+name, func() error { return ag.Run(ctx) })
 	return nil
 }
 
+// addGroup notes a consumer group this process consumes in.
+func (a *App) addGroup(group string) {
+	a.groupsMu.Lock()
+	defer a.groupsMu.Unlock()
+	a.groups = append(a.groups, group)
+}
+
 func (a *App) consumeWith(ctx context.Context, cfg kafka.ConsumerConfig, h kafka.Handler) {
-	cfg.Brokers, cfg.Logger, cfg.Opts = a.KafkaBrokers, a.logger, append(cfg.Opts, a.kafkaOpts...)
-	a.groups = append(a.groups, cfg.Group)
+	cfg.Brokers, cfg.Logger = a.KafkaBrokers, a.logger
+	cfg.Opts = append(append(cfg.Opts, a.kafkaOpts...), kgo.ClientID(a.consumerClientID(cfg.Group)))
+	a.addGroup(cfg.Group)
 	a.run(cfg.Group, func() error { return kafka.Consume(ctx, cfg, h) })
 }
 
@@ -946,11 +1063,33 @@ func (a *App) Failed() <-chan error { return a.errs }
 // under, then pops the closers, newest part first, each part before what
 // it was started on. After a Start that failed part way, it stops what
 // had started; a second call does nothing.
+//
+// Close waits ShutdownTimeout at most for the parts: past it, it logs
+// those that have not stopped (one waiting for a broker it cannot reach, a
+// handler that ignores its context), closes the embedded servers, and
+// returns, leaving the parts to the process's exit.
 func (a *App) Close() {
 	a.closed.Do(func() {
 		a.cancel()
-		if err := a.closers.closeAll(); err != nil {
-			a.logger.Error("close", "err", err.Error())
+		done := make(chan error, 1)
+		go func() { done <- a.closers.closeAll() }()
+		timeout := time.NewTimer(a.cfg.ShutdownTimeout)
+		defer timeout.Stop()
+		select {
+		case err := <-done:
+			if err != nil {
+				a.logger.Error("close", "err", err.Error())
+			}
+		case <-timeout.C:
+			a.logger.Error("parts did not stop within the shutdown timeout; leaving them", "timeout", a.cfg.ShutdownTimeout,
+				"waiting", strings.Join(a.closers.waiting(), ", "))
+			// The embedded servers still close their data cleanly (each
+			// bounds its own close); the parts left fail against them.
+			for _, srv := range a.closers.takeServers() {
+				if err := srv.close(); err != nil {
+					a.logger.Error("close", "err", errors.Wrapf(err, "close %s", srv.name).Error())
+				}
+			}
 		}
 	})
 }

@@ -14,11 +14,16 @@ import (
 type closers struct {
 	mu   sync.Mutex
 	list []closer
+	// running names the closer closeAll runs now.
+	running string
 }
 
 type closer struct {
 	name  string
 	close func() error
+	// server marks an embedded server's closer, which runs even when a
+	// part above it does not stop (takeServers).
+	server bool
 }
 
 // push adds what stops a part just started.
@@ -26,6 +31,32 @@ func (c *closers) push(name string, close func() error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.list = append(c.list, closer{name: name, close: close})
+}
+
+// pushServer adds what stops an embedded server just started: it closes
+// its data cleanly, so Close runs it even past the shutdown timeout.
+func (c *closers) pushServer(name string, close func() error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.list = append(c.list, closer{name: name, close: close, server: true})
+}
+
+// takeServers removes the servers' closers not run yet and returns them,
+// newest first, for a Close that stops waiting for the parts above them.
+func (c *closers) takeServers() []closer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var servers []closer
+	kept := c.list[:0]
+	for _, cl := range c.list {
+		if cl.server {
+			servers = append([]closer{cl}, servers...)
+		} else {
+			kept = append(kept, cl)
+		}
+	}
+	c.list = kept
+	return servers
 }
 
 // closeAll pops every closer, newest first, runs it, and returns their
@@ -40,9 +71,29 @@ func (c *closers) closeAll() error {
 		}
 		last := c.list[len(c.list)-1]
 		c.list = c.list[:len(c.list)-1]
+		c.running = last.name
 		c.mu.Unlock()
-		if err := last.close(); err != nil {
+		err := last.close()
+		c.mu.Lock()
+		c.running = ""
+		c.mu.Unlock()
+		if err != nil {
 			errs = append(errs, errors.Wrapf(err, "close %s", last.name))
 		}
 	}
+}
+
+// waiting names the closer running now and those still to run, in the
+// order closeAll runs them.
+func (c *closers) waiting() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	if c.running != "" {
+		out = append(out, c.running)
+	}
+	for i := len(c.list) - 1; i >= 0; i-- {
+		out = append(out, c.list[i].name)
+	}
+	return out
 }

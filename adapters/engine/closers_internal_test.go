@@ -29,3 +29,23 @@ func TestClosersCloseNewestFirstOnceAndJoinTheirErrors(t *testing.T) {
 	assert.NoError(t, c.closeAll())
 	assert.Len(t, order, 3, "nothing closed twice")
 }
+
+// TestTakeServersLeavesThePartsInOrder: the servers' closers come out
+// newest first, and the parts' stay in their order.
+func TestTakeServersLeavesThePartsInOrder(t *testing.T) {
+	var c closers
+	var ran []string
+	for _, name := range []string{"event store", "client", "broker", "part"} {
+		run := func() error { ran = append(ran, name); return nil }
+		if name == "event store" || name == "broker" {
+			c.pushServer(name, run)
+		} else {
+			c.push(name, run)
+		}
+	}
+	for _, s := range c.takeServers() {
+		_ = s.close()
+	}
+	assert.NoError(t, c.closeAll())
+	assert.Equal(t, []string{"broker", "event store", "part", "client"}, ran)
+}

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -37,6 +38,9 @@ const (
 	// DefaultSupervisorSetupTimeout bounds setting up the supervisors'
 	// lease (its topic and its client) at start.
 	DefaultSupervisorSetupTimeout = 30 * time.Second
+	// DefaultShutdownTimeout bounds stopping: within a container
+	// runtime's usual grace period (10 s) before it kills the process.
+	DefaultShutdownTimeout = 8 * time.Second
 )
 
 // ErrInvalidConfig marks a Config that Start refuses; the ConfigError
@@ -89,7 +93,11 @@ func (c *Config) setDefaults() {
 	}
 	orDefault(&c.KafkaListen, broker.DefaultListen)
 	orDefault(&c.EventStoreListen, esdbserver.DefaultListen)
-	orDefault(&c.HTTPListen, httpapi.DefaultListen)
+	if c.has(RoleAPI) {
+		// Without the api role, the operational endpoints are served
+		// only where HTTPListen says.
+		orDefault(&c.HTTPListen, httpapi.DefaultListen)
+	}
 	if c.DataDir != "" {
 		orDefault(&c.SecureDir, filepath.Join(c.DataDir, "secure"))
 		orDefault(&c.TaskViewDir, filepath.Join(c.DataDir, "taskview"))
@@ -100,11 +108,13 @@ func (c *Config) setDefaults() {
 		}
 	}
 	durationOr(&c.SupervisorInterval, processes.DefaultSupervisorInterval)
+	durationOr(&c.SupervisorStoreTimeout, max(processes.DefaultSupervisorStoreTimeout, c.SupervisorInterval))
 	durationOr(&c.CheckpointEvery, processes.DefaultTaskCheckpointEvery)
 	durationOr(&c.RegisterWorkflowsTimeout, DefaultRegisterWorkflowsTimeout)
 	durationOr(&c.CreateTopicsTimeout, DefaultCreateTopicsTimeout)
 	durationOr(&c.SchedulerSetupTimeout, DefaultSchedulerSetupTimeout)
 	durationOr(&c.SupervisorSetupTimeout, DefaultSupervisorSetupTimeout)
+	durationOr(&c.ShutdownTimeout, DefaultShutdownTimeout)
 	if c.MaxOrderSize == 0 {
 		c.MaxOrderSize = processes.DefaultMaxOrderSize
 	}
@@ -134,11 +144,14 @@ func (c *Config) validate() ([]*domain.Workflow, error) {
 	var problems []error
 	add := func(format string, args ...any) { problems = append(problems, errors.Newf(format, args...)) }
 	for _, r := range c.Roles {
-		if !slices.Contains(AllRoles, r) {
-			add("unknown role %q: want %v", r, AllRoles)
+		if !slices.Contains(KnownRoles, r) {
+			add("unknown role %q: want %v", r, KnownRoles)
 		}
 	}
-	if c.DataDir == "" && c.EventStoreURL == "" {
+	if slices.Contains(c.Roles, RoleBroker) && len(c.KafkaBrokers) > 0 {
+		add("the broker role runs the embedded Kafka broker: give no KafkaBrokers (--kafka-brokers) with it")
+	}
+	if c.DataDir == "" && c.EventStoreURL == "" && !c.brokerOnly() {
 		add("a data directory is required for the embedded event store")
 	}
 	if c.DataDir == "" && len(c.KafkaBrokers) == 0 {
@@ -155,6 +168,7 @@ func (c *Config) validate() ([]*domain.Workflow, error) {
 		{"MaxOrderSize", int64(c.MaxOrderSize)},
 		{"TaskViewBatch", int64(c.TaskViewBatch)},
 		{"EventStoreIndexMemtable", int64(c.EventStoreIndexMemtable)},
+		{"EventStoreMaxAppendSize", int64(c.EventStoreMaxAppendSize)},
 	} {
 		if n.value < 0 {
 			add("%s must not be negative, not %d", n.name, n.value)
@@ -170,10 +184,15 @@ func (c *Config) validate() ([]*domain.Workflow, error) {
 		{"CreateTopicsTimeout", c.CreateTopicsTimeout},
 		{"SchedulerSetupTimeout", c.SchedulerSetupTimeout},
 		{"SupervisorSetupTimeout", c.SupervisorSetupTimeout},
+		{"ShutdownTimeout", c.ShutdownTimeout},
+		{"SupervisorStoreTimeout", c.SupervisorStoreTimeout},
 	} {
 		if d.value < 0 {
 			add("%s must not be negative, not %s", d.name, d.value)
 		}
+	}
+	if interval := cmp.Or(c.SupervisorInterval, processes.DefaultSupervisorInterval); c.SupervisorStoreTimeout > 0 && c.SupervisorStoreTimeout < interval {
+		add("SupervisorStoreTimeout (%s) must be at least SupervisorInterval (%s)", c.SupervisorStoreTimeout, interval)
 	}
 	if (c.APITLSCert == "") != (c.APITLSKey == "") {
 		add("APITLSCert and APITLSKey go together: set both or neither")

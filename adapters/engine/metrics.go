@@ -91,7 +91,16 @@ func (a *App) registerMetrics() {
 			Read: func(emit func(float64, ...string)) { emit(float64(s.Stats().Timeouts)) }},
 			metrics.Family{Name: "saga_alerts_total", Type: counter,
 				Help: "Alerts raised for tasks in Error.",
-				Read: func(emit func(float64, ...string)) { emit(float64(s.Stats().Alerts)) }})
+				Read: func(emit func(float64, ...string)) { emit(float64(s.Stats().Alerts)) }},
+			metrics.Family{Name: "saga_supervisor_lease_term", Type: gauge,
+				Help: "The lease term (fencing token) this supervisor acts in; 0 while it does not lead.",
+				Read: func(emit func(float64, ...string)) { emit(float64(s.Stats().LeaseTerm)) }},
+			metrics.Family{Name: "saga_supervisor_stale_term_refusals_total", Type: counter,
+				Help: "Timeouts a task refused because a newer supervisor lease term had acted on it: an old leader fenced off.",
+				Read: func(emit func(float64, ...string)) { emit(float64(s.Stats().StaleTerms)) }},
+			metrics.Family{Name: "saga_supervisor_stand_downs_total", Type: counter,
+				Help: "Times this supervisor gave up its lease because the event store did not answer.",
+				Read: func(emit func(float64, ...string)) { emit(float64(s.Stats().StandDowns)) }})
 	}
 	if len(a.AgentProcs) > 0 {
 		a.registerAgentMetrics(m)
@@ -189,8 +198,7 @@ func (a *App) registerMetrics() {
 				Help: "Topic creations the embedded Kafka refused at its topic cap, with nothing it could delete to make room.",
 				Read: func(emit func(float64, ...string)) { emit(float64(broker.RefusedTopics())) }})
 	}
-	if a.client != nil && len(a.groups) > 0 {
-		groups := slices.Clone(a.groups)
+	if groups := a.consumerGroups(); a.client != nil && len(groups) > 0 {
 		m.WatchLag(kadm.NewClient(a.client), func() []string { return groups })
 	}
 }

@@ -3,12 +3,14 @@ package engine
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/errors"
+	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/sagaengine/saga/adapters/httpapi"
 	"github.com/sagaengine/saga/adapters/kafka/broker"
@@ -28,10 +30,30 @@ const (
 	checkEventStore = "eventstore"
 	checkKafka      = "kafka"
 	checkFollowers  = "followers"
+	checkConsumers  = "consumers"
 	checkResources  = "resources"
 )
 
-var readinessChecks = []string{checkProjection, checkEventStore, checkKafka, checkFollowers, checkResources}
+var readinessChecks = []string{checkProjection, checkEventStore, checkKafka, checkFollowers, checkConsumers, checkResources}
+
+// checks lists the readiness checks of what this process runs: the task
+// view's with the api role, the event store's and the shared
+// subscription's unless it runs only the broker, the consumer groups'
+// when it consumes in any; Kafka's and the resources' always.
+func (a *App) checks() []string {
+	var out []string
+	for _, name := range readinessChecks {
+		switch {
+		case name == checkProjection && a.Tasks == nil,
+			name == checkEventStore && a.Store == nil,
+			name == checkFollowers && a.followers == nil,
+			name == checkConsumers && len(a.consumerGroups()) == 0:
+			continue
+		}
+		out = append(out, name)
+	}
+	return out
+}
 
 // fdsReadyFraction is the share of the process's file descriptor limit
 // past which readiness fails: out of descriptors, listeners cannot accept
@@ -47,17 +69,19 @@ var readyFailures = func() map[string]*atomic.Int64 {
 	return m
 }()
 
-// Readiness runs every readiness check: the projection has caught up, the
-// event store answers (and the embedded one accepts writes, and no
-// subscription to $all has failed in place for subscriptionFailingAfter),
-// the Kafka broker answers, and no follower of the shared subscription is
-// stalled, and the process has file descriptors to spare and the embedded
-// broker room for topics (broker.ErrTopicCap).
+// Readiness runs the readiness checks of what this process runs (checks):
+// the projection has caught up, the event store answers (and the embedded
+// one accepts writes, and no subscription to $all has failed in place for
+// subscriptionFailingAfter), the Kafka broker answers, no follower of the
+// shared subscription is stalled, every consumer of this process is a
+// member of its consumer group, and the process has file descriptors to
+// spare and the embedded broker room for topics (broker.ErrTopicCap).
 // The checks that ask a server run concurrently, each within readyTimeout.
 func (a *App) Readiness(ctx context.Context) []httpapi.Check {
-	results := make([]httpapi.Check, len(readinessChecks))
+	names := a.checks()
+	results := make([]httpapi.Check, len(names))
 	var wg sync.WaitGroup
-	for i, name := range readinessChecks {
+	for i, name := range names {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -114,6 +138,8 @@ func (a *App) check(ctx context.Context, name string) error {
 		return nil
 	case checkKafka:
 		return errors.Wrap(a.client.Ping(ctx), "ping")
+	case checkConsumers:
+		return a.checkMembership(ctx)
 	case checkFollowers:
 		if stalled := a.followers.Stalled(); len(stalled) > 0 {
 			return errors.Newf("stalled: %s", strings.Join(stalled, ", "))
@@ -155,6 +181,48 @@ func (a *App) WaitLive(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+	}
+	return nil
+}
+
+// consumerGroups lists the consumer groups this process consumes in.
+func (a *App) consumerGroups() []string {
+	a.groupsMu.Lock()
+	defer a.groupsMu.Unlock()
+	return slices.Clone(a.groups)
+}
+
+// consumerClientID is the Kafka client ID of this process's consumer in
+// group: the broker lists it with the group's members, which is how
+// checkMembership finds this process's own member.
+func (a *App) consumerClientID(group string) string {
+	return "saga-" + a.memberTag + "-" + group
+}
+
+// checkMembership asks the broker for this process's consumer groups and
+// fails unless every one has this process's consumer among its members:
+// one cut off from the broker, or whose session expired and that has not
+// joined again, receives nothing.
+func (a *App) checkMembership(ctx context.Context) error {
+	groups := a.consumerGroups()
+	described, err := kadm.NewClient(a.client).DescribeGroups(ctx, groups...)
+	if err != nil {
+		return errors.Wrap(err, "describe the consumer groups")
+	}
+	var out []string
+	for _, g := range groups {
+		d, ok := described[g]
+		switch {
+		case !ok:
+			out = append(out, g+" (not described)")
+		case d.Err != nil:
+			out = append(out, g+" ("+d.Err.Error()+")")
+		case !slices.ContainsFunc(d.Members, func(m kadm.DescribedGroupMember) bool { return m.ClientID == a.consumerClientID(g) }):
+			out = append(out, g+" (state "+d.State+")")
+		}
+	}
+	if len(out) > 0 {
+		return errors.Newf("this process's consumer is not a member of %s: joining, or cut off from the broker", strings.Join(out, ", "))
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package esdbserver
 import (
 	"context"
 	"io"
+	"math"
 	"time"
 
 	"github.com/EventStore/EventStore-Client-Go/v4/protos/shared"
@@ -12,10 +13,12 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/protoadapt"
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/sagaengine/saga/adapters/esdbserver/eslog"
+	"github.com/sagaengine/saga/adapters/esdbwire"
 )
 
 // maxBatchInFlight bounds the appends one BatchAppend call has queued and
@@ -31,9 +34,9 @@ const maxBatchChunked = 64
 // chunkedAppend is one append of a BatchAppend call while its chunks arrive.
 type chunkedAppend struct {
 	// corr is the correlation id as the client sent it, for the answer.
-	corr corrBytes
+	corr esdbwire.CorrBytes
 	name string
-	opts batchOptions
+	opts esdbwire.Options
 	// expectedField and revision are the expected revision as sent, which
 	// the answer echoes.
 	expectedField protowire.Number
@@ -69,7 +72,7 @@ func (s *streamsService) BatchAppend(srv streams.Streams_BatchAppendServer) erro
 		return status.Error(codes.Unimplemented, "BatchAppend is disabled on this server (Config.DisableBatchAppend); use Append")
 	}
 	ctx := srv.Context()
-	answer := &batchAnswer{}
+	answer := &esdbwire.Encoded{}
 	out := make(chan batchOutcome, maxBatchInFlight)
 	done := make(chan struct{})
 	defer close(done)
@@ -84,7 +87,7 @@ func (s *streamsService) BatchAppend(srv streams.Streams_BatchAppendServer) erro
 			if !ok {
 				return <-received
 			}
-			if err := answer.send(ctx, srv, o); err != nil {
+			if err := sendAnswer(ctx, srv, answer, o); err != nil {
 				return err
 			}
 		case <-s.closing:
@@ -97,14 +100,14 @@ func (s *streamsService) BatchAppend(srv streams.Streams_BatchAppendServer) erro
 // and ends the call with Unavailable. An append that arrives meanwhile may
 // be committed unanswered: the client retries it, idempotently, as any
 // append whose answer it did not get.
-func (s *streamsService) closeBatch(ctx context.Context, srv streams.Streams_BatchAppendServer, answer *batchAnswer, out <-chan batchOutcome, received <-chan error) error {
+func (s *streamsService) closeBatch(ctx context.Context, srv streams.Streams_BatchAppendServer, answer *esdbwire.Encoded, out <-chan batchOutcome, received <-chan error) error {
 	for {
 		select {
 		case o, ok := <-out:
 			if !ok {
 				return <-received
 			}
-			if err := answer.send(ctx, srv, o); err != nil {
+			if err := sendAnswer(ctx, srv, answer, o); err != nil {
 				return err
 			}
 		default:
@@ -127,7 +130,7 @@ func (s *streamsService) receiveBatch(ctx context.Context, srv streams.Streams_B
 	user, secure := ctx.Value(userKey{}).(User)
 	chunked := map[uuid.UUID]*chunkedAppend{}
 	buffered := 0
-	req := &batchRequest{}
+	req := &esdbwire.Request{}
 	for n := 1; ; n++ {
 		err := srv.RecvMsg(req)
 		if err == io.EOF {
@@ -142,10 +145,10 @@ func (s *streamsService) receiveBatch(ctx context.Context, srv streams.Streams_B
 		if err != nil {
 			return err
 		}
-		if req.corrErr != nil {
-			return invalid("batch append request %d has no valid correlation id, so it cannot be answered: %v", n, status.Convert(req.corrErr).Message())
+		if req.CorrErr != nil {
+			return invalid("batch append request %d has no valid correlation id, so it cannot be answered: %v", n, status.Convert(req.CorrErr).Message())
 		}
-		id := req.corrID
+		id := req.CorrID
 		a, open := chunked[id]
 		if !open {
 			a = s.startBatchAppend(req, user, secure)
@@ -155,13 +158,13 @@ func (s *streamsService) receiveBatch(ctx context.Context, srv streams.Streams_B
 			others -= a.size
 		}
 		if a.err == nil {
-			s.addChunk(a, req.events, others)
+			s.addChunk(a, req.Events, others)
 		}
 		if a.err != nil {
 			// A refused append holds nothing while its last chunks arrive.
 			a.events, a.size = nil, 0
 		}
-		if !req.isFinal {
+		if !req.IsFinal {
 			if !open {
 				if len(chunked) >= maxBatchChunked {
 					return status.Errorf(codes.ResourceExhausted, "more than %d appends sent in chunks are open at once on this call; finish one (is_final) first", maxBatchChunked)
@@ -190,14 +193,14 @@ func (s *streamsService) receiveBatch(ctx context.Context, srv streams.Streams_B
 
 // startBatchAppend reads the options of an append's first request and
 // checks the caller may write its stream.
-func (s *streamsService) startBatchAppend(req *batchRequest, user User, secure bool) *chunkedAppend {
-	a := &chunkedAppend{corr: req.corr, opts: req.opts}
-	if !req.hasOpts {
+func (s *streamsService) startBatchAppend(req *esdbwire.Request, user User, secure bool) *chunkedAppend {
+	a := &chunkedAppend{corr: req.Corr, opts: req.Opts}
+	if !req.HasOpts {
 		a.err = invalid("the first request of an append must carry options")
 		return a
 	}
-	a.expectedField, a.revision = a.opts.expectedField, a.opts.revision
-	if a.name = a.opts.stream; a.name == "" {
+	a.expectedField, a.revision = a.opts.ExpectedField, a.opts.Revision
+	if a.name = a.opts.Stream; a.name == "" {
 		a.err = invalid("stream name is empty")
 		return a
 	}
@@ -206,11 +209,11 @@ func (s *streamsService) startBatchAppend(req *batchRequest, user User, secure b
 		return a
 	}
 	switch a.expectedField {
-	case expectStreamPosition:
+	case esdbwire.ExpectStreamPosition:
 		a.expected = eslog.Revision(a.revision)
-	case expectNoStream:
+	case esdbwire.ExpectNoStream:
 		a.expected = eslog.NoStreamExpected
-	case expectStreamExists:
+	case esdbwire.ExpectStreamExists:
 		a.expected = eslog.StreamExists
 	default:
 		a.expected = eslog.Any
@@ -220,12 +223,12 @@ func (s *streamsService) startBatchAppend(req *batchRequest, user User, secure b
 
 // addChunk converts a chunk's events with the checks and limits of Append;
 // buffered is what the call's other unfinished appends hold.
-func (s *streamsService) addChunk(a *chunkedAppend, msgs []batchEvent, buffered int) {
+func (s *streamsService) addChunk(a *chunkedAppend, msgs []esdbwire.Event, buffered int) {
 	if a.events == nil {
 		a.events = make([]eslog.ProposedEvent, 0, len(msgs))
 	}
 	for i := range msgs {
-		e, err := msgs[i].proposedEvent()
+		e, err := proposedEvent(&msgs[i])
 		if err != nil {
 			a.err = err
 			return
@@ -236,7 +239,9 @@ func (s *streamsService) addChunk(a *chunkedAppend, msgs []batchEvent, buffered 
 			return
 		}
 		if a.size += size; a.size > s.cfg.MaxAppendSize {
-			a.err = invalid("append is over the limit of %d bytes", s.cfg.MaxAppendSize)
+			// The whole append's size, across its chunks, as KurrentDB
+			// counts it.
+			a.err = &maxAppendSizeError{limit: s.cfg.MaxAppendSize}
 			return
 		}
 		if buffered+a.size > s.cfg.MaxAppendSize {
@@ -253,33 +258,48 @@ func (s *streamsService) addChunk(a *chunkedAppend, msgs []batchEvent, buffered 
 // A duration (the other form of deadline) is relative to when the client
 // sent the request, which the server cannot know better than by its
 // arrival: never expired.
-func expired(o *batchOptions) bool {
-	return o.hasDeadline && time.Now().After(o.deadline)
+func expired(o *esdbwire.Options) bool {
+	return o.HasDeadline && time.Now().After(o.Deadline)
 }
 
-// send sends one append's answer once it is durable or refused. A call's
-// answers are sent one at a time, through the same batchAnswer: gRPC has
+// sendAnswer sends one append's answer once it is durable or refused. A
+// call's answers are sent one at a time, through the same answer: gRPC has
 // encoded it when SendMsg returns.
-func (answer *batchAnswer) send(ctx context.Context, srv streams.Streams_BatchAppendServer, o batchOutcome) error {
+func sendAnswer(ctx context.Context, srv streams.Streams_BatchAppendServer, answer *esdbwire.Encoded, o batchOutcome) error {
 	var res eslog.WriteResult
 	err := o.append.err
 	if o.queued != nil {
 		res, err = o.queued.Wait(ctx)
 	}
-	answer.b = batchResponse(o.append, res, err)
+	answer.B = batchResponse(o.append, res, err)
 	return srv.SendMsg(answer)
 }
 
-// batchStatus maps an append's error to the status BatchAppend answers with:
-// the code Append's call would end with, and EventStoreDB's detail message.
+// maxAppendSizeError refuses an append over the maximum append size.
+type maxAppendSizeError struct{ limit int }
+
+func (e *maxAppendSizeError) Error() string { return esdbwire.MaxAppendSizeMessage(e.limit) }
+
+// batchStatus maps an append's error to the status BatchAppend answers with,
+// as EventStoreDB's Status does: its code, message and detail for a wrong
+// expected version, a deleted stream and an append over the maximum size;
+// for the rest, the code Append's call would end with and EventStoreDB's
+// detail message.
 func batchStatus(err error) *status.Status {
 	var wrong *eslog.WrongExpectedVersionError
 	var deleted *eslog.StreamDeletedError
+	var tooLarge *maxAppendSizeError
 	var detail protoadapt.MessageV1
 	var st *status.Status
 	switch {
+	case errors.As(err, &tooLarge):
+		// KurrentDB's Status.MaximumAppendSizeExceeded, message included.
+		st = status.New(codes.InvalidArgument, "MaximumAppendSizeExceeded")
+		detail = protoadapt.MessageV1Of(&shared.MaximumAppendSizeExceeded{MaxAppendSize: uint32(min(tooLarge.limit, math.MaxUint32))})
 	case errors.As(err, &wrong):
-		st = status.New(codes.FailedPrecondition, err.Error())
+		// EventStoreDB's Status.WrongExpectedVersion: AlreadyExists, named
+		// by its message, told by its detail.
+		st = status.New(codes.AlreadyExists, "WrongExpectedVersion")
 		w := &shared.WrongExpectedVersion{}
 		if wrong.Current == eslog.NoStream {
 			w.CurrentStreamRevisionOption = &shared.WrongExpectedVersion_CurrentNoStream{CurrentNoStream: &emptypb.Empty{}}
@@ -298,7 +318,8 @@ func batchStatus(err error) *status.Status {
 		}
 		detail = protoadapt.MessageV1Of(w)
 	case errors.As(err, &deleted):
-		st = status.New(codes.FailedPrecondition, err.Error())
+		// EventStoreDB's Status.StreamDeleted.
+		st = status.New(codes.NotFound, "StreamDeleted")
 		detail = protoadapt.MessageV1Of(&shared.StreamDeleted{StreamIdentifier: &shared.StreamIdentifier{StreamName: []byte(deleted.Stream)}})
 	default:
 		st = storeStatus(err)
@@ -317,4 +338,39 @@ func batchStatus(err error) *status.Status {
 		}
 	}
 	return st
+}
+
+// proposedEvent converts an event with Append's checks (toProposed's).
+func proposedEvent(e *esdbwire.Event) (eslog.ProposedEvent, error) {
+	if e.Err != nil {
+		return eslog.ProposedEvent{}, e.Err
+	}
+	if e.Type == "" {
+		return eslog.ProposedEvent{}, invalid("event %s has no %q metadata", uuid.UUID(e.ID), metaType)
+	}
+	contentType := e.ContentType
+	if contentType == "" {
+		contentType = "application/octet-stream"
+	}
+	return eslog.ProposedEvent{ID: e.ID, Type: e.Type, ContentType: contentType, Metadata: e.Custom, Data: e.Data}, nil
+}
+
+// batchResponse encodes the answer to one append: success with the
+// stream's revision and the position, or an error status whose details say
+// what happened, as EventStoreDB's own (WrongExpectedVersion, StreamDeleted,
+// AccessDenied, BadRequest, Timeout). It echoes the correlation id as sent,
+// the stream and the expected revision.
+func batchResponse(a *chunkedAppend, res eslog.WriteResult, err error) []byte {
+	answer := esdbwire.Answer{Corr: a.corr.Bytes(), Stream: a.name, ExpectedField: a.expectedField, Revision: a.revision}
+	if err != nil {
+		answer.Error, _ = proto.Marshal(batchStatus(err).Proto())
+		if answer.Error == nil {
+			answer.Error = []byte{}
+		}
+	} else {
+		answer.NoStream = res.Revision == eslog.NoStream
+		answer.CurrentRevision = uint64(res.Revision)
+		answer.Commit, answer.Prepare = res.Position, res.Position
+	}
+	return answer.Encode()
 }

@@ -265,5 +265,7 @@ func TestServerFeatures(t *testing.T) {
 	_, err := tg.client.AppendToStream(ctx(t), stream("f"), esdb.AppendToStreamOptions{}, event("E", `{}`))
 	require.NoError(t, err)
 	err = tg.client.CreatePersistentSubscription(ctx(t), "s", "g", esdb.PersistentStreamSubscriptionOptions{})
-	assert.Error(t, err, "persistent subscriptions are not offered")
+	assert.NoError(t, err, "persistent subscriptions are offered")
+	_, err = tg.client.ListPersistentSubscriptionsToAll(ctx(t), esdb.ListPersistentSubscriptionsOptions{})
+	assert.NotEqual(t, esdb.ErrorCodeUnsupportedFeature, code(err), "groups on $all are announced")
 }

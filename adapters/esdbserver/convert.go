@@ -2,9 +2,9 @@ package esdbserver
 
 import (
 	"context"
-	"encoding/binary"
-	"fmt"
 	"regexp"
+	"strconv"
+	"strings"
 
 	"github.com/EventStore/EventStore-Client-Go/v4/protos/shared"
 	"github.com/EventStore/EventStore-Client-Go/v4/protos/streams"
@@ -16,12 +16,13 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sagaengine/saga/adapters/esdbserver/eslog"
+	"github.com/sagaengine/saga/adapters/esdbwire"
 )
 
 // Metadata keys the protocol reserves on every event.
 const (
-	metaType        = "type"
-	metaContentType = "content-type"
+	metaType        = esdbwire.MetaType
+	metaContentType = esdbwire.MetaContentType
 	metaCreated     = "created"
 )
 
@@ -29,23 +30,8 @@ func invalid(format string, args ...any) error {
 	return status.Errorf(codes.InvalidArgument, format, args...)
 }
 
-func parseUUID(id *shared.UUID) ([16]byte, error) {
-	var out [16]byte
-	switch v := id.GetValue().(type) {
-	case *shared.UUID_Structured_:
-		binary.BigEndian.PutUint64(out[:8], uint64(v.Structured.GetMostSignificantBits()))
-		binary.BigEndian.PutUint64(out[8:], uint64(v.Structured.GetLeastSignificantBits()))
-		return out, nil
-	case *shared.UUID_String_:
-		u, err := uuid.Parse(v.String_)
-		if err != nil {
-			return out, invalid("event id %q is not a UUID", v.String_)
-		}
-		return u, nil
-	default:
-		return out, invalid("event id is missing")
-	}
-}
+// parseUUID reads an event id in either of the protocol's forms.
+func parseUUID(id *shared.UUID) ([16]byte, error) { return esdbwire.ParseUUID(id) }
 
 func streamName(id *shared.StreamIdentifier) (string, error) {
 	name := string(id.GetStreamName())
@@ -132,6 +118,41 @@ func toFilter(f *streams.ReadReq_Options_FilterOptions, maxRegex int) (*eslog.Fi
 	return out, nil
 }
 
+// maxAppendSizeExceeded is KurrentDB's answer to an Append over its
+// maximum append size: InvalidArgument with its message, and the exception
+// and the limit as trailers.
+func maxAppendSizeExceeded(ctx context.Context, limit int) error {
+	_ = grpc.SetTrailer(ctx, metadata.Pairs(esdbwire.TrailerException, esdbwire.ExceptionMaxAppendSize,
+		esdbwire.TrailerMaxAppendSize, strconv.Itoa(limit)))
+	return status.Error(codes.InvalidArgument, esdbwire.MaxAppendSizeMessage(limit))
+}
+
+// legacyExpectedVersion is an expected revision as EventStoreDB writes it
+// in its errors: a revision, or -1 for no stream, -2 for any, -4 for a
+// stream that exists (ExpectedVersion).
+func legacyExpectedVersion(e eslog.Expected) int64 {
+	switch e.Kind {
+	case eslog.ExpectRevision:
+		return int64(e.Revision)
+	case eslog.ExpectNoStream:
+		return -1
+	case eslog.ExpectStreamExists:
+		return -4
+	default:
+		return -2
+	}
+}
+
+// operation names the call a context serves, as EventStoreDB's error
+// messages do ("Delete", "Tombstone").
+func operation(ctx context.Context) string {
+	method, _ := grpc.Method(ctx)
+	if i := strings.LastIndexByte(method, '/'); i >= 0 {
+		return method[i+1:]
+	}
+	return "Operation"
+}
+
 // toStatus maps store errors to the statuses and trailers the clients expect.
 func toStatus(ctx context.Context, err error) error {
 	var deleted *eslog.StreamDeletedError
@@ -143,10 +164,15 @@ func toStatus(ctx context.Context, err error) error {
 		_ = grpc.SetTrailer(ctx, metadata.Pairs("exception", "stream-deleted", "stream-name", deleted.Stream))
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.As(err, &wrong):
-		current := fmt.Sprint(wrong.Current)
-		_ = grpc.SetTrailer(ctx, metadata.Pairs("exception", "wrong-expected-version",
-			"expected-version", wrong.Expected.String(), "actual-version", current))
-		return status.Error(codes.FailedPrecondition, err.Error())
+		// RpcExceptions.WrongExpectedVersion: the stream's name, and both
+		// versions as numbers (the Node client reads them as such, and
+		// never settles without them).
+		expected := legacyExpectedVersion(wrong.Expected)
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(esdbwire.TrailerException, "wrong-expected-version",
+			"stream-name", wrong.Stream,
+			"expected-version", strconv.FormatInt(expected, 10), "actual-version", strconv.FormatInt(wrong.Current, 10)))
+		return status.Errorf(codes.FailedPrecondition, "%s failed due to WrongExpectedVersion. Stream: %s, Expected version: %d, Actual version: %d",
+			operation(ctx), wrong.Stream, expected, wrong.Current)
 	default:
 		return storeStatus(err).Err()
 	}

@@ -17,10 +17,10 @@ type encodedMsg struct {
 	b []byte
 }
 
-// marshalWire makes the server's codec (wireCodec) send the bytes as they
+// MarshalWire makes the server's codec (esdbwire.Codec) send the bytes as they
 // are. gRPC keeps them until they are written out, after Marshal returns:
 // they must not be changed afterwards.
-func (m *encodedMsg) marshalWire() []byte { return m.b }
+func (m *encodedMsg) MarshalWire() []byte { return m.b }
 
 // Field numbers of the messages readEventAppend encodes, from the
 // EventStoreDB client protocol (streams.proto and shared.proto).

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sagaengine/saga/adapters/esdbserver/eslog"
+	"github.com/sagaengine/saga/adapters/esdbwire"
 )
 
 // generatedReadEvent builds e's ReadResp with the generated types, as the
@@ -120,7 +121,7 @@ func TestEncodeNeverRewritesSentBytes(t *testing.T) {
 }
 
 func TestServerCodecSendsEncodedBytesAsTheyAre(t *testing.T) {
-	c := newWireCodec()
+	c := esdbwire.NewCodec()
 	e := encodeCases()[1]
 	enc := eventEncoder{}
 	b := enc.encode(&e)

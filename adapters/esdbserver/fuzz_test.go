@@ -1,10 +1,8 @@
 package esdbserver
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
-	"fmt"
 	"io"
 	"testing"
 	"time"
@@ -15,9 +13,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/sagaengine/saga/adapters/esdbserver/eslog"
+	"github.com/sagaengine/saga/adapters/esdbwire"
 )
 
 // fakeStream stands in for a gRPC server stream: it feeds messages to the
@@ -182,7 +180,7 @@ func (f *batchStream) Recv() (*streams.BatchAppendReq, error) {
 
 // SendMsg decodes an answer with protobuf, as a client would.
 func (f *batchStream) SendMsg(m any) error {
-	data, err := newWireCodec().Marshal(m)
+	data, err := esdbwire.NewCodec().Marshal(m)
 	if err != nil {
 		return err
 	}
@@ -205,7 +203,7 @@ func (f *batchStream) RecvMsg(m any) error {
 		return err
 	}
 	f.in = f.in[1:]
-	return newWireCodec().Unmarshal(data, m)
+	return esdbwire.NewCodec().Unmarshal(data, m)
 }
 
 // FuzzBatchAppend feeds arbitrary request sequences to BatchAppend: it must
@@ -255,73 +253,4 @@ func FuzzBatchAppend(f *testing.F) {
 			t.Fatalf("the call ended cleanly but answered %d of %d appends", len(answered), len(given))
 		}
 	})
-}
-
-// FuzzBatchRequestDecode: the hand decoder of BatchAppend requests reads
-// every encoding protobuf accepts as protobuf does, and refuses what
-// protobuf refuses.
-func FuzzBatchRequestDecode(f *testing.F) {
-	id := &shared.UUID{Value: &shared.UUID_Structured_{Structured: &shared.UUID_Structured{MostSignificantBits: -5, LeastSignificantBits: 7}}}
-	corr := &shared.UUID{Value: &shared.UUID_String_{String_: "1c5e9a3e-9a4b-4f6e-8d2a-2b1f7d0c9e12"}}
-	ev := &streams.BatchAppendReq_ProposedMessage{Id: id, Metadata: map[string]string{"type": "E", "content-type": "application/json", "x": "y"},
-		CustomMetadata: []byte("m"), Data: []byte(`{}`)}
-	for _, m := range []*streams.BatchAppendReq{
-		{CorrelationId: corr, IsFinal: true, ProposedMessages: []*streams.BatchAppendReq_ProposedMessage{ev, ev}, Options: &streams.BatchAppendReq_Options{
-			StreamIdentifier:       &shared.StreamIdentifier{StreamName: []byte("s")},
-			ExpectedStreamPosition: &streams.BatchAppendReq_Options_StreamPosition{StreamPosition: 3},
-			DeadlineOption:         &streams.BatchAppendReq_Options_Deadline_21_10_0{Deadline_21_10_0: timestamppb.New(time.Unix(5, 6))},
-		}},
-		{CorrelationId: id, Options: &streams.BatchAppendReq_Options{ExpectedStreamPosition: &streams.BatchAppendReq_Options_NoStream{}}},
-		{},
-	} {
-		b, err := proto.Marshal(m)
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(b)
-		f.Add(append(b, b...))
-	}
-	f.Fuzz(func(t *testing.T, data []byte) {
-		var m streams.BatchAppendReq
-		perr := proto.Unmarshal(data, &m)
-		var got batchRequest
-		err := got.unmarshalWire(data)
-		if (err != nil) != (perr != nil) {
-			t.Fatalf("hand decoder error %v, protobuf's %v", err, perr)
-		}
-		if err != nil {
-			return
-		}
-		var want batchRequest
-		want.fromProto(&m)
-		if !sameRequest(&got, &want) {
-			t.Fatalf("hand decoder read %+v, protobuf %+v", got, want)
-		}
-	})
-}
-
-// sameRequest compares what BatchAppend uses of two requests.
-func sameRequest(a, b *batchRequest) bool {
-	var ua, ub shared.UUID
-	if proto.Unmarshal(a.corr.bytes(), &ua) != nil || proto.Unmarshal(b.corr.bytes(), &ub) != nil || !proto.Equal(&ua, &ub) {
-		return false
-	}
-	if a.corrID != b.corrID || fmt.Sprint(a.corrErr) != fmt.Sprint(b.corrErr) || a.isFinal != b.isFinal || a.hasOpts != b.hasOpts {
-		return false
-	}
-	if a.hasOpts && (a.opts.stream != b.opts.stream || a.opts.expectedField != b.opts.expectedField || a.opts.revision != b.opts.revision ||
-		a.opts.hasDeadline != b.opts.hasDeadline || !a.opts.deadline.Equal(b.opts.deadline)) {
-		return false
-	}
-	if len(a.events) != len(b.events) {
-		return false
-	}
-	for i := range a.events {
-		x, y := a.events[i], b.events[i]
-		if x.id != y.id || fmt.Sprint(x.err) != fmt.Sprint(y.err) || x.typ != y.typ || x.contentType != y.contentType ||
-			!bytes.Equal(x.custom, y.custom) || !bytes.Equal(x.data, y.data) {
-			return false
-		}
-	}
-	return true
 }

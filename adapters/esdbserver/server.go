@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/EventStore/EventStore-Client-Go/v4/protos/persistent"
 	"github.com/EventStore/EventStore-Client-Go/v4/protos/serverfeatures"
 	"github.com/EventStore/EventStore-Client-Go/v4/protos/shared"
 	"github.com/EventStore/EventStore-Client-Go/v4/protos/streams"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/sagaengine/saga/adapters/esdbserver/eslog"
+	"github.com/sagaengine/saga/adapters/esdbwire"
 )
 
 // DefaultListen is EventStoreDB's default address, on loopback.
@@ -30,10 +32,13 @@ const ProtocolVersion = "24.10.0"
 // Defaults of Config, declared once for the server and for the flags of
 // sagad eventstore.
 const (
-	// DefaultMaxEventSize bounds one event's data plus metadata.
+	// DefaultMaxEventSize bounds one event's data plus metadata: KurrentDB's
+	// largest log record, 16 MiB. MaxAppendSize binds first unless raised.
 	DefaultMaxEventSize = 16 << 20
-	// DefaultMaxAppendSize bounds all events of one append.
-	DefaultMaxAppendSize = 64 << 20
+	// DefaultMaxAppendSize bounds all events of one append, however many
+	// requests carry them: KurrentDB's default MaxAppendSize, 1 MiB, so
+	// that what the embedded server accepts a real one accepts too.
+	DefaultMaxAppendSize = esdbwire.DefaultMaxAppendSize
 	// DefaultMaxSearchWindow is how many events one page of a filtered $all
 	// read or subscription examines at most: EventStoreDB's max search
 	// window.
@@ -56,8 +61,10 @@ type Config struct {
 	// MaxEventSize bounds one event's data plus metadata. Default
 	// DefaultMaxEventSize.
 	MaxEventSize int
-	// MaxAppendSize bounds all events of one append. Default
-	// DefaultMaxAppendSize.
+	// MaxAppendSize bounds the data and metadata of all events of one
+	// append, however many requests (chunks) carry them; an append over it
+	// is refused as KurrentDB refuses it (MaximumAppendSizeExceeded).
+	// Default DefaultMaxAppendSize.
 	MaxAppendSize int
 	// SegmentSize is the size of a log segment file. Default 256 MiB.
 	SegmentSize uint64
@@ -158,6 +165,7 @@ type Server struct {
 	cfg     Config
 	store   *eslog.Store
 	streams *streamsService
+	persist *persistentService
 	grpc    *grpc.Server
 	lis     net.Listener
 	done    chan error
@@ -221,7 +229,7 @@ func Start(cfg Config) (*Server, error) {
 		grpc.SharedWriteBuffer(true),
 		// BatchAppend's messages are decoded and encoded by hand, and reads
 		// send events encoded by hand (encodedMsg).
-		grpc.ForceServerCodec(newWireCodec()),
+		grpc.ForceServerCodec(esdbwire.NewCodec()),
 		// The official client pings every 10 s, with or without calls in
 		// flight; the default enforcement would answer too_many_pings and
 		// drop idle subscriptions.
@@ -230,6 +238,12 @@ func Start(cfg Config) (*Server, error) {
 	s.streams = &streamsService{store: store, cfg: &s.cfg, closing: s.closing}
 	streams.RegisterStreamsServer(s.grpc, s.streams)
 	serverfeatures.RegisterServerFeaturesServer(s.grpc, featuresService{batchAppend: !cfg.DisableBatchAppend})
+	if s.persist, err = newPersistentService(store, &s.cfg, s.closing); err != nil {
+		_ = lis.Close()
+		_ = store.Close()
+		return nil, err
+	}
+	persistent.RegisterPersistentSubscriptionsServer(s.grpc, s.persist)
 	go func() { s.done <- s.grpc.Serve(lis) }()
 	cfg.Logger.Info("event store listening", "addr", lis.Addr().String(), "data", cfg.DataDir, "tls", cfg.TLS != nil, "authentication", cfg.TLS != nil)
 	return s, nil
@@ -251,7 +265,8 @@ func (s *Server) Store() *eslog.Store { return s.store }
 
 // AppendLocal is an append from a client in the same process: the limits of
 // an append through Streams.Append (MaxEventSize, MaxAppendSize; a refusal
-// is eslog.ErrInvalidRequest), the same store and group commit, and the
+// is eslog.ErrInvalidRequest, with KurrentDB's message for an append over
+// MaxAppendSize, esdbwire.MaxAppendSizeMessage), the same store and group commit, and the
 // same answer once the events are durable, without gRPC. It is for saga's
 // own engine running beside its embedded server.
 func (s *Server) AppendLocal(ctx context.Context, stream string, expected eslog.Expected, events []eslog.ProposedEvent) (eslog.WriteResult, error) {
@@ -260,7 +275,7 @@ func (s *Server) AppendLocal(ctx context.Context, stream string, expected eslog.
 		total += len(events[i].Data) + len(events[i].Metadata)
 	}
 	if total > s.cfg.MaxAppendSize {
-		return eslog.WriteResult{}, errors.Wrapf(eslog.ErrInvalidRequest, "append is over the limit of %d bytes", s.cfg.MaxAppendSize)
+		return eslog.WriteResult{}, errors.Wrap(eslog.ErrInvalidRequest, esdbwire.MaxAppendSizeMessage(s.cfg.MaxAppendSize))
 	}
 	return s.store.Append(ctx, stream, expected, events)
 }
@@ -323,6 +338,7 @@ func (s *Server) Close() error {
 			<-stopped
 		}
 		<-s.done
+		s.persist.stop()
 		s.err = s.store.Close()
 	})
 	return s.err
@@ -345,5 +361,6 @@ func (f featuresService) GetSupportedMethods(context.Context, *shared.Empty) (*s
 	if f.batchAppend {
 		methods = append(methods, &serverfeatures.SupportedMethod{ServiceName: streamsService, MethodName: "batchappend"})
 	}
+	methods = append(methods, persistentMethods()...)
 	return &serverfeatures.SupportedMethods{Methods: methods, EventStoreServerVersion: ProtocolVersion}, nil
 }

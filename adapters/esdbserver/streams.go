@@ -74,7 +74,7 @@ func (s *streamsService) Append(srv streams.Streams_AppendServer) error {
 			return invalid("event %s is %d bytes, over the limit of %d", uuid.UUID(e.ID), size, s.cfg.MaxEventSize)
 		}
 		if total += size; total > s.cfg.MaxAppendSize {
-			return invalid("append is over the limit of %d bytes", s.cfg.MaxAppendSize)
+			return maxAppendSizeExceeded(ctx, s.cfg.MaxAppendSize)
 		}
 		events = append(events, e)
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/url"
 	"strconv"
 	"strings"
@@ -26,8 +27,10 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/sagaengine/saga/adapters/esdbwire"
 	"github.com/sagaengine/saga/domain"
 )
 
@@ -94,27 +97,24 @@ func appendPathOf(connection string) (AppendPath, string, error) {
 // server's message size limit (the embedded server's is over 1 MiB).
 const maxChunkBytes = 512 << 10
 
-// eventOverhead is a generous estimate of what an event adds to a request
-// besides its data, metadata and type: id, content type, framing.
-const eventOverhead = 128
-
-// encodedSize estimates an event's size in a BatchAppend request.
-func encodedSize(e *esdb.EventData) int {
-	return len(e.Data) + len(e.Metadata) + len(e.EventType) + eventOverhead
-}
-
 // pipelinable reports whether every event fits in a chunk. An event that
 // does not goes through Streams.Append: one too large for the server's
 // message limit would end the whole call, and with it the other appends in
 // flight, where on its own call it fails alone.
 func pipelinable(events []esdb.EventData) bool {
 	for i := range events {
-		if encodedSize(&events[i]) > maxChunkBytes {
+		if esdbwire.EncodedSize(&events[i]) > maxChunkBytes {
 			return false
 		}
 	}
 	return true
 }
+
+// maxInboundMessage is the largest message the adapter's own connection
+// receives: the official client's (17 MiB, for a 16 MiB event and its
+// envelope). gRPC's default, 4 MiB, would end the $all subscription at a
+// larger event, and every resubscription at the same one, for good.
+const maxInboundMessage = 17 << 20
 
 // defaultAppendDeadline bounds each append when neither the caller's
 // context nor the connection string (defaultDeadline) does, as the official
@@ -167,8 +167,10 @@ func (e *appendError) Unwrap() error { return e.err }
 // Unavailable, which Store.Append retries with the same event ids
 // (idempotently), and the next append opens a new call.
 type pipeline struct {
-	conn     *grpc.ClientConn
-	client   streams.StreamsClient
+	// conn is the connection to the server, replaced by one to the leader
+	// when the server answers NotLeader (followLeader).
+	conn     atomic.Pointer[grpc.ClientConn]
+	dial     func(address string) (*grpc.ClientConn, error)
 	deadline time.Duration
 	logger   *slog.Logger
 
@@ -183,6 +185,8 @@ type pipeline struct {
 	mu     sync.Mutex
 	call   *batchCall
 	closed bool
+	// address is conn's: the connection string's, or the leader's.
+	address string
 }
 
 // batchCall is one BatchAppend call and the appends waiting for its answers.
@@ -199,7 +203,7 @@ type batchCall struct {
 }
 
 type batchAnswer struct {
-	reply batchReply
+	reply esdbwire.Reply
 	err   error
 }
 
@@ -246,37 +250,88 @@ func newPipeline(conf *esdb.Configuration, logger *slog.Logger) (*pipeline, erro
 			}))
 		}
 	}
-	// Requests are encoded and answers decoded by hand (wireCodec).
+	// Requests are encoded and answers decoded by hand (esdbwire.Codec).
 	// Answers are decoded by hand into values that keep none of their bytes,
 	// so receive buffers can be reused.
-	opts = append(opts, grpc.WithDefaultCallOptions(grpc.ForceCodec(newWireCodec())),
+	opts = append(opts, grpc.WithDefaultCallOptions(grpc.ForceCodec(esdbwire.NewCodec()), grpc.MaxCallRecvMsgSize(maxInboundMessage)),
 		experimental.WithRecvBufferPool(grpc.NewSharedBufferPool()))
 	if conf.KeepAliveInterval >= 0 {
 		opts = append(opts, grpc.WithKeepaliveParams(keepalive.ClientParameters{
 			Time: conf.KeepAliveInterval, Timeout: conf.KeepAliveTimeout, PermitWithoutStream: true,
 		}))
 	}
-	conn, err := grpc.NewClient(conf.Address, opts...)
+	dial := func(address string) (*grpc.ClientConn, error) {
+		conn, err := grpc.NewClient(address, opts...)
+		return conn, errors.Wrapf(err, "connect to %s", address)
+	}
+	conn, err := dial(conf.Address)
 	if err != nil {
-		return nil, errors.Wrapf(err, "connect to %s", conf.Address)
+		return nil, err
 	}
 	deadline := defaultAppendDeadline
 	if conf.DefaultDeadline != nil {
 		deadline = *conf.DefaultDeadline
 	}
 	prefix := uuid.New()
-	return &pipeline{conn: conn, client: streams.NewStreamsClient(conn), deadline: deadline, logger: logger,
-		idPrefix: binary.BigEndian.Uint64(prefix[:8])}, nil
+	p := &pipeline{dial: dial, address: conf.Address, deadline: deadline, logger: logger,
+		idPrefix: binary.BigEndian.Uint64(prefix[:8])}
+	p.conn.Store(conn)
+	return p, nil
+}
+
+// notLeader reads KurrentDB's NotLeader answer from a call's trailers: the
+// exception and the leader's host and port (RpcExceptions.LeaderInfo), as
+// the official client reads them.
+func notLeader(trailer metadata.MD) (string, bool) {
+	if v := trailer.Get(esdbwire.TrailerException); len(v) == 0 || v[0] != esdbwire.ExceptionNotLeader {
+		return "", false
+	}
+	host, port := trailer.Get(esdbwire.TrailerLeaderHost), trailer.Get(esdbwire.TrailerLeaderPort)
+	if len(host) == 0 || len(port) == 0 || host[0] == "" {
+		return "", false
+	}
+	if n, err := strconv.ParseUint(port[0], 10, 16); err != nil || n == 0 {
+		return "", false
+	}
+	return net.JoinHostPort(host[0], port[0]), true
+}
+
+// followLeader moves the pipeline to the leader a server named in its
+// NotLeader answer, as the official client reconnects: the next call, and
+// the next subscription on this connection, go to the leader.
+func (p *pipeline) followLeader(leader string) {
+	p.mu.Lock()
+	if p.closed || leader == p.address {
+		p.mu.Unlock()
+		return
+	}
+	conn, err := p.dial(leader)
+	if err != nil {
+		p.mu.Unlock()
+		p.logger.Warn("event store answered NotLeader; cannot connect to the leader it names", "leader", leader, "err", err.Error())
+		return
+	}
+	old := p.conn.Swap(conn)
+	from := p.address
+	p.address = leader
+	p.mu.Unlock()
+	_ = old.Close()
+	p.logger.Info("event store answered NotLeader; appending to the leader", "from", from, "leader", leader)
 }
 
 // close ends the call and the connection; later appends fail with
 // ConnectionClosed, as the official client's do once it is closed.
 func (p *pipeline) close() error {
 	// Closing the connection first ends a call being opened, which holds mu.
-	err := p.conn.Close()
+	first := p.conn.Load()
+	err := first.Close()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.closed = true
+	if conn := p.conn.Load(); conn != first {
+		// Moved to a leader meanwhile.
+		_ = conn.Close()
+	}
 	if p.call != nil {
 		p.call.cancel()
 		p.call = nil
@@ -295,7 +350,7 @@ func (p *pipeline) current() (*batchCall, error) {
 		return p.call, nil
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	stream, err := p.client.BatchAppend(ctx)
+	stream, err := streams.NewStreamsClient(p.conn.Load()).BatchAppend(ctx)
 	if err != nil {
 		cancel()
 		return nil, callError(err)
@@ -309,16 +364,22 @@ func (p *pipeline) current() (*batchCall, error) {
 // receive hands each answer of c to the append waiting for it, until the
 // call ends; then it fails every append still waiting.
 func (p *pipeline) receive(c *batchCall) {
-	var r batchReply
+	var r esdbwire.Reply
 	for {
 		// A bad answer (wireCodec refuses it) ends the call with Internal.
 		if err := c.stream.RecvMsg(&r); err != nil {
+			if leader, ok := notLeader(c.stream.Trailer()); ok {
+				// The appends in flight fail with NotLeader, which Append
+				// retries: on a new call, to the leader.
+				p.followLeader(leader)
+				err = &appendError{code: esdb.ErrorCodeNotLeader, err: err}
+			}
 			p.end(c, err)
 			return
 		}
 		c.mu.Lock()
-		w := c.waiting[r.corr]
-		delete(c.waiting, r.corr)
+		w := c.waiting[r.Corr]
+		delete(c.waiting, r.Corr)
 		c.mu.Unlock()
 		if w != nil {
 			w.answer <- batchAnswer{reply: r}
@@ -329,7 +390,12 @@ func (p *pipeline) receive(c *batchCall) {
 // end records why c ended, fails its waiting appends and lets the next
 // append open a new call.
 func (p *pipeline) end(c *batchCall, cause error) {
-	err := callError(cause)
+	var err error
+	if a := (*appendError)(nil); errors.As(cause, &a) {
+		err = a
+	} else {
+		err = callError(cause)
+	}
 	p.mu.Lock()
 	closed := p.closed
 	p.mu.Unlock()
@@ -422,7 +488,7 @@ func (p *pipeline) append(ctx context.Context, stream string, expected domain.Ex
 	}
 	c.waiting[id] = w
 	c.mu.Unlock()
-	if err := c.send(batchFrames(id, stream, expected, events, deadline)); err != nil {
+	if err := c.send(esdbwire.AppendRequests(id, stream, expected, events, deadline, maxChunkBytes)); err != nil {
 		c.release(id, w)
 		return nil, callError(err)
 	}
@@ -434,7 +500,7 @@ func (p *pipeline) append(ctx context.Context, stream string, expected domain.Ex
 		if a.err != nil {
 			return nil, a.err
 		}
-		return a.reply.result()
+		return replyResult(&a.reply)
 	case <-w.timer.C:
 		c.release(id, w)
 		return nil, &appendError{code: esdb.ErrorCodeDeadlineExceeded, err: status.Error(codes.DeadlineExceeded, "append not answered before its deadline")}
@@ -451,7 +517,7 @@ func (p *pipeline) append(ctx context.Context, stream string, expected domain.Ex
 // send sends an append's requests, together, so that chunks of different
 // appends never interleave. An error other than io.EOF (the call ended, its
 // status comes to receive) is the append's.
-func (c *batchCall) send(frames []batchFrame) error {
+func (c *batchCall) send(frames []esdbwire.Encoded) error {
 	c.sendMu.Lock()
 	defer c.sendMu.Unlock()
 	for i := range frames {
@@ -479,19 +545,19 @@ func (c *batchCall) release(id uuid.UUID, w *waiter) {
 	waiters.Put(w)
 }
 
-// fromShared reads an id in either of the protocol's forms.
-func fromShared(id *shared.UUID) (uuid.UUID, error) {
-	var out uuid.UUID
-	switch v := id.GetValue().(type) {
-	case *shared.UUID_Structured_:
-		binary.BigEndian.PutUint64(out[:8], uint64(v.Structured.GetMostSignificantBits()))
-		binary.BigEndian.PutUint64(out[8:], uint64(v.Structured.GetLeastSignificantBits()))
-		return out, nil
-	case *shared.UUID_String_:
-		return uuid.Parse(v.String_)
-	default:
-		return out, errors.New("no id")
+// replyResult reads an append's answer as the official client reads
+// Append's: the same WriteResult on success, and the same error codes and
+// messages on failure.
+func replyResult(r *esdbwire.Reply) (*esdb.WriteResult, error) {
+	if r.Full != nil {
+		return fromBatchResponse(r.Full)
 	}
+	res := &esdb.WriteResult{NextExpectedVersion: r.Revision, CommitPosition: r.Commit, PreparePosition: r.Prepare}
+	if r.NoStream {
+		// The official client reports 1 here; keep its answer.
+		res.NextExpectedVersion = 1
+	}
+	return res, nil
 }
 
 // fromBatchResponse reads an append's answer as the official client reads
@@ -518,6 +584,13 @@ func fromBatchResponse(resp *streams.BatchAppendResp) (*esdb.WriteResult, error)
 		if d.MessageIs(&wrong) && d.UnmarshalTo(&wrong) == nil {
 			return nil, &appendError{code: esdb.ErrorCodeWrongExpectedVersion,
 				err: fmt.Errorf("wrong expected version: expecting '%s' but got '%s'", expectedOf(&wrong), currentOf(&wrong))}
+		}
+		var tooLarge shared.MaximumAppendSizeExceeded
+		if d.MessageIs(&tooLarge) && d.UnmarshalTo(&tooLarge) == nil {
+			// As Append's answer reads: the same message, so that classify
+			// and Append treat both paths alike.
+			return nil, &appendError{code: esdb.ErrorCodeUnknown,
+				err: status.Error(codes.InvalidArgument, esdbwire.MaxAppendSizeMessage(int(tooLarge.GetMaxAppendSize())))}
 		}
 		var deleted shared.StreamDeleted
 		if d.MessageIs(&deleted) && d.UnmarshalTo(&deleted) == nil {

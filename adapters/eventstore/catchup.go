@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/EventStore/EventStore-Client-Go/v4/protos/shared"
@@ -21,11 +22,11 @@ import (
 // SubscribeToAll from the start, or after a position, with a stream-name
 // prefix filter when prefix is set (its default search window, 32, and
 // checkpoint multiplier, 1) and without links resolved.
-func allSubscriptionRequest(after uint64, hasAfter bool, prefix string) *streams.ReadReq {
+func allSubscriptionRequest(after allPosition, prefix string) *streams.ReadReq {
 	all := &streams.ReadReq_Options_AllOptions{AllOption: &streams.ReadReq_Options_AllOptions_Start{Start: &shared.Empty{}}}
-	if hasAfter {
+	if after.set {
 		all.AllOption = &streams.ReadReq_Options_AllOptions_Position{Position: &streams.ReadReq_Options_Position{
-			CommitPosition: after, PreparePosition: after,
+			CommitPosition: after.commit, PreparePosition: after.prepare,
 		}}
 	}
 	opts := &streams.ReadReq_Options{
@@ -47,6 +48,32 @@ func allSubscriptionRequest(after uint64, hasAfter bool, prefix string) *streams
 	return &streams.ReadReq{Options: opts}
 }
 
+// allPosition is where a subscription to $all resumes: after the last event
+// delivered, by both parts of its position as the server sent them. The
+// events of a legacy transaction (EventStoreDB before v20) share their
+// commit position and differ in their prepare positions: resuming from the
+// commit position sent as both would skip the rest of the transaction.
+type allPosition struct {
+	commit, prepare uint64
+	set             bool
+}
+
+// positionAfter is where a subscription from a caller's position resumes:
+// both parts the commit position, all the caller keeps.
+func positionAfter(from domain.SubscribeFrom) allPosition {
+	after, set := from.After()
+	return allPosition{commit: after, prepare: after, set: set}
+}
+
+// systemEvent reports whether e is one of the server's own events: its type
+// or its stream starts with "$" (stream metadata, statistics, scavenges,
+// projections' links). A subscription to $all never delivers them, as the
+// official client's ExcludeSystemEventsFilter does not (it matches the type;
+// the stream is checked too, for a foreign event in a system stream).
+func systemEvent(e *domain.RecordedEvent) bool {
+	return strings.HasPrefix(e.Type, "$") || strings.HasPrefix(e.Stream, "$")
+}
+
 // readRespKind says what a ReadResp carries, as far as SubscribeAll cares.
 type readRespKind int
 
@@ -59,8 +86,9 @@ const (
 
 // readResp is a ReadResp decoded straight into what SubscribeAll delivers.
 type readResp struct {
-	kind  readRespKind
-	event domain.RecordedEvent
+	kind    readRespKind
+	event   domain.RecordedEvent
+	prepare uint64
 }
 
 // catchUpCodec sends requests as protobuf and decodes each ReadResp by hand
@@ -98,6 +126,7 @@ const (
 	fieldRecordedID           = 1
 	fieldRecordedStream       = 2
 	fieldRecordedRevision     = 3
+	fieldRecordedPrepare      = 4
 	fieldRecordedCommit       = 5
 	fieldRecordedMetadata     = 6
 	fieldRecordedCustomMeta   = 7
@@ -166,7 +195,7 @@ func decodeReadResp(b []byte, r *readResp) error {
 					return nil // the link and the position
 				}
 				found = true
-				return decodeRecorded(v, &r.event)
+				return decodeRecorded(v, &r.event, &r.prepare)
 			})
 			if err == nil && !found {
 				err = errors.Wrap(errMalformed, "event without its recorded event")
@@ -179,7 +208,7 @@ func decodeReadResp(b []byte, r *readResp) error {
 	})
 }
 
-func decodeRecorded(b []byte, e *domain.RecordedEvent) error {
+func decodeRecorded(b []byte, e *domain.RecordedEvent, prepare *uint64) error {
 	var created []byte
 	hasCreated := false
 	var id uuid.UUID
@@ -198,6 +227,8 @@ func decodeRecorded(b []byte, e *domain.RecordedEvent) error {
 			e.Revision = x
 		case num == fieldRecordedCommit && typ == protowire.VarintType:
 			e.Position = x
+		case num == fieldRecordedPrepare && typ == protowire.VarintType:
+			*prepare = x
 		case num == fieldRecordedMetadata && typ == protowire.BytesType:
 			var key, value []byte
 			if err := fields(v, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
@@ -270,16 +301,17 @@ var readStreamDesc = grpc.StreamDesc{StreamName: "Read", ServerStreams: true}
 
 // followAll subscribes to $all on the pipeline's connection and delivers
 // events and the caught-up signal to handle, moving after past each event
-// delivered, until the subscription breaks or handle fails (handlerError).
-// It calls subscribed once the server confirms the subscription.
-func (p *pipeline) followAll(ctx context.Context, prefix string, handle func(domain.SubscriptionItem) error, after *uint64, hasAfter *bool, subscribed func()) error {
+// delivered (both parts of its position), until the subscription breaks or
+// handle fails (handlerError). It calls subscribed once the server confirms
+// the subscription.
+func (p *pipeline) followAll(ctx context.Context, prefix string, handle func(domain.SubscriptionItem) error, after *allPosition, subscribed func()) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := p.conn.NewStream(ctx, &readStreamDesc, streams.Streams_Read_FullMethodName, grpc.ForceCodec(catchUpCodec{}))
+	stream, err := p.conn.Load().NewStream(ctx, &readStreamDesc, streams.Streams_Read_FullMethodName, grpc.ForceCodec(catchUpCodec{}))
 	if err != nil {
 		return errors.Wrap(err, "subscribe to $all")
 	}
-	if err := stream.SendMsg(allSubscriptionRequest(*after, *hasAfter, prefix)); err != nil {
+	if err := stream.SendMsg(allSubscriptionRequest(*after, prefix)); err != nil {
 		return errors.Wrap(err, "subscribe to $all")
 	}
 	if err := stream.CloseSend(); err != nil {
@@ -300,10 +332,12 @@ func (p *pipeline) followAll(ctx context.Context, prefix string, handle func(dom
 		switch r.kind {
 		case respEvent:
 			rec := r.event
-			if err := handle(domain.SubscriptionItem{Event: &rec}); err != nil {
-				return handlerError{err}
+			if !systemEvent(&rec) {
+				if err := handle(domain.SubscriptionItem{Event: &rec}); err != nil {
+					return handlerError{err}
+				}
 			}
-			*after, *hasAfter = rec.Position, true
+			*after = allPosition{commit: rec.Position, prepare: r.prepare, set: true}
 		case respCaughtUp:
 			if err := handle(domain.SubscriptionItem{CaughtUp: true}); err != nil {
 				return handlerError{err}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -73,17 +74,17 @@ func TestLeanCatchUpDeliversWhatTheOfficialClientDoes(t *testing.T) {
 	require.NoError(t, err)
 
 	official := func(from domain.SubscribeFrom, prefix string) []*domain.RecordedEvent {
-		after, hasAfter := from.After()
+		after := positionAfter(from)
 		var backoff time.Duration
 		return collectUntilCaughtUp(t, func(handle func(domain.SubscriptionItem) error) error {
-			return s.followOfficial(ctx, prefix, handle, &after, &hasAfter, &backoff)
+			return s.followOfficial(ctx, prefix, handle, &after, &backoff)
 		})
 	}
 	lean := func(from domain.SubscribeFrom, prefix string) []*domain.RecordedEvent {
-		after, hasAfter := from.After()
+		after := positionAfter(from)
 		confirmed := false
 		got := collectUntilCaughtUp(t, func(handle func(domain.SubscriptionItem) error) error {
-			return s.pipe.followAll(ctx, prefix, handle, &after, &hasAfter, func() { confirmed = true })
+			return s.pipe.followAll(ctx, prefix, handle, &after, func() { confirmed = true })
 		})
 		require.True(t, confirmed)
 		return got
@@ -98,6 +99,36 @@ func TestLeanCatchUpDeliversWhatTheOfficialClientDoes(t *testing.T) {
 	filtered := lean(domain.FromStart(), prefix)
 	require.Equal(t, official(domain.FromStart(), prefix), filtered)
 	require.Len(t, filtered, 7)
+}
+
+// TestLeanCatchUpReadsAnEventOverGRPCsDefaultLimit: an event of 5 MiB,
+// over gRPC's default receive limit of 4 MiB and under the official
+// client's 17 MiB, reaches the lean $all reader as it reaches the official
+// client, instead of dropping the subscription at it again and again.
+func TestLeanCatchUpReadsAnEventOverGRPCsDefaultLimit(t *testing.T) {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	srv, err := esdbserver.Start(esdbserver.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Logger: quiet, MaxAppendSize: 8 << 20})
+	require.NoError(t, err)
+	defer srv.Close()
+	s, err := Dial(fmt.Sprintf("esdb://%s?tls=false", srv.Addr()), quiet)
+	require.NoError(t, err)
+	defer s.Close()
+	require.NotNil(t, s.pipe)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	big := []byte(`"` + strings.Repeat("b", 5<<20) + `"`)
+	_, err = s.Append(ctx, "task-big", domain.ExpectNoStream(), domain.NewEvent{Type: "Big", Data: big})
+	require.NoError(t, err)
+	_, err = s.Append(ctx, "task-after", domain.ExpectNoStream(), domain.NewEvent{Type: "After", Data: []byte(`{}`)})
+	require.NoError(t, err)
+	var after allPosition
+	got := collectUntilCaughtUp(t, func(handle func(domain.SubscriptionItem) error) error {
+		return s.pipe.followAll(ctx, "task-", handle, &after, func() {})
+	})
+	require.Len(t, got, 3, "both events and the caught-up signal")
+	require.Equal(t, big, got[0].Data)
+	require.Equal(t, "After", got[1].Type)
 }
 
 // TestDecodeReadRespRefusesMalformedMessages cuts a valid event message

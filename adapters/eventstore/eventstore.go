@@ -30,6 +30,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/sagaengine/saga/adapters/esdbwire"
 	"github.com/sagaengine/saga/domain"
 )
 
@@ -202,6 +203,10 @@ func (s *Store) Append(ctx context.Context, stream string, expected domain.Expec
 	case errConflict:
 		return 0, errors.Wrapf(domain.ErrConcurrencyConflict, "append to %s: %v", stream, err)
 	case errRefused:
+		if limit, ok := esdbwire.ParseMaxAppendSize(err.Error()); ok {
+			return 0, errors.Wrapf(errors.Mark(domain.ErrAppendRefused, ErrAppendTooLarge),
+				"append to %s: %d events, over the event store's maximum append size of %d bytes: %v", stream, len(events), limit, err)
+		}
 		if codeOf(err) == esdb.ErrorCodeStreamDeleted || errors.Is(err, errStreamDeleted) {
 			return 0, errors.Wrapf(errors.Mark(domain.ErrAppendRefused, errStreamDeleted), "append to %s: %v", stream, err)
 		}
@@ -342,7 +347,7 @@ func (s *Store) ReadStream(ctx context.Context, stream string) ([]domain.Recorde
 // must read next is damaged), the backoff grows to 2 s and
 // SubscriptionFailures names it.
 func (s *Store) SubscribeAll(ctx context.Context, from domain.SubscribeFrom, streamPrefix string, handle func(domain.SubscriptionItem) error) error {
-	after, hasAfter := from.After()
+	after := positionAfter(from)
 	backoff := 50 * time.Millisecond
 	progressed := false
 	track := &subscriptionState{}
@@ -357,12 +362,12 @@ func (s *Store) SubscribeAll(ctx context.Context, from domain.SubscribeFrom, str
 	for {
 		var err error
 		if s.localSubscribe != nil {
-			err = s.followLocal(ctx, streamPrefix, counted, &after, &hasAfter)
+			err = s.followLocal(ctx, streamPrefix, counted, &after)
 		} else if s.pipe != nil {
 			// The pipeline's own connection, with a lean decoder (catchup.go).
-			err = s.pipe.followAll(ctx, streamPrefix, counted, &after, &hasAfter, func() {})
+			err = s.pipe.followAll(ctx, streamPrefix, counted, &after, func() {})
 		} else {
-			err = s.followOfficial(ctx, streamPrefix, counted, &after, &hasAfter, &backoff)
+			err = s.followOfficial(ctx, streamPrefix, counted, &after, &backoff)
 		}
 		var handlerErr handlerError
 		if errors.As(err, &handlerErr) {
@@ -374,7 +379,7 @@ func (s *Store) SubscribeAll(ctx context.Context, from domain.SubscribeFrom, str
 		if progressed {
 			backoff, progressed = 50*time.Millisecond, false
 		}
-		s.failures.note(track, SubscriptionFailure{After: after, HasAfter: hasAfter, Err: err})
+		s.failures.note(track, SubscriptionFailure{After: after.commit, HasAfter: after.set, Err: err})
 		s.logger.Warn("event store subscription dropped; resubscribing", "err", err.Error(), "in", backoff)
 		select {
 		case <-time.After(backoff):
@@ -445,10 +450,10 @@ func (f *failingSubscriptions) list(d time.Duration) []SubscriptionFailure {
 
 // followOfficial follows $all through the official client, as
 // SubscribeAll does when the adapter has no connection of its own.
-func (s *Store) followOfficial(ctx context.Context, streamPrefix string, handle func(domain.SubscriptionItem) error, after *uint64, hasAfter *bool, backoff *time.Duration) error {
+func (s *Store) followOfficial(ctx context.Context, streamPrefix string, handle func(domain.SubscriptionItem) error, after *allPosition, backoff *time.Duration) error {
 	opts := esdb.SubscribeToAllOptions{From: esdb.Start{}}
-	if *hasAfter {
-		opts.From = esdb.Position{Commit: *after, Prepare: *after}
+	if after.set {
+		opts.From = esdb.Position{Commit: after.commit, Prepare: after.prepare}
 	}
 	if streamPrefix != "" {
 		opts.Filter = &esdb.SubscriptionFilter{Type: esdb.StreamFilterType, Prefixes: []string{streamPrefix}}
@@ -467,7 +472,7 @@ func (s *Store) followOfficial(ctx context.Context, streamPrefix string, handle 
 		return err
 	}
 	*backoff = 50 * time.Millisecond
-	err = s.follow(sub, handle, after, hasAfter)
+	err = s.follow(sub, handle, after)
 	_ = sub.Close()
 	return err
 }
@@ -476,7 +481,7 @@ type handlerError struct{ err error }
 
 func (h handlerError) Error() string { return h.err.Error() }
 
-func (s *Store) follow(sub *esdb.Subscription, handle func(domain.SubscriptionItem) error, after *uint64, hasAfter *bool) error {
+func (s *Store) follow(sub *esdb.Subscription, handle func(domain.SubscriptionItem) error, after *allPosition) error {
 	for {
 		ev := sub.Recv()
 		switch {
@@ -484,10 +489,12 @@ func (s *Store) follow(sub *esdb.Subscription, handle func(domain.SubscriptionIt
 			return errors.Wrap(ev.SubscriptionDropped.Error, "subscription dropped")
 		case ev.EventAppeared != nil:
 			rec := fromRecorded(ev.EventAppeared.Event)
-			if err := handle(domain.SubscriptionItem{Event: &rec}); err != nil {
-				return handlerError{err}
+			if !systemEvent(&rec) {
+				if err := handle(domain.SubscriptionItem{Event: &rec}); err != nil {
+					return handlerError{err}
+				}
 			}
-			*after, *hasAfter = rec.Position, true
+			*after = allPosition{commit: rec.Position, prepare: ev.EventAppeared.Event.Position.Prepare, set: true}
 		case ev.CaughtUp != nil:
 			if err := handle(domain.SubscriptionItem{CaughtUp: true}); err != nil {
 				return handlerError{err}
@@ -519,6 +526,13 @@ func codeOf(err error) esdb.ErrorCode {
 	}
 	return -1
 }
+
+// ErrAppendTooLarge marks an append refused because its events together
+// are over the event store's maximum append size (KurrentDB's
+// MaximumAppendSizeExceeded; 1 MiB by default, in the embedded server
+// too), whichever path it took: one request, several chunks or in process.
+// It comes with domain.ErrAppendRefused.
+var ErrAppendTooLarge = errors.New("append over the event store's maximum append size")
 
 // errStreamDeleted marks an append refused because its stream was
 // tombstoned.
@@ -553,6 +567,10 @@ func classify(err error) error {
 	case errors.Is(err, domain.ErrConcurrencyConflict):
 		return errConflict
 	case errors.Is(err, domain.ErrAppendRefused):
+		return errRefused
+	}
+	if _, ok := esdbwire.ParseMaxAppendSize(err.Error()); ok {
+		// KurrentDB's MaximumAppendSizeExceeded, by either path.
 		return errRefused
 	}
 	switch codeOf(err) {

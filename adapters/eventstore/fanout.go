@@ -207,13 +207,18 @@ func (feed *Feed) SubscribeAll(ctx context.Context, from domain.SubscribeFrom, s
 		return feed.Store.SubscribeAll(ctx, from, streamPrefix, handle)
 	}
 	after, hasAfter := from.After()
+	start, hasStart := after, hasAfter
 	// take handles one shared item as this follower's own subscription
-	// would: only its streams, only after its starting point.
+	// would: only its streams, only after its starting point. The shared
+	// items come in order, once each, so past the starting point nothing
+	// is compared: the events of a legacy transaction share their commit
+	// position, and each is delivered.
 	take := func(it domain.SubscriptionItem) error {
 		if e := it.Event; e != nil {
-			if !strings.HasPrefix(e.Stream, streamPrefix) || (hasAfter && e.Position <= after) {
+			if !strings.HasPrefix(e.Stream, streamPrefix) || (hasStart && e.Position <= start) {
 				return nil
 			}
+			hasStart = false
 			if err := handle(it); err != nil {
 				return err
 			}

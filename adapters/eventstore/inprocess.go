@@ -74,15 +74,18 @@ func (s *Store) SubscribeInProcess(local LocalSubscribe) { s.localSubscribe = lo
 
 // followLocal follows $all through s.localSubscribe, as followAll does
 // through the network.
-func (s *Store) followLocal(ctx context.Context, prefix string, handle func(domain.SubscriptionItem) error, after *uint64, hasAfter *bool) error {
-	return s.localSubscribe(ctx, *after, *hasAfter, prefix, func(e LocalRecorded) error {
+func (s *Store) followLocal(ctx context.Context, prefix string, handle func(domain.SubscriptionItem) error, after *allPosition) error {
+	return s.localSubscribe(ctx, after.commit, after.set, prefix, func(e LocalRecorded) error {
 		rec := domain.RecordedEvent{ID: uuid.UUID(e.ID).String(), Stream: e.Stream, Type: e.Type, Data: e.Data,
 			Revision: e.Revision, Position: e.Position, Recorded: e.Recorded}
 		decodeMetadata(e.Metadata, &rec.Metadata) // foreign events may carry none
-		if err := handle(domain.SubscriptionItem{Event: &rec}); err != nil {
-			return handlerError{err}
+		if !systemEvent(&rec) {
+			if err := handle(domain.SubscriptionItem{Event: &rec}); err != nil {
+				return handlerError{err}
+			}
 		}
-		*after, *hasAfter = rec.Position, true
+		// The embedded store has no transactions: both parts are one.
+		*after = allPosition{commit: rec.Position, prepare: rec.Position, set: true}
 		return nil
 	}, func() error {
 		if err := handle(domain.SubscriptionItem{CaughtUp: true}); err != nil {

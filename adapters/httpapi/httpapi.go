@@ -28,6 +28,8 @@
 //	GET  /readyz                  readiness: 200 when every check passes, else
 //	                              503; each check named in the answer
 //	GET  /metrics                 metrics in the Prometheus text format
+//	                              (a process without the API serves only
+//	                              these three: Operational)
 //	/ui/...                       the web console (adapters/console), mounted
 //	                              by the caller behind the same guard
 //
@@ -234,21 +236,8 @@ func Handler(cfg Config) http.Handler {
 	for _, m := range cfg.Mounts {
 		mux.Handle(m.Pattern, m.Handler)
 	}
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		checks := cfg.Readiness.Readiness(r.Context())
-		code, status := http.StatusOK, "ready"
-		for _, c := range checks {
-			if !c.OK {
-				code, status = http.StatusServiceUnavailable, "not ready"
-			}
-		}
-		writeJSON(w, code, map[string]any{"status": status, "checks": checks})
-	})
+	handleOperational(mux, cfg)
 	handleWorkflows(mux, cfg.Workflows)
-	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-		cfg.Metrics.WriteMetrics(w)
-	})
 	mux.HandleFunc("POST /api/tasks/{id}/retry", func(w http.ResponseWriter, r *http.Request) {
 		var body struct{ Step, By string }
 		if !decodeBody(w, r, &body) {
@@ -322,15 +311,54 @@ func Handler(cfg Config) http.Handler {
 		}
 		writeTaskList(w, rawTaskList{Tasks: rows, Count: len(rows), NextCursor: page.NextCursor, Counts: counts})
 	})
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case <-cfg.Tasks.Ready():
-			writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-		default:
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "catching up"})
-		}
-	})
 	return guard(cfg.Tokens, cfg.Hosts, mux)
+}
+
+// Guard is how a handler is guarded: the tokens it requires (nil for
+// none) and the hosts it may be reached by.
+type Guard struct {
+	Tokens *Tokens
+	Hosts  AllowedHosts
+}
+
+// Operational returns the handler of a process without the API: only
+// GET /healthz (200 while the process serves), /readyz and /metrics,
+// under the same guard as Handler's (tokens for /metrics, none for the
+// probes; the allowed hosts). It needs Metrics and Readiness; Tasks, when
+// set, makes /healthz wait for the view as Handler's does.
+func Operational(cfg Config) http.Handler {
+	mux := http.NewServeMux()
+	handleOperational(mux, cfg)
+	return guard(cfg.Tokens, cfg.Hosts, mux)
+}
+
+// handleOperational serves /healthz, /readyz and /metrics.
+func handleOperational(mux *http.ServeMux, cfg Config) {
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		checks := cfg.Readiness.Readiness(r.Context())
+		code, status := http.StatusOK, "ready"
+		for _, c := range checks {
+			if !c.OK {
+				code, status = http.StatusServiceUnavailable, "not ready"
+			}
+		}
+		writeJSON(w, code, map[string]any{"status": status, "checks": checks})
+	})
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		cfg.Metrics.WriteMetrics(w)
+	})
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		if cfg.Tasks != nil {
+			select {
+			case <-cfg.Tasks.Ready():
+			default:
+				writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "catching up"})
+				return
+			}
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
 }
 
 // Mount is a handler served under the API's guard at a ServeMux pattern.

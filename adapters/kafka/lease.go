@@ -37,9 +37,24 @@ const LeaseTopic = "saga.supervisor.lease"
 //
 // Its lifecycle is explicit: NewLease sets it up (the topic, the client)
 // under a context that only bounds the set-up; Run takes part in the
-// election until its own context ends, then leaves it.
+// election until its own context ends, then leaves it. In between, the
+// member can stand down (leave the group, so that another member leads at
+// once) and stand again (join with a new client), as a supervisor does
+// while it cannot reach the event store.
 type Lease struct {
+	// mu guards client, the member's client while it stands (nil after
+	// StandDown), and closing.
+	mu      sync.Mutex
 	client  *kgo.Client
+	closing bool
+	// clients numbers the clients made; renewals only count for the
+	// newest.
+	clients atomic.Uint64
+	// wake tells Run that a new client stands.
+	wake chan struct{}
+	// tenure counts the assignments of the lease to this member.
+	tenure  atomic.Uint64
+	newOpts func(gen uint64) []kgo.Opt
 	leader  atomic.Bool
 	running atomic.Bool
 	closed  sync.Once
@@ -69,8 +84,12 @@ const LeaseSessionTimeout = 6 * time.Second
 // heartbeats every second.
 const LeaseValidity = LeaseSessionTimeout - time.Second
 
-// renewals notes the requests that renew a member's group session.
-type renewals struct{ l *Lease }
+// renewals notes the requests that renew a member's group session, for the
+// client numbered gen.
+type renewals struct {
+	l   *Lease
+	gen uint64
+}
 
 var (
 	_ kgo.HookBrokerE2E        = renewals{}
@@ -87,7 +106,7 @@ const (
 // OnBrokerE2E notes when an answered JoinGroup, Heartbeat or SyncGroup
 // was sent: the time the hook runs less the request's round trip.
 func (r renewals) OnBrokerE2E(_ kgo.BrokerMetadata, key int16, e2e kgo.BrokerE2E) {
-	if e2e.Err() != nil || (key != apiJoinGroup && key != apiHeartbeat && key != apiSyncGroup) {
+	if e2e.Err() != nil || (key != apiJoinGroup && key != apiHeartbeat && key != apiSyncGroup) || r.gen != r.l.clients.Load() {
 		return
 	}
 	sent := time.Now().Add(-e2e.DurationE2E()).UnixNano()
@@ -107,6 +126,9 @@ func (r renewals) OnBrokerE2E(_ kgo.BrokerMetadata, key int16, e2e kgo.BrokerE2E
 // OnGroupManageError distrusts every renewal so far: the group session may
 // be gone (an unknown member, a fenced generation, a lost coordinator).
 func (r renewals) OnGroupManageError(error) {
+	if r.gen != r.l.clients.Load() {
+		return
+	}
 	r.l.renewed.Store(0)
 	r.l.probation.Store(false)
 }
@@ -121,7 +143,7 @@ func storeLater(v *atomic.Int64, t int64) {
 	}
 }
 
-var _ processes.Leadership = (*Lease)(nil)
+var _ processes.Candidacy = (*Lease)(nil)
 
 // NewLease sets up the election of group: it creates LeaseTopic if it is
 // missing and builds the member's client; ctx bounds only the set-up. opts
@@ -136,12 +158,18 @@ func NewLease(ctx context.Context, brokers []string, group string, logger *slog.
 	if err != nil {
 		return nil, err
 	}
-	l := &Lease{logger: logger, group: group}
-	set := func(m map[string][]int32, held bool) {
+	l := &Lease{logger: logger, group: group, wake: make(chan struct{}, 1)}
+	set := func(cl *kgo.Client, m map[string][]int32, held bool) {
 		if !slices.Contains(m[LeaseTopic], 0) {
 			return
 		}
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if cl != l.client {
+			return // a client stood down: its lease was dropped then
+		}
 		if held {
+			l.tenure.Add(1)
 			// The assignment came in the answer to the sync just made.
 			storeLater(&l.renewed, l.answered.Load())
 			l.lapsed.Store(false)
@@ -149,24 +177,45 @@ func NewLease(ctx context.Context, brokers []string, group string, logger *slog.
 			l.warned.Store(false)
 		}
 		if l.leader.Swap(held) != held {
-			logger.Info("supervisor lease changed", "group", group, "leader", held)
+			_, generation := cl.GroupMetadata()
+			logger.Info("supervisor lease changed", "group", group, "leader", held, "generation", generation, "tenure", l.tenure.Load())
 		}
 	}
-	l.client, err = kgo.NewClient(append([]kgo.Opt{
-		kgo.SeedBrokers(brokers...),
-		kgo.ConsumerGroup(group),
-		kgo.ConsumeTopics(LeaseTopic),
-		kgo.SessionTimeout(LeaseSessionTimeout),
-		kgo.HeartbeatInterval(time.Second),
-		kgo.WithHooks(renewals{l}),
-		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { set(m, true) }),
-		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { set(m, false) }),
-		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { set(m, false) }),
-	}, opts...)...)
-	if err != nil {
-		return nil, errors.Wrap(err, "lease client")
+	l.newOpts = func(gen uint64) []kgo.Opt {
+		return append([]kgo.Opt{
+			kgo.SeedBrokers(brokers...),
+			kgo.ConsumerGroup(group),
+			kgo.ConsumeTopics(LeaseTopic),
+			kgo.SessionTimeout(LeaseSessionTimeout),
+			kgo.HeartbeatInterval(time.Second),
+			kgo.WithHooks(renewals{l, gen}),
+			kgo.OnPartitionsAssigned(func(_ context.Context, cl *kgo.Client, m map[string][]int32) { set(cl, m, true) }),
+			kgo.OnPartitionsRevoked(func(_ context.Context, cl *kgo.Client, m map[string][]int32) { set(cl, m, false) }),
+			kgo.OnPartitionsLost(func(_ context.Context, cl *kgo.Client, m map[string][]int32) { set(cl, m, false) }),
+		}, opts...)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.newClient(); err != nil {
+		return nil, err
 	}
 	return l, nil
+}
+
+// newClient makes the client that joins the election and keeps it in
+// client. The caller holds mu, so that the client's callbacks, which may
+// come at once, see it kept.
+func (l *Lease) newClient() error {
+	gen := l.clients.Add(1)
+	l.renewed.Store(0)
+	l.lapsed.Store(false)
+	l.probation.Store(false)
+	c, err := kgo.NewClient(l.newOpts(gen)...)
+	if err != nil {
+		return errors.Wrap(err, "lease client")
+	}
+	l.client = c
+	return nil
 }
 
 // Run takes part in the election until ctx ends or Close is called, then
@@ -178,9 +227,68 @@ func (l *Lease) Run(ctx context.Context) error {
 	}
 	defer l.Close()
 	for {
-		if f := l.client.PollFetches(ctx); f.IsClientClosed() || ctx.Err() != nil {
+		l.mu.Lock()
+		c, closing := l.client, l.closing
+		l.mu.Unlock()
+		if closing {
 			return nil
 		}
+		for c != nil {
+			if f := c.PollFetches(ctx); f.IsClientClosed() || ctx.Err() != nil {
+				break
+			}
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		// The client was closed: the member stood down, or Close was
+		// called. Wait for a new one.
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-l.wake:
+		}
+	}
+}
+
+// Tenure numbers this member's holdings of the lease: it grows each time
+// the member is assigned the lease.
+func (l *Lease) Tenure() uint64 { return l.tenure.Load() }
+
+// StandDown leaves the election: the member stops leading at once and
+// leaves the group, so that another member is assigned the lease without
+// waiting for the session to time out. It does not wait for the leave.
+func (l *Lease) StandDown() {
+	l.mu.Lock()
+	c := l.client
+	l.client = nil
+	led := l.leader.Swap(false)
+	l.mu.Unlock()
+	if c == nil {
+		return
+	}
+	l.logger.Warn("supervisor lease: standing down", "group", l.group)
+	if led {
+		l.logger.Info("supervisor lease changed", "group", l.group, "leader", false, "tenure", l.tenure.Load())
+	}
+	go c.Close()
+}
+
+// StandAgain joins the election again after StandDown, with a new client.
+func (l *Lease) StandAgain() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.client != nil || l.closing {
+		return
+	}
+	if err := l.newClient(); err != nil {
+		l.logger.Error("supervisor lease: cannot stand again", "group", l.group, "err", err.Error())
+		return
+	}
+	l.logger.Info("supervisor lease: standing again", "group", l.group)
+	select {
+	case l.wake <- struct{}{}:
+	default:
 	}
 }
 
@@ -206,7 +314,17 @@ func (l *Lease) IsLeader() bool {
 // or without Run.
 func (l *Lease) Close() {
 	l.closed.Do(func() {
+		l.mu.Lock()
+		c := l.client
+		l.client, l.closing = nil, true
 		l.leader.Store(false)
-		l.client.Close()
+		l.mu.Unlock()
+		select {
+		case l.wake <- struct{}{}:
+		default:
+		}
+		if c != nil {
+			c.Close()
+		}
 	})
 }

@@ -121,3 +121,71 @@ func TestLeaseLapsesBeforeItCanBeGivenAway(t *testing.T) {
 	assert.Zero(t, overlaps, "both members counted themselves leader at once")
 	assert.False(t, leases[leader].IsLeader(), "the cut-off member does not lead")
 }
+
+// TestALeaseStandsDownAndAgain runs two members of one election on kfake.
+// The leader stands down (as a supervisor cut off from the event store
+// does): it stops leading at once and the other takes the lease without
+// waiting for a session to time out. It stands again, and leads once the
+// other stands down in turn. Each new holder has a new tenure, the group's
+// generation grows from one leader to the next, and at no moment do both
+// lead.
+func TestALeaseStandsDownAndAgain(t *testing.T) {
+	logger := slog.New(slog.DiscardHandler)
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, kafka.LeaseTopic))
+	require.NoError(t, err)
+	t.Cleanup(cluster.Close)
+	setup, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var leases [2]*kafka.Lease
+	for i := range leases {
+		l, err := kafka.NewLease(setup, cluster.ListenAddrs(), "lease-stand-down", logger)
+		require.NoError(t, err)
+		ctx, stop := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = l.Run(ctx) }()
+		t.Cleanup(func() { stop(); <-done })
+		leases[i] = l
+	}
+	overlaps := 0
+	// leads waits until member i alone leads, watching for overlaps.
+	leads := func(i int, what string) {
+		t.Helper()
+		require.Eventually(t, func() bool {
+			a, b := leases[i].IsLeader(), leases[1-i].IsLeader()
+			if a && b {
+				overlaps++
+			}
+			return a && !b
+		}, 30*time.Second, time.Millisecond, what)
+	}
+	var first int
+	require.Eventually(t, func() bool {
+		a, b := leases[0].IsLeader(), leases[1].IsLeader()
+		first = map[bool]int{true: 0, false: 1}[a]
+		return a != b
+	}, 30*time.Second, 10*time.Millisecond, "one member leads")
+	second := 1 - first
+	generations := []int32{kafka.LeaseGeneration(leases[first])}
+	assert.EqualValues(t, 1, leases[first].Tenure())
+
+	began := time.Now()
+	leases[first].StandDown()
+	assert.False(t, leases[first].IsLeader(), "a member that stood down stops leading at once")
+	leads(second, "the other member takes the lease")
+	handedOver := time.Since(began)
+	assert.Less(t, handedOver, kafka.LeaseSessionTimeout, "without waiting for the session to time out")
+	generations = append(generations, kafka.LeaseGeneration(leases[second]))
+	assert.EqualValues(t, 1, leases[second].Tenure())
+
+	leases[first].StandAgain()
+	require.Eventually(t, func() bool { return kafka.LeaseGeneration(leases[first]) > generations[1] }, 30*time.Second, 10*time.Millisecond,
+		"the member that stood again joins the group")
+	leases[second].StandDown()
+	leads(first, "the member that stood again leads once the other stands down")
+	generations = append(generations, kafka.LeaseGeneration(leases[first]))
+	assert.EqualValues(t, 2, leases[first].Tenure(), "a new tenure")
+
+	assert.Zero(t, overlaps, "both members counted themselves leader at once")
+	assert.IsIncreasing(t, generations, "the group's generation grows from one leader to the next")
+	t.Logf("handed over in %s; generations %v", handedOver.Round(time.Millisecond), generations)
+}

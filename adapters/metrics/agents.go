@@ -27,8 +27,8 @@ var healths = []string{protocol.HealthHealthy, protocol.HealthUnhealthy, protoco
 // waiting by priority, labelled by agent and instance. Gone instances are
 // not reported, so the labels are only those of live instances. With
 // queues, it also reports the commands queued in each agent's command
-// topics by priority, as queues tells within DefaultLagTimeout (none for
-// that scrape when it fails).
+// topics by priority, as queues told at its newest read (a scrape waits
+// for one at most ScrapeWait; none when it failed).
 func (m *Metrics) WatchAgents(instances func() []protocol.AgentHeartbeat, queues func(context.Context) (map[string]map[domain.Priority]int64, error)) {
 	each := func(emit func(protocol.AgentHeartbeat)) {
 		for _, h := range instances() {
@@ -72,13 +72,12 @@ func (m *Metrics) WatchAgents(instances func() []protocol.AgentHeartbeat, queues
 	if queues == nil {
 		return
 	}
+	queued := &cachedRead[map[string]map[domain.Priority]int64]{read: queues}
 	m.Register(Family{Name: AgentQueued, Type: prometheus.GaugeValue, Labels: []string{"agent", "priority"},
-		Help: "Commands in an agent's command topics that its consumer group has not consumed, by priority band, as the broker tells at scrape time.",
+		Help: "Commands in an agent's command topics that its consumer group has not consumed, by priority band, as the broker told at the newest read (a scrape waits for a read at most 250 ms).",
 		Read: func(emit func(float64, ...string)) {
-			ctx, cancel := context.WithTimeout(context.Background(), DefaultLagTimeout)
-			defer cancel()
-			byAgent, err := queues(ctx)
-			if err != nil {
+			byAgent, ok := queued.get()
+			if !ok {
 				return
 			}
 			for agent, queued := range byAgent {

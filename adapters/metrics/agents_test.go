@@ -3,7 +3,10 @@ package metrics_test
 import (
 	"bytes"
 	"context"
+	"errors"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/stretchr/testify/assert"
@@ -58,4 +61,39 @@ func TestAgentGaugesFollowTheLiveInstances(t *testing.T) {
 	got = scrape()
 	assert.NotContains(t, got[metrics.AgentInstanceCapacity], "payment/pay-1/")
 	assert.Len(t, got[metrics.AgentInstanceHealth], 4)
+}
+
+// TestScrapeAnswersWhileTheBrokerDoesNot: a read of the broker that hangs
+// (a partition) holds a scrape ScrapeWait at most; the scrape after it
+// has finished reports its result, and one after a failed read leaves the
+// family out rather than report a stale value.
+func TestScrapeAnswersWhileTheBrokerDoesNot(t *testing.T) {
+	m := metrics.New()
+	answer := make(chan error)
+	m.WatchAgents(func() []protocol.AgentHeartbeat { return nil }, func(ctx context.Context) (map[string]map[domain.Priority]int64, error) {
+		select {
+		case err := <-answer:
+			if err != nil {
+				return nil, err
+			}
+			return map[string]map[domain.Priority]int64{"payment": {domain.PriorityHigh: 5}}, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	})
+	scrape := func() string {
+		var out bytes.Buffer
+		require.NoError(t, m.Write(&out))
+		return out.String()
+	}
+	began := time.Now()
+	assert.NotContains(t, scrape(), metrics.AgentQueued+"{", "no read has answered yet")
+	assert.Less(t, time.Since(began), metrics.ScrapeWait+time.Second, "the scrape waited for the hanging read")
+	answer <- nil // the read the first scrape started answers
+	require.Eventually(t, func() bool {
+		return strings.Contains(scrape(), metrics.AgentQueued+`{agent="payment",priority="high"} 5`)
+	},
+		5*time.Second, 10*time.Millisecond)
+	go func() { answer <- errors.New("broker unreachable") }()
+	require.Eventually(t, func() bool { return !strings.Contains(scrape(), metrics.AgentQueued+"{") }, 5*time.Second, 10*time.Millisecond)
 }

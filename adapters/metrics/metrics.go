@@ -14,6 +14,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cockroachdb/errors"
@@ -153,26 +154,81 @@ func (c *familyCollector) Collect(ch chan<- prometheus.Metric) {
 	})
 }
 
-// DefaultLagTimeout bounds how long a scrape waits for the broker to tell
-// the consumer groups' lag.
+// DefaultLagTimeout bounds how long a read of the broker (the consumer
+// groups' lag, the agents' queues) may take; a scrape never waits for it
+// longer than ScrapeWait.
 const DefaultLagTimeout = 2 * time.Second
+
+// ScrapeWait is how long a scrape waits for a read of the broker it
+// started; past it, the scrape reports what the last read that finished
+// gave, so that /metrics answers at once while the broker does not (a
+// partition) and stays as fresh as the broker allows while it does.
+var ScrapeWait = 250 * time.Millisecond
+
+// cachedRead serves a read that asks a server from its last result: each
+// scrape starts a read (unless one runs) and waits for it at most
+// ScrapeWait. A read that fails forgets the last result, so that what the
+// server cannot tell is left out rather than reported stale.
+type cachedRead[T any] struct {
+	read    func(context.Context) (T, error)
+	mu      sync.Mutex
+	last    T
+	ok      bool
+	running chan struct{}
+}
+
+// get returns the newest result, and whether there is one.
+func (c *cachedRead[T]) get() (T, bool) {
+	c.mu.Lock()
+	done := c.running
+	if done == nil {
+		done = make(chan struct{})
+		c.running = done
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), DefaultLagTimeout)
+			v, err := c.read(ctx)
+			cancel()
+			c.mu.Lock()
+			if err == nil {
+				c.last, c.ok = v, true
+			} else {
+				var zero T
+				c.last, c.ok = zero, false
+			}
+			c.running = nil
+			c.mu.Unlock()
+			close(done)
+		}()
+	}
+	c.mu.Unlock()
+	wait := time.NewTimer(ScrapeWait)
+	defer wait.Stop()
+	select {
+	case <-done:
+	case <-wait.C:
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.last, c.ok
+}
 
 // WatchLag reports, at every scrape, the lag of the consumer groups
 // groups returns (those this process consumes in): per group and topic,
-// how many records are past the group's committed offsets. A group the
-// broker cannot describe in time is left out of that scrape.
+// how many records are past the group's committed offsets, as the newest
+// read of the broker told (cachedRead). A group the broker could not
+// describe is left out.
 func (m *Metrics) WatchLag(admin *kadm.Client, groups func() []string) {
+	lag := &cachedRead[kadm.DescribedGroupLags]{read: func(ctx context.Context) (kadm.DescribedGroupLags, error) {
+		return admin.Lag(ctx, groups()...)
+	}}
 	m.Register(Family{Name: ConsumerLag, Type: prometheus.GaugeValue, Labels: []string{"group", "topic"},
-		Help: "Records not yet consumed (past the group's committed offset), by consumer group and topic, as the broker tells at scrape time.",
+		Help: "Records not yet consumed (past the group's committed offset), by consumer group and topic, as the broker told at the newest read (a scrape waits for a read at most 250 ms).",
 		Read: func(emit func(float64, ...string)) {
-			names := groups()
-			if len(names) == 0 {
+			if len(groups()) == 0 {
 				return
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), DefaultLagTimeout)
-			defer cancel()
-			lags, err := admin.Lag(ctx, names...)
-			if err != nil {
+			lags, ok := lag.get()
+			if !ok {
 				return
 			}
 			for _, l := range lags.Sorted() {

@@ -103,6 +103,9 @@ func printTask(t *protocol.TaskView) error {
 	if t.Reason != "" {
 		fmt.Println("reason:", clean(t.Reason))
 	}
+	if t.FailedStep != "" {
+		fmt.Println("failed step:", clean(t.FailedStep))
+	}
 	if t.CancelledBy != "" {
 		fmt.Println("cancelled by:", clean(t.CancelledBy))
 	}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -105,10 +106,11 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	data := fs.String("data", defaultDataDir(""), "directory of the embedded servers' data")
 	kafkaListen := fs.String("kafka-listen", broker.DefaultListen, "address of the embedded Kafka broker")
 	esListen := fs.String("eventstore-listen", esdbserver.DefaultListen, "address of the embedded event store")
-	httpListen := fs.String("http-listen", httpapi.DefaultListen, "address of the HTTP API")
+	esMaxAppend := fs.Int("eventstore-max-append-size", esdbserver.DefaultMaxAppendSize, "largest append the embedded event store accepts (all its events), in bytes: KurrentDB's default; raise --max-order-size with it, as a TaskSubmitted event carries its order")
+	httpListen := fs.String("http-listen", envOr("SAGA_HTTP_LISTEN", ""), "address of the HTTP API (default "+httpapi.DefaultListen+" with the api role). A process without the api role serves only /healthz, /readyz and /metrics there (same tokens, hosts and TLS), and nothing when it is not set [$SAGA_HTTP_LISTEN]")
 	httpAllowedHosts := fs.String("http-allowed-hosts", envOr("SAGA_HTTP_ALLOWED_HOSTS", ""), "names (comma-separated) by which the HTTP API may be reached besides localhost, IP addresses and --http-listen's host; .example.com allows subdomains, * any name. Other Host headers get 421, which stops DNS rebinding; checked always without --api-tokens-file, with it only when set [$SAGA_HTTP_ALLOWED_HOSTS]")
 	debugListen := fs.String("debug-listen", envOr("SAGA_DEBUG_LISTEN", ""), "serve Go's profiling endpoints (/debug/pprof/) on this address, apart from the API; off by default [$SAGA_DEBUG_LISTEN]")
-	metricsListen := fs.String("metrics-listen", envOr("SAGA_METRICS_LISTEN", ""), "serve /metrics on this address too, for processes that run without the api role; off by default [$SAGA_METRICS_LISTEN]")
+	metricsListen := fs.String("metrics-listen", envOr("SAGA_METRICS_LISTEN", ""), "serve /metrics on this address too, on a listener of its own without tokens (--http-listen serves it in every process); off by default [$SAGA_METRICS_LISTEN]")
 	brokers := fs.String("kafka-brokers", envOr("SAGA_KAFKA_BROKERS", ""), "use these Kafka brokers (comma-separated) and start no embedded broker [$SAGA_KAFKA_BROKERS]")
 	esURL := new(eventstore.URLFlag)
 	*esURL = eventstore.URLFlag(envOr("SAGA_EVENTSTORE", ""))
@@ -125,8 +127,11 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	idleReplyTopics := fs.Duration("kafka-idle-reply-topic-after", broker.DefaultIdleReplyTopicAfter, "the embedded Kafka deletes a reply topic (reply.*, saga.reply.*) that received nothing for this long and that no consumer group has left to read (0: keep them)")
 	demoAgents := fs.Bool("demo-agents", true, "run the demo remote services and their agents")
 	commandsThroughKafka := fs.Bool("commands-through-kafka", envBool("SAGA_COMMANDS_THROUGH_KAFKA"), "send every command and reply through Kafka; off: a command the scheduler routes to an agent instance of this process is handed to it directly, and its reply comes back so, with no Kafka hop [$SAGA_COMMANDS_THROUGH_KAFKA]")
-	rolesFlag := fs.String("roles", envOr("SAGA_ROLES", "all"), "parts to run, comma-separated: submitter, scheduler, supervisor, agents, api, status, or all [$SAGA_ROLES]")
+	rolesFlag := fs.String("roles", envOr("SAGA_ROLES", "all"), "parts to run, comma-separated: submitter, scheduler, supervisor, agents, api, status, or all (those six); broker alone runs only the embedded Kafka broker (no event store: 'sagad eventstore' runs that alone). An empty or unknown role is refused [$SAGA_ROLES]")
+	shutdownTimeout := fs.Duration("shutdown-timeout", engine.DefaultShutdownTimeout, "at SIGTERM or SIGINT, parts that have not stopped after this long (a broker out of reach, a call that ignores cancellation) are logged and left: the process exits")
 	supervisorInterval := fs.Duration("supervisor-interval", processes.DefaultSupervisorInterval, "how often the supervisor looks for attempts past their complete-by")
+	supervisorStoreTimeout := fs.Duration("supervisor-store-timeout", processes.DefaultSupervisorStoreTimeout,
+		"a supervisor that has had no answer from the event store for this long gives up its lease, so that a standby leads, and stands again once the store answers; each of its actions waits for the store this long at most; at least --supervisor-interval, which is the default when longer")
 	checkpointEvery := fs.Duration("checkpoint-every", processes.DefaultTaskCheckpointEvery,
 		"how often the scheduler and supervisor save the checkpoint they resume from (position and unfinished tasks)")
 	maxUnfinished := fs.Int("max-unfinished-tasks", processes.DefaultMaxUnfinishedTasks,
@@ -171,8 +176,19 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	if *maxUnfinished < -1 || *maxUnfinished == 0 {
 		return errors.New("--max-unfinished-tasks must be -1 or positive")
 	}
+	storeTimeoutSet := false
+	fs.Visit(func(f *flag.Flag) { storeTimeoutSet = storeTimeoutSet || f.Name == "supervisor-store-timeout" })
+	switch {
+	case !storeTimeoutSet:
+		*supervisorStoreTimeout = 0 // the default, or the interval when longer
+	case *supervisorStoreTimeout < *supervisorInterval:
+		return errors.New("--supervisor-store-timeout must be at least --supervisor-interval")
+	}
 	if *defaultCapacity < 1 || *defaultHangAfter <= 0 {
 		return errors.New("--agent-capacity-default must be at least 1 and --agent-hang-after-default positive")
+	}
+	if *shutdownTimeout <= 0 {
+		return errors.New("--shutdown-timeout must be positive")
 	}
 	roles, err := engine.ParseRoles(*rolesFlag)
 	if err != nil {
@@ -196,10 +212,10 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	logger.Info("starting saga", "data", *data, "roles", *rolesFlag)
 	started := time.Now()
 	a, err := engine.Start(engine.Config{
-		DataDir: *data, KafkaBrokers: kafka.SplitBrokers(*brokers), KafkaListen: *kafkaListen,
+		DataDir: *data, KafkaBrokers: kafka.SplitBrokers(*brokers), KafkaListen: *kafkaListen, EventStoreMaxAppendSize: *esMaxAppend,
 		EventStoreURL: esConnection, EventStoreListen: *esListen, HTTPListen: *httpListen, HTTPAllowedHosts: kafka.SplitBrokers(*httpAllowedHosts), MetricsListen: *metricsListen,
 		Partitions: int32(*partitions), Instance: *instance, DemoAgents: *demoAgents, Faults: faults, Logger: logger,
-		Roles: roles, SupervisorInterval: *supervisorInterval, CheckpointEvery: *checkpointEvery, KafkaFsync: *kafkaFsync, DemoServiceURLs: services, CommandsThroughKafka: *commandsThroughKafka,
+		Roles: roles, ShutdownTimeout: *shutdownTimeout, SupervisorInterval: *supervisorInterval, SupervisorStoreTimeout: *supervisorStoreTimeout, CheckpointEvery: *checkpointEvery, KafkaFsync: *kafkaFsync, DemoServiceURLs: services, CommandsThroughKafka: *commandsThroughKafka,
 		WorkflowDirs: workflowDirs, HTTPAgents: httpAgents, HTTPAgentAllow: splitList(strings.Join(httpAgentAllow, ",")), SecretsDir: *secretsDir, KafkaSyncTopics: append([]string{}, kafka.SplitBrokers(*kafkaSyncTopics)...),
 		ReplyTopicPattern: *replyTopics, APITokensFile: *apiTokens, APITLSCert: *apiCert, APITLSKey: *apiKey,
 		Secure: *secureMode, KafkaSecurity: *kafkaSecurity, MaxOrderSize: *maxOrderSize, MaxUnfinishedTasks: *maxUnfinished, MaxRenderedBytes: *maxRendered, TaskViewBatch: *taskViewBatch,
@@ -212,7 +228,7 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 		return err
 	}
 	logger.Info("saga is running", "kafka", strings.Join(a.KafkaBrokers, ","), "kafka-security", a.KafkaSecurity,
-		"eventstore", eventstore.Redact(a.EventStoreURL), "api", "http://"+a.HTTPAddr+"/api/tasks")
+		"eventstore", eventstore.Redact(a.EventStoreURL), "http", httpSummary(a.HTTPAddr, roles))
 	if a.Secure != nil {
 		esAddr := *esListen
 		if u, err := url.Parse(a.EventStoreURL); err == nil {
@@ -236,4 +252,15 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	}
 	a.Close()
 	return err
+}
+
+// httpSummary says what the process serves over HTTP, for the log.
+func httpSummary(addr string, roles []engine.Role) string {
+	switch {
+	case addr == "":
+		return "none (--http-listen serves /healthz, /readyz and /metrics)"
+	case slices.Contains(roles, engine.RoleAPI):
+		return "http://" + addr + "/api/tasks"
+	}
+	return "http://" + addr + " (/healthz, /readyz, /metrics)"
 }

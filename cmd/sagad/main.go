@@ -31,6 +31,9 @@ commands:
   certs --out DIR --hosts H1,H2 [--passwords NAME,...] [--tokens-file NAME]
                make a CA, a server certificate and secrets for Kafka and
                KurrentDB run apart (compose.yaml's certs service)
+  healthcheck [--addr HOST:PORT] [--path /readyz] [--tls-ca FILE]
+               exit 0 when a sagad's /readyz answers 200, else 1 (for
+               container health checks: the image has no curl)
   version      print the version, commit, build time and Go version
 
 Run 'sagad COMMAND -h' for the flags of a command.
@@ -60,6 +63,15 @@ func main() {
 		err = runCerts(args)
 	case "", "all":
 		err = runAll(ctx, args, logger)
+	case "healthcheck":
+		if err := runHealthcheck(ctx, args, os.Stdout); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return
+			}
+			fmt.Fprintln(os.Stderr, "sagad healthcheck:", err)
+			os.Exit(1)
+		}
+		return
 	case "version":
 		fmt.Print(buildinfo.Get(version, commit, date))
 		return

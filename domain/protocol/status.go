@@ -23,6 +23,8 @@ const (
 	StatusStepResubmitted        = "step-resubmitted"
 	// StatusStepWaiting says a step waits for room at its agent.
 	StatusStepWaiting = "step-waiting"
+	// StatusStepSkipped says a step's condition was false: it is not run.
+	StatusStepSkipped = "step-skipped"
 	// StatusStepReturned says an agent instance gave an attempt back
 	// without calling; it is dispatched again.
 	StatusStepReturned = "step-returned"
@@ -107,6 +109,8 @@ func StatusOf(t *domain.Task, e domain.Event, revision uint64, at time.Time) Tas
 		s.Status, s.Step = StatusStepResubmitted, e.Step
 	case domain.StepWaiting:
 		s.Status, s.Step, s.Reason = StatusStepWaiting, e.Step, e.Reason
+	case domain.StepSkipped:
+		s.Status, s.Step, s.Reason = StatusStepSkipped, e.Step, "condition is false: "+e.Condition
 	case domain.StepReturned:
 		s.Status, s.Step, s.Attempt, s.Reason = StatusStepReturned, e.Step, e.Attempt, e.Reason
 	case domain.TaskProcessed:

@@ -28,13 +28,16 @@ type TaskView struct {
 	ReplyTo string `json:"replyTo,omitempty"`
 	// Reason says why the task compensates or stopped in Error.
 	Reason string `json:"reason,omitempty"`
-	// FailedStep names the step whose failure or failed compensation put
-	// the task in Error.
+	// FailedStep names the step whose failure made the task compensate,
+	// or whose failure or failed compensation put it in Error.
 	FailedStep string `json:"failedStep,omitempty"`
 	// Compensating is set once the task is being undone.
 	Compensating bool   `json:"compensating,omitempty"`
 	CancelledBy  string `json:"cancelledBy,omitempty"`
 	TraceParent  string `json:"traceparent,omitempty"`
+	// LeaseTerm is the newest supervisor lease term recorded in the
+	// task's stream; absent when none is.
+	LeaseTerm int64 `json:"leaseTerm,omitempty"`
 	// Revision is the revision of the last event folded in.
 	Revision    int64     `json:"revision"`
 	SubmittedAt time.Time `json:"submittedAt"`
@@ -55,6 +58,10 @@ type StepView struct {
 	// ResultBytes, in a list of tasks, is the size of the Result left out.
 	ResultBytes  int      `json:"resultBytes,omitempty"`
 	Compensation *LegView `json:"compensation,omitempty"`
+	// EndedRevision is the revision of the event that last ended an
+	// attempt of the step (it succeeded, failed or timed out): steps are
+	// compensated in the reverse order of it.
+	EndedRevision int64 `json:"endedRevision,omitempty"`
 }
 
 // LegView is the progress of a step's execution or of its compensation.
@@ -124,11 +131,12 @@ func ViewOf(t *domain.Task) *TaskView {
 	v := &TaskView{ID: t.ID, Workflow: t.Workflow, WorkflowVersion: t.WorkflowVersion, State: t.State, Priority: t.Priority,
 		ReplyTo: t.ReplyTo, Reason: t.Reason, FailedStep: t.FailedStep, Compensating: t.Compensating,
 		CancelledBy: t.CancelledBy, TraceParent: t.TraceParent, Revision: t.Revision, SubmittedAt: t.SubmittedAt, UpdatedAt: t.UpdatedAt}
+	v.LeaseTerm = t.LeaseTerm
 	if t.Steps != nil {
 		v.Steps = make([]*StepView, len(t.Steps))
 	}
 	for i, s := range t.Steps {
-		v.Steps[i] = &StepView{Name: s.Name, Agent: s.Agent, LegView: legView(&s.Leg), Result: s.Result}
+		v.Steps[i] = &StepView{Name: s.Name, Agent: s.Agent, LegView: legView(&s.Leg), Result: s.Result, EndedRevision: s.Ended}
 		if s.Compensation != nil {
 			c := legView(s.Compensation)
 			v.Steps[i].Compensation = &c
@@ -144,11 +152,12 @@ func (v *TaskView) Task() *domain.Task {
 	t := &domain.Task{ID: v.ID, Workflow: v.Workflow, WorkflowVersion: v.WorkflowVersion, State: v.State, Priority: v.Priority.OrNormal(),
 		ReplyTo: v.ReplyTo, Reason: v.Reason, FailedStep: v.FailedStep, Compensating: v.Compensating,
 		CancelledBy: v.CancelledBy, TraceParent: v.TraceParent, Revision: v.Revision, SubmittedAt: v.SubmittedAt, UpdatedAt: v.UpdatedAt}
+	t.LeaseTerm = v.LeaseTerm
 	if v.Steps != nil {
 		t.Steps = make([]*domain.Step, len(v.Steps))
 	}
 	for i, s := range v.Steps {
-		t.Steps[i] = &domain.Step{Name: s.Name, Agent: s.Agent, Leg: s.LegView.leg(), Result: s.Result}
+		t.Steps[i] = &domain.Step{Name: s.Name, Agent: s.Agent, Leg: s.LegView.leg(), Result: s.Result, Ended: s.EndedRevision}
 		if s.Compensation != nil {
 			c := s.Compensation.leg()
 			t.Steps[i].Compensation = &c

@@ -19,7 +19,10 @@ import (
 //   - no attempt times out twice;
 //   - at most one final event (TaskProcessed, TaskCompensated) and nothing
 //     after it;
-//   - a compensated task undid its steps in reverse order.
+//   - a compensated task undid its steps in reverse order of completion
+//     (for a list of steps, reverse list order);
+//   - the lease terms of its timeouts never decrease (no supervisor acted
+//     on the task after a newer leader had: the fencing of issue 28).
 func Stream(id string, events []domain.RecordedEvent) (*domain.Task, []string) {
 	task := domain.NewTask(id)
 	var problems []string
@@ -32,7 +35,8 @@ func Stream(id string, events []domain.RecordedEvent) (*domain.Task, []string) {
 		seen[key] = true
 	}
 	finals := 0
-	var undone []int
+	var undone []int64 // the Ended of each step undone, in order
+	var term int64     // the newest lease term of a timeout so far
 	for i, r := range events {
 		ev, err := domain.DecodeEvent(r.Type, r.Data)
 		if err != nil {
@@ -48,11 +52,13 @@ func Stream(id string, events []domain.RecordedEvent) (*domain.Task, []string) {
 			once("compensation", e.Step, e.Attempt)
 		case domain.StepTimedOut:
 			once(fmt.Sprintf("timeout-%v", e.Compensation), e.Step, e.Attempt)
+			if e.LeaseTerm < term {
+				problems = append(problems, fmt.Sprintf("%s: a timeout in lease term %d after one in term %d, at revision %d", id, e.LeaseTerm, term, i))
+			}
+			term = max(term, e.LeaseTerm)
 		case domain.StepCompensated:
-			for idx, s := range task.Steps {
-				if s.Name == e.Step {
-					undone = append(undone, idx)
-				}
+			if s := task.Step(e.Step); s != nil {
+				undone = append(undone, s.Ended)
 			}
 		case domain.TaskProcessed, domain.TaskCompensated:
 			finals++
@@ -62,7 +68,7 @@ func Stream(id string, events []domain.RecordedEvent) (*domain.Task, []string) {
 	if task.State == domain.StateCompensated {
 		for i := 1; i < len(undone); i++ {
 			if undone[i-1] <= undone[i] {
-				problems = append(problems, fmt.Sprintf("%s: compensated out of reverse order: %v", id, undone))
+				problems = append(problems, fmt.Sprintf("%s: compensated out of reverse order of completion: %v", id, undone))
 				break
 			}
 		}

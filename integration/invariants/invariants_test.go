@@ -28,6 +28,19 @@ func TestStreamFindsAnAttemptTimedOutTwice(t *testing.T) {
 	assert.Len(t, problems, 1)
 }
 
+func TestStreamFindsATimeoutOfAnOlderLeaseTerm(t *testing.T) {
+	events := recorded(t,
+		domain.StepDispatched{TaskID: "t", Step: "a", Attempt: 1},
+		domain.StepTimedOut{TaskID: "t", Step: "a", Attempt: 1, LeaseTerm: 3},
+		domain.StepDispatched{TaskID: "t", Step: "a", Attempt: 2},
+		domain.StepTimedOut{TaskID: "t", Step: "a", Attempt: 2, LeaseTerm: 2})
+	_, problems := invariants.Stream("t", events)
+	require.Len(t, problems, 1)
+	assert.Contains(t, problems[0], "lease term 2 after one in term 3")
+	_, problems = invariants.Stream("t", events[:3])
+	assert.Empty(t, problems)
+}
+
 func TestEffectsFindsACompensationOfAStepRefusedForGood(t *testing.T) {
 	dispatched := domain.StepDispatched{TaskID: "t", Step: "a", Attempt: 1}
 	refused := domain.StepFailed{TaskID: "t", Step: "a", Attempt: 1, Failure: domain.FailurePermanent}

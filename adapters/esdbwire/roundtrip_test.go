@@ -1,0 +1,76 @@
+package esdbwire_test
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/EventStore/EventStore-Client-Go/v4/esdb"
+	"github.com/google/uuid"
+
+	"github.com/sagaengine/saga/adapters/esdbwire"
+	"github.com/sagaengine/saga/domain"
+)
+
+// TestClientRequestsReadByServer: what the client encodes, the server's
+// decoder reads as the same append, chunk by chunk.
+func TestClientRequestsReadByServer(t *testing.T) {
+	id := uuid.New()
+	big := bytes.Repeat([]byte("y"), maxChunk-200)
+	events := []esdb.EventData{
+		{EventID: uuid.New(), EventType: "A", ContentType: esdb.ContentTypeJson, Data: []byte(`{"a":1}`), Metadata: []byte(`{"m":1}`)},
+		{EventID: uuid.New(), EventType: "B", ContentType: esdb.ContentTypeBinary, Data: big},
+	}
+	frames := esdbwire.AppendRequests(id, "orders-7", domain.ExpectRevision(41), events, time.Now().Add(time.Second), maxChunk)
+	if len(frames) != 2 {
+		t.Fatalf("%d requests, want 2", len(frames))
+	}
+	var got []esdbwire.Event
+	for i := range frames {
+		var r esdbwire.Request
+		if err := esdbwire.NewCodec().Unmarshal(frames[i].B, &r); err != nil {
+			t.Fatal(err)
+		}
+		if r.CorrErr != nil || uuid.UUID(r.CorrID) != id {
+			t.Fatalf("request %d: correlation id %v, %v", i, uuid.UUID(r.CorrID), r.CorrErr)
+		}
+		if r.HasOpts != (i == 0) || r.IsFinal != (i == len(frames)-1) {
+			t.Fatalf("request %d: options %v, final %v", i, r.HasOpts, r.IsFinal)
+		}
+		if i == 0 && (r.Opts.Stream != "orders-7" || r.Opts.ExpectedField != esdbwire.ExpectStreamPosition || r.Opts.Revision != 41) {
+			t.Fatalf("options %+v", r.Opts)
+		}
+		got = append(got, r.Events...)
+	}
+	for i, e := range events {
+		ct := "application/json"
+		if e.ContentType == esdb.ContentTypeBinary {
+			ct = "application/octet-stream"
+		}
+		g := got[i]
+		if g.Err != nil || uuid.UUID(g.ID) != e.EventID || g.Type != e.EventType || g.ContentType != ct ||
+			!bytes.Equal(g.Data, e.Data) || !bytes.Equal(g.Custom, e.Metadata) {
+			t.Fatalf("event %d read as %+v", i, g)
+		}
+	}
+}
+
+// TestServerAnswersReadByClient: what the server encodes, the client's
+// decoder reads by hand as the same result.
+func TestServerAnswersReadByClient(t *testing.T) {
+	id := uuid.New()
+	corr := esdbwire.AppendUUID(nil, 1, id)
+	corr = corr[2:] // the UUID message, without its field tag and length
+	for _, a := range []esdbwire.Answer{
+		{Corr: corr, Stream: "s", ExpectedField: esdbwire.ExpectStreamPosition, Revision: 3, CurrentRevision: 4, Commit: 900, Prepare: 800},
+		{Corr: corr, Stream: "s", ExpectedField: esdbwire.ExpectNoStream, CurrentRevision: 0, Commit: 10, Prepare: 10},
+	} {
+		var r esdbwire.Reply
+		if err := esdbwire.NewCodec().Unmarshal(a.Encode(), &r); err != nil {
+			t.Fatal(err)
+		}
+		if r.Full != nil || r.Corr != id || r.Revision != a.CurrentRevision || r.Commit != a.Commit || r.Prepare != a.Prepare {
+			t.Fatalf("answer %+v read as %+v", a, r)
+		}
+	}
+}
