@@ -133,6 +133,7 @@ func (v *TaskView) start(ctx context.Context, name string, source projections.Ev
 	runCtx, cancel := context.WithCancel(ctx)
 	r := &viewRun{file: name, db: db, view: projections.NewStoredTasks(db, v.app.logger), cancel: cancel, done: make(chan struct{})}
 	r.view.BatchSize = v.app.cfg.TaskViewBatch
+	r.view.MaxUpdateDelay = v.app.cfg.TaskViewUpdateDelay
 	v.running.Add(1)
 	go func() {
 		defer v.running.Done()
