@@ -163,12 +163,37 @@ type StoredTasks struct {
 	// a negative number none.
 	CacheTasks int
 
+	// MaxUpdateDelay bounds how long a change to a task that is neither
+	// new nor finished waits in memory before the view writes it; zero
+	// means DefaultMaxUpdateDelay, a negative number no wait. A new task
+	// and a finished one are written at the next commit. Each row write
+	// costs about the same however many events it folds, and a task in
+	// flight changes at every step: written at every commit (every 20 ms
+	// or so under load) a three-step task's row was written four times,
+	// about half of the view's CPU; now about twice.
+	MaxUpdateDelay time.Duration
+
 	// RetryAfter is how long Follow waits after a failed run before it
 	// runs again; default DefaultRetryAfter.
 	RetryAfter time.Duration
 
 	// cache holds tasks as last committed; only Run's goroutine uses it.
 	cache map[string]*domain.Task
+	// held are the tasks with changes not yet written, with when and in
+	// which batch their first such change was folded; heldOrder lists
+	// them oldest first (entries of tasks written since are passed over).
+	// Only Run's goroutine uses them.
+	held      map[string]*heldTask
+	heldOrder []heldEntry
+	// batches counts the batches folded; ends maps the number of each
+	// batch since the oldest held change's to the position of its last
+	// event, from which the checkpoint is found.
+	batches uint64
+	ends    map[uint64]uint64
+	// written is the position the stored rows are complete up to.
+	written uint64
+	// heldCount and cachedCount are len(held) and len(cache), for Held.
+	heldCount, cachedCount atomic.Int64
 	// failure is the error of the last failed run, until the view commits
 	// or catches up again.
 	failure atomic.Pointer[error]
@@ -194,8 +219,36 @@ func (v *StoredTasks) Applied() int64 { return v.applied.Load() }
 // Skipped counts the events passed over.
 func (v *StoredTasks) Skipped() int64 { return v.skipped.Load() }
 
-// Position is the store position of the last event committed.
+// Held is what the view holds in memory, by structure: the tasks whose
+// changes wait to be written ("changes", bounded by the tasks in flight) and
+// the unfinished tasks kept as last written ("cached", at most CacheTasks).
+func (v *StoredTasks) Held() map[string]int {
+	return map[string]int{"changes": int(v.heldCount.Load()), "cached": int(v.cachedCount.Load())}
+}
+
+// Position is the store position the view's stored rows are complete up
+// to: every event at or before it is in the rows the view serves. Changes
+// held back by MaxUpdateDelay are not.
 func (v *StoredTasks) Position() uint64 { return v.position.Load() }
+
+// DefaultMaxUpdateDelay is how long, by default, a change to a task in
+// flight may wait before the view writes it (StoredTasks.MaxUpdateDelay).
+const DefaultMaxUpdateDelay = 250 * time.Millisecond
+
+// heldTask is a task whose folded changes the view has not written yet.
+type heldTask struct {
+	task *domain.Task
+	// since is when its first unwritten change was folded, and batch the
+	// number of the batch that held it.
+	since time.Time
+	batch uint64
+}
+
+// heldEntry is a task of heldOrder, as held at since.
+type heldEntry struct {
+	id    string
+	since time.Time
+}
 
 // DefaultRetryAfter is how long StoredTasks.Follow waits between runs.
 const DefaultRetryAfter = time.Second
@@ -247,12 +300,19 @@ func (v *StoredTasks) Run(ctx context.Context, source EventSubscriber) error {
 	if v.FlushInterval <= 0 {
 		v.FlushInterval = 20 * time.Millisecond
 	}
+	if v.MaxUpdateDelay == 0 {
+		v.MaxUpdateDelay = DefaultMaxUpdateDelay
+	}
+	// A run starts from what is stored: changes held by an earlier run
+	// are folded again from the checkpoint, which never passed them.
+	v.held, v.heldOrder, v.ends, v.batches, v.written = map[string]*heldTask{}, nil, map[uint64]uint64{}, 0, 0
 	from := domain.FromStart()
 	if pos, ok, err := v.Store.Checkpoint(ctx); err != nil {
 		return errors.Wrap(err, "read the task view's checkpoint")
 	} else if ok {
 		from = domain.AfterPosition(pos)
 		v.position.Store(pos)
+		v.written = pos
 	}
 	items := make(chan domain.SubscriptionItem, v.BatchSize)
 	subErr := make(chan error, 1)
@@ -282,7 +342,8 @@ func (v *StoredTasks) Run(ctx context.Context, source EventSubscriber) error {
 			return errors.Wrap(err, "task view subscription")
 		case it := <-items:
 			if it.CaughtUp {
-				if err := v.flush(ctx, b); err != nil {
+				// Caught up, the rows hold everything: held changes too.
+				if err := v.flush(ctx, b, true); err != nil {
 					return err
 				}
 				v.failure.Store(nil)
@@ -294,13 +355,18 @@ func (v *StoredTasks) Run(ctx context.Context, source EventSubscriber) error {
 			}
 			b.events = append(b.events, *it.Event)
 			if len(b.events) >= v.BatchSize {
-				if err := v.flush(ctx, b); err != nil {
+				if err := v.flush(ctx, b, false); err != nil {
 					return err
 				}
 			}
 		case <-timer.C:
-			if err := v.flush(ctx, b); err != nil {
+			if err := v.flush(ctx, b, false); err != nil {
 				return err
+			}
+			if len(v.held) > 0 {
+				// Held changes are written when their delay ends, even
+				// if no event comes meanwhile.
+				timer.Reset(v.FlushInterval)
 			}
 		}
 	}
@@ -318,11 +384,16 @@ type viewBatch struct {
 }
 
 // flush folds the batch's events into their tasks' stored states and
-// commits them with the batch's last position.
-func (v *StoredTasks) flush(ctx context.Context, b *viewBatch) error {
-	if len(b.events) == 0 {
+// commits the tasks that are new or finished or whose changes have waited
+// MaxUpdateDelay (all of them when all is set), with the position the rows
+// are then complete up to. The other changed tasks are held in memory until
+// their turn; the checkpoint stays before their first unwritten event, so a
+// restart folds those events again.
+func (v *StoredTasks) flush(ctx context.Context, b *viewBatch, all bool) error {
+	if len(b.events) == 0 && len(v.held) == 0 {
 		return nil
 	}
+	now := time.Now()
 	var ids []string
 	seen := map[string]bool{}
 	for _, e := range b.events {
@@ -331,23 +402,26 @@ func (v *StoredTasks) flush(ctx context.Context, b *viewBatch) error {
 			ids = append(ids, id)
 		}
 	}
+	stored := map[string]bool{}
 	var missing []string
 	for _, id := range ids {
-		if t, ok := v.cache[id]; ok {
-			b.tasks[id] = t
+		if h, ok := v.held[id]; ok {
+			b.tasks[id], stored[id] = h.task, true // held only once stored
+		} else if t, ok := v.cache[id]; ok {
+			b.tasks[id], stored[id] = t, true
 		} else {
 			missing = append(missing, id)
 		}
 	}
 	if len(missing) > 0 {
-		stored, err := v.Store.Load(ctx, missing)
+		rows, err := v.Store.Load(ctx, missing)
 		if err != nil {
 			return errors.Wrap(err, "load tasks for the task view")
 		}
 		for _, id := range missing {
 			t := domain.NewTask(id)
-			if v := stored[id]; v != nil {
-				t = v.Task()
+			if v := rows[id]; v != nil {
+				t, stored[id] = v.Task(), true
 			}
 			b.tasks[id] = t
 		}
@@ -364,26 +438,110 @@ func (v *StoredTasks) flush(ctx context.Context, b *viewBatch) error {
 			skipped++
 		}
 	}
+	if len(b.events) > 0 {
+		v.batches++
+		v.ends[v.batches] = b.events[len(b.events)-1].Position
+	}
 	changed := make([]*protocol.TaskView, 0, len(ids))
-	for _, id := range ids {
-		if t := b.tasks[id]; t.Exists() {
+	written := map[string]*domain.Task{}
+	write := func(id string, t *domain.Task) {
+		if _, done := written[id]; !done && t.Exists() {
 			changed = append(changed, protocol.ViewOf(t))
 		}
+		written[id] = t
 	}
-	last := b.events[len(b.events)-1].Position
-	if err := v.Store.Commit(ctx, changed, last); err != nil {
-		// The cached tasks may now hold events the store does not.
+	for _, id := range ids {
+		t := b.tasks[id]
+		h, isHeld := v.held[id]
+		switch {
+		case all || v.MaxUpdateDelay < 0 || !stored[id] || t.State.Terminal() || isHeld && now.Sub(h.since) >= v.MaxUpdateDelay:
+			write(id, t)
+		case !isHeld:
+			v.held[id] = &heldTask{task: t, since: now, batch: v.batches}
+			v.heldOrder = append(v.heldOrder, heldEntry{id: id, since: now})
+		}
+	}
+	// Held tasks whose delay ended, or every one when all is set.
+	n := 0
+	for _, e := range v.heldOrder {
+		h, ok := v.held[e.id]
+		if _, done := written[e.id]; !ok || !h.since.Equal(e.since) || done {
+			n++ // written since
+			continue
+		}
+		if !all && now.Sub(h.since) < v.MaxUpdateDelay {
+			break
+		}
+		write(e.id, h.task)
+		n++
+	}
+	// Without held changes the rows are complete up to the last event
+	// folded.
+	complete := v.written
+	if end, ok := v.ends[v.batches]; ok {
+		complete = end
+	}
+	oldest := uint64(0)
+	for _, e := range v.heldOrder[n:] {
+		if h, ok := v.held[e.id]; ok && written[e.id] == nil && h.since.Equal(e.since) {
+			oldest = h.batch
+			break
+		}
+	}
+	if oldest > 0 {
+		// The rows are complete up to the batch before the oldest
+		// unwritten change; before any batch of this run, up to where it
+		// started.
+		complete = v.written
+		if end, ok := v.ends[oldest-1]; ok {
+			complete = end
+		}
+	}
+	defer func() { v.heldCount.Store(int64(len(v.held))); v.cachedCount.Store(int64(len(v.cache))) }()
+	if len(changed) == 0 && complete == v.written {
+		v.forgetWritten(written, n, oldest)
+		v.applied.Add(applied)
+		v.skipped.Add(skipped)
+		b.events = b.events[:0]
+		clear(b.tasks)
+		return nil
+	}
+	if err := v.Store.Commit(ctx, changed, complete); err != nil {
+		// The cached and held tasks may now hold events the store does
+		// not; the next run folds them again from the checkpoint.
 		clear(v.cache)
+		clear(v.held)
+		v.heldOrder = nil
 		return errors.Wrap(err, "commit the task view")
 	}
 	v.failure.Store(nil)
-	v.remember(b.tasks)
+	v.forgetWritten(written, n, oldest)
+	v.remember(written)
 	v.applied.Add(applied)
 	v.skipped.Add(skipped)
-	v.position.Store(last)
+	v.written = complete
+	v.position.Store(complete)
 	b.events = b.events[:0]
 	clear(b.tasks)
 	return nil
+}
+
+// forgetWritten drops what the view no longer holds: the tasks just written,
+// the first n entries of heldOrder, and the batch ends before the oldest
+// held change's batch (all of them when nothing is held).
+func (v *StoredTasks) forgetWritten(written map[string]*domain.Task, n int, oldest uint64) {
+	for id := range written {
+		delete(v.held, id)
+	}
+	v.heldOrder = v.heldOrder[n:]
+	if len(v.heldOrder) == 0 {
+		v.heldOrder = nil
+	}
+	for k := range v.ends {
+		if oldest == 0 && k < v.batches || oldest > 0 && k+1 < oldest {
+			delete(v.ends, k)
+		}
+	}
 }
 
 // remember keeps the unfinished tasks of a committed batch in the cache and

@@ -21,6 +21,7 @@ import (
 // load and can fail a commit.
 type memStore struct {
 	rows     map[string][]byte
+	writes   map[string]int // rows written, per task
 	position uint64
 	loaded   int
 	failNext bool
@@ -56,6 +57,10 @@ func (m *memStore) Commit(_ context.Context, tasks []*protocol.TaskView, positio
 			return err
 		}
 		m.rows[t.ID] = row
+		if m.writes == nil {
+			m.writes = map[string]int{}
+		}
+		m.writes[t.ID]++
 	}
 	m.position = position
 	return nil
@@ -120,7 +125,7 @@ func TestStoredTasksFoldsCachedTasksAsStoredOnes(t *testing.T) {
 	build := func(cacheTasks int) *memStore {
 		store := &memStore{rows: map[string][]byte{}}
 		view := projections.NewStoredTasks(store, nil)
-		view.BatchSize, view.CacheTasks = 1, cacheTasks
+		view.BatchSize, view.CacheTasks, view.MaxUpdateDelay = 1, cacheTasks, -1
 		require.NoError(t, runView(t, view, history))
 		return store
 	}
@@ -180,4 +185,88 @@ func TestFollowSaysWhyItIsBehindAndCatchesUpOnceItCanWrite(t *testing.T) {
 	whole := &memStore{rows: map[string][]byte{}}
 	require.NoError(t, runView(t, projections.NewStoredTasks(whole, nil), history))
 	assert.Equal(t, string(whole.rows["o-1"]), string(store.rows["o-1"]), "the row is the one of a view that never failed")
+}
+
+// noCatchUp delivers events from a position on and never says it caught
+// up, as a subscription whose events are still coming.
+type noCatchUp []domain.RecordedEvent
+
+func (s noCatchUp) SubscribeAll(ctx context.Context, from domain.SubscribeFrom, prefix string, handle func(domain.SubscriptionItem) error) error {
+	for i := range s {
+		if pos, after := from.After(); after && s[i].Position <= pos {
+			continue
+		}
+		if err := handle(domain.SubscriptionItem{Event: &s[i]}); err != nil {
+			return err
+		}
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// runUntil runs view over events until until holds, then stops it.
+func runUntil(t *testing.T, view *projections.StoredTasks, events noCatchUp, until func() bool) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- view.Run(ctx, events) }()
+	require.Eventually(t, until, 10*time.Second, time.Millisecond)
+	cancel()
+	require.NoError(t, <-done)
+}
+
+// TestATaskInFlightIsWrittenWhenNewAndWhenFinished: with a commit per
+// event, a task's row was written at every commit; changes to a task in
+// flight now wait in memory (MaxUpdateDelay), so the row is written when the
+// task is new and when it finishes, and ends the same.
+func TestATaskInFlightIsWrittenWhenNewAndWhenFinished(t *testing.T) {
+	history := oneByOne(audittest.History())
+	run := func(delay time.Duration) *memStore {
+		store := &memStore{rows: map[string][]byte{}}
+		view := projections.NewStoredTasks(store, nil)
+		view.BatchSize, view.MaxUpdateDelay = 1, delay
+		require.NoError(t, runView(t, view, history))
+		return store
+	}
+	every, held := run(-1), run(time.Hour)
+	assert.Equal(t, len(history), every.writes["o-1"], "without holding, a write per commit")
+	assert.Equal(t, 2, held.writes["o-1"], "holding: when new and when finished")
+	assert.Equal(t, string(every.rows["o-1"]), string(held.rows["o-1"]))
+	assert.Equal(t, every.position, held.position)
+}
+
+// TestHeldChangesAreFoldedAgainAfterARestart: the checkpoint never passes
+// a change held in memory, so a view stopped (or killed) with changes held
+// folds them again when it runs next, to the row of a view that held none.
+func TestHeldChangesAreFoldedAgainAfterARestart(t *testing.T) {
+	history := audittest.History()
+	store := &memStore{rows: map[string][]byte{}}
+	view := projections.NewStoredTasks(store, nil)
+	view.BatchSize, view.MaxUpdateDelay = 1, time.Hour
+	runUntil(t, view, noCatchUp(history[:10]), func() bool { return view.Applied()+view.Skipped() == 10 })
+	assert.Equal(t, history[0].Position, store.position, "the checkpoint stays before the first held change")
+	assert.Equal(t, 1, store.writes["o-1"], "written once, when new")
+
+	require.NoError(t, runView(t, projections.NewStoredTasks(store, nil), oneByOne(history)))
+	whole := &memStore{rows: map[string][]byte{}}
+	never := projections.NewStoredTasks(whole, nil)
+	never.MaxUpdateDelay = -1
+	require.NoError(t, runView(t, never, oneByOne(history)))
+	assert.Equal(t, string(whole.rows["o-1"]), string(store.rows["o-1"]))
+}
+
+// TestAHeldChangeIsWrittenAfterItsDelay: a task in flight that changes and
+// then waits (a long step) is written once its change has waited
+// MaxUpdateDelay, though no event comes after it.
+func TestAHeldChangeIsWrittenAfterItsDelay(t *testing.T) {
+	history := audittest.History()
+	store := &memStore{rows: map[string][]byte{}}
+	view := projections.NewStoredTasks(store, nil)
+	view.BatchSize, view.FlushInterval, view.MaxUpdateDelay = 1, time.Millisecond, 20*time.Millisecond
+	last := history[4].Position
+	runUntil(t, view, noCatchUp(history[:5]), func() bool { return view.Position() == last })
+	assert.Equal(t, last, store.position)
+	var row protocol.TaskView
+	require.NoError(t, json.Unmarshal(store.rows["o-1"], &row))
+	assert.Equal(t, int64(history[4].Revision), row.Revision, "the row holds the held changes")
 }

@@ -115,6 +115,10 @@ type Config struct {
 	// TaskViewBatch bounds the events the task view folds per SQLite
 	// commit; 0 means projections.StoredTasks's default.
 	TaskViewBatch int
+	// TaskViewUpdateDelay bounds how long a change to a task in flight
+	// waits before the task view writes it (projections.StoredTasks's
+	// MaxUpdateDelay); 0 means its default, a negative value no wait.
+	TaskViewUpdateDelay time.Duration
 	// Partitions of the topics saga creates; default DefaultPartitions.
 	Partitions int32
 	// Instance names this process in events (actor, LockedBy).

@@ -37,6 +37,9 @@ func (a *App) Held() map[string]processes.Held {
 	if a.Status != nil {
 		out["status"] = a.Status.Held()
 	}
+	if a.Tasks != nil {
+		out["taskview"] = a.Tasks.Held()
+	}
 	if a.esServer != nil {
 		out["eventstore"] = processes.Held{"stream_states": a.esServer.Store().Stats().CachedStreams}
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/sagaengine/saga/adapters/taskdb"
 	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/domain/protocol"
+	"github.com/sagaengine/saga/processes"
 	"github.com/sagaengine/saga/projections"
 )
 
@@ -41,6 +42,14 @@ type TaskView struct {
 	mu         sync.Mutex
 	rebuilding bool
 	last       *RebuildReport
+}
+
+// Held is what the task view in use holds in memory (StoredTasks.Held).
+func (v *TaskView) Held() processes.Held {
+	if r := v.current.Load(); r != nil {
+		return r.view.Held()
+	}
+	return processes.Held{}
 }
 
 // viewRun is one task view file and the projection that keeps it.
@@ -124,6 +133,7 @@ func (v *TaskView) start(ctx context.Context, name string, source projections.Ev
 	runCtx, cancel := context.WithCancel(ctx)
 	r := &viewRun{file: name, db: db, view: projections.NewStoredTasks(db, v.app.logger), cancel: cancel, done: make(chan struct{})}
 	r.view.BatchSize = v.app.cfg.TaskViewBatch
+	r.view.MaxUpdateDelay = v.app.cfg.TaskViewUpdateDelay
 	v.running.Add(1)
 	go func() {
 		defer v.running.Done()

@@ -141,6 +141,7 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	maxRendered := fs.Int("max-rendered-size", domain.DefaultMaxRenderedBytes,
 		"largest request, in bytes, an HTTP step's templates may render to (url, headers and body together); a step whose rendering is larger fails for good")
 	taskViewBatch := fs.Int("task-view-batch", projections.DefaultBatchSize, "most events the task view folds into one SQLite commit")
+	taskViewDelay := fs.Duration("task-view-update-delay", projections.DefaultMaxUpdateDelay, "longest a change to a task in flight waits before the task view writes it (new and finished tasks are written at once; 0 writes every change at the next commit)")
 	workflowsDir := fs.String("workflows", envOr("SAGA_WORKFLOWS", ""), "register the workflow definitions in this directory (*.yaml, *.yml, *.json) at start; default the demo order workflow when demo agents run [$SAGA_WORKFLOWS]")
 	replyTopics := fs.String("reply-topic-pattern", domain.DefaultReplyTopicPattern, "regular expression an order's replyTo must match; saga's own topics (saga.*, but saga.reply.*), orders and trigger topics are refused whatever it allows")
 	apiTokens := fs.String("api-tokens-file", envOr("SAGA_API_TOKENS_FILE", ""), "require API tokens from this file (make them with 'sagad token'); off: anyone who reaches the API may act [$SAGA_API_TOKENS_FILE]")
@@ -218,7 +219,7 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 		Roles: roles, ShutdownTimeout: *shutdownTimeout, SupervisorInterval: *supervisorInterval, SupervisorStoreTimeout: *supervisorStoreTimeout, CheckpointEvery: *checkpointEvery, KafkaFsync: *kafkaFsync, DemoServiceURLs: services, CommandsThroughKafka: *commandsThroughKafka,
 		WorkflowDirs: workflowDirs, HTTPAgents: httpAgents, HTTPAgentAllow: splitList(strings.Join(httpAgentAllow, ",")), SecretsDir: *secretsDir, KafkaSyncTopics: append([]string{}, kafka.SplitBrokers(*kafkaSyncTopics)...),
 		ReplyTopicPattern: *replyTopics, APITokensFile: *apiTokens, APITLSCert: *apiCert, APITLSKey: *apiKey,
-		Secure: *secureMode, KafkaSecurity: *kafkaSecurity, MaxOrderSize: *maxOrderSize, MaxUnfinishedTasks: *maxUnfinished, MaxRenderedBytes: *maxRendered, TaskViewBatch: *taskViewBatch,
+		Secure: *secureMode, KafkaSecurity: *kafkaSecurity, MaxOrderSize: *maxOrderSize, MaxUnfinishedTasks: *maxUnfinished, MaxRenderedBytes: *maxRendered, TaskViewBatch: *taskViewBatch, TaskViewUpdateDelay: viewDelay(*taskViewDelay),
 		KafkaRetention: &broker.Retention{MaxAge: *retentionAge, MaxRecords: *retentionRecords, RederivedMaxRecords: *rederivedRecords,
 			Interval: broker.DefaultRetentionInterval, IdleReplyTopicAfter: *idleReplyTopics}, KafkaMaxTopics: *maxTopics,
 		AgentInstances: engine.AgentInstances{Capacity: capacity, DefaultCapacity: *defaultCapacity, RateLimit: rates, GlobalLimit: globalLimits,
@@ -263,4 +264,13 @@ func httpSummary(addr string, roles []engine.Role) string {
 		return "http://" + addr + "/api/tasks"
 	}
 	return "http://" + addr + " (/healthz, /readyz, /metrics)"
+}
+
+// viewDelay maps --task-view-update-delay to engine.Config's: there 0 is the
+// default and a negative value no wait.
+func viewDelay(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
