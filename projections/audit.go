@@ -126,6 +126,17 @@ func describe(e domain.Event) (string, int, string) {
 		return e.Step, 0, what + " waits for " + e.Agent + ": " + e.Reason
 	case domain.StepSkipped:
 		return e.Step, 0, "skipped: condition " + e.Condition + " is false"
+	case domain.StepDelayed:
+		return e.Step, 0, "waiting until " + e.Until.UTC().Format(time.RFC3339)
+	case domain.StepDelayElapsed:
+		d := "delay over (until " + e.Until.UTC().Format(time.RFC3339) + ")"
+		if e.FiredBy != "" {
+			d += ", fired by " + e.FiredBy
+		}
+		if e.LeaseTerm > 0 {
+			d += " in lease term " + strconv.FormatInt(e.LeaseTerm, 10)
+		}
+		return e.Step, 0, d
 	case domain.StepReturned:
 		what := "attempt"
 		if e.Compensation {
