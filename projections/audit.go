@@ -41,7 +41,8 @@ type AuditRow struct {
 	Attempt  int           `json:"attempt,omitempty"`
 	Actor    string        `json:"actor"`
 	Details  string        `json:"details,omitempty"`
-	// NotBefore is, for a retry scheduled, when its backoff ends.
+	// NotBefore is, for a retry scheduled, when its backoff ends; for a
+	// delay step that started, the time it waits until.
 	NotBefore *time.Time `json:"notBefore,omitempty"`
 }
 
@@ -88,6 +89,10 @@ func BuildAudit(taskID string, recorded []domain.RecordedEvent, cut Cut) (*Audit
 		if retry, ok := ev.(domain.StepRetryScheduled); ok {
 			notBefore := retry.NotBefore.UTC()
 			row.NotBefore = &notBefore
+		}
+		if delayed, ok := ev.(domain.StepDelayed); ok {
+			until := delayed.Until.UTC()
+			row.NotBefore = &until
 		}
 		a.Rows = append(a.Rows, row)
 	}
