@@ -194,3 +194,14 @@ func (t *Task) applyDelayElapsed(e StepDelayElapsed) {
 	t.LeaseTerm = max(t.LeaseTerm, e.LeaseTerm)
 	t.UpdatedAt = e.At
 }
+
+// abandonDelays stops the waits of the delay steps once the task
+// compensates: they will not fire, and show as not started (Pending),
+// their DelayedUntil kept.
+func (t *Task) abandonDelays() {
+	for _, s := range t.Steps {
+		if s.State == StepStateDelayed {
+			s.State = StepStatePending
+		}
+	}
+}

@@ -166,6 +166,9 @@ func TestDelayBesideAFailingBranchIsAbandoned(t *testing.T) {
 	assert.Equal(t, domain.StateProcessing, g.task().State)
 	events := g.reply("pay", false, domain.FailurePermanent, "")
 	assert.Equal(t, []string{"StepFailed:pay", "CompensationRequested", "TaskCompensated"}, names(events), "a waiting delay holds nothing up")
+	wait := g.task().Step("wait")
+	assert.Equal(t, domain.StepStatePending, wait.State, "an abandoned delay no longer waits")
+	assert.Empty(t, g.task().Delays())
 	_, err = g.task().ElapseDelayInTerm("wait", t0.Add(time.Hour), 0, at(time.Hour))
 	require.ErrorIs(t, err, domain.ErrNotDelayed)
 }
@@ -186,4 +189,22 @@ func TestDelayEventsRoundTrip(t *testing.T) {
 	b, _ := json.Marshal(domain.StepDelayElapsed{TaskID: "o-1", Step: "s", Until: t0, At: t0})
 	assert.NotContains(t, string(b), "leaseTerm")
 	assert.NotContains(t, string(b), "firedBy")
+}
+
+// TestCancellingADelayedTaskUndoesWhatItDid: an operator cancels a task
+// waiting at its cool-off; it compensates the charge and the delay never
+// fires.
+func TestCancellingADelayedTaskUndoesWhatItDid(t *testing.T) {
+	w := delayWorkflow(t, `{"for":"10m"}`)
+	g := newGraphTask(t, w, `{}`)
+	g.reply("charge", false, "", "")
+	cancelled, err := g.task().Cancel(w, "ops", "customer changed their mind", at(time.Minute))
+	require.NoError(t, err)
+	g.events = append(g.events, cancelled...)
+	next := g.task().Next(w, at(time.Minute))
+	assert.Equal(t, []string{"CompensationDispatched:charge"}, names(next))
+	g.events = append(g.events, next...)
+	_, err = g.task().ElapseDelayInTerm("cool-off", t0.Add(10*time.Minute), 0, at(time.Hour))
+	require.ErrorIs(t, err, domain.ErrNotDelayed)
+	assert.Equal(t, []string{"StepCompensated:charge", "TaskCompensated"}, names(g.reply("charge", true, "", "")))
 }

@@ -317,12 +317,14 @@ func (t *Task) Apply(e Event) {
 	case CompensationRequested:
 		t.Compensating, t.State, t.Reason, t.UpdatedAt = true, StateCompensating, e.Reason, e.At
 		t.FailedStep = e.Step
+		t.abandonDelays()
 	case TaskCancelled:
 		t.Compensating, t.State, t.CancelledBy, t.UpdatedAt = true, StateCompensating, e.By, e.At
 		t.Reason = "cancelled by " + e.By
 		if e.Reason != "" {
 			t.Reason += ": " + e.Reason
 		}
+		t.abandonDelays()
 	case CompensationDispatched:
 		if s := t.Step(e.Step); s != nil {
 			if s.Compensation == nil {
