@@ -312,7 +312,7 @@ func (p *defParser) backoff(path string, v any, b Backoff) Backoff {
 
 func (p *defParser) step(path string, v any, d stepDefaults) StepDefinition {
 	s := d.step()
-	m := p.object(path, v, "name", "agent", "http", "budget", "attempts", "backoff", "onExhausted", "compensation", "after", "when")
+	m := p.object(path, v, "name", "agent", "http", "budget", "attempts", "backoff", "onExhausted", "compensation", "after", "when", "delay")
 	if m == nil {
 		return s
 	}
@@ -328,6 +328,9 @@ func (p *defParser) step(path string, v any, d stepDefaults) StepDefinition {
 		if s.Agent == "" {
 			s.Agent = HTTPAgent
 		}
+	}
+	if v, ok := m["delay"]; ok {
+		s.Delay = p.delayDefinition(join(path, "delay"), v)
 	}
 	p.stepTiming(path, m, &s.Budget, &s.MaxAttempts, &s.Backoff)
 	if v, ok := m["onExhausted"]; ok {
@@ -442,6 +445,8 @@ func (w *Workflow) Validate() error {
 			seen[s.Name] = i
 		}
 		switch {
+		case s.Delay != nil:
+			validateDelay(path, s, templateScope{workflow: w, before: i}, add)
 		case s.Agent == "":
 			add(path+".agent", "is required: name the agent that runs the step, or give an http call")
 		case !agentPattern.MatchString(s.Agent):
@@ -612,6 +617,7 @@ func (w *Workflow) MarshalDefinition() ([]byte, error) {
 			step["http"] = s.HTTP
 		}
 		graphDoc(step, s)
+		delayDoc(step, s)
 		if c := s.Compensation; c != nil {
 			comp := map[string]any{"budget": c.Budget.String(), "attempts": c.MaxAttempts, "backoff": backoffDoc(c.Backoff)}
 			if c.Action != "" {

@@ -162,6 +162,9 @@ type Step struct {
 	// the step (it succeeded, failed or timed out); compensations go in
 	// the reverse order of it. 0 before any ended.
 	Ended int64
+	// DelayedUntil is, for a delay step that started, the time it waits
+	// (or waited) until; nil otherwise.
+	DelayedUntil *time.Time
 }
 
 // done reports whether the steps after this one may start: it succeeded
@@ -314,12 +317,14 @@ func (t *Task) Apply(e Event) {
 	case CompensationRequested:
 		t.Compensating, t.State, t.Reason, t.UpdatedAt = true, StateCompensating, e.Reason, e.At
 		t.FailedStep = e.Step
+		t.abandonDelays()
 	case TaskCancelled:
 		t.Compensating, t.State, t.CancelledBy, t.UpdatedAt = true, StateCompensating, e.By, e.At
 		t.Reason = "cancelled by " + e.By
 		if e.Reason != "" {
 			t.Reason += ": " + e.Reason
 		}
+		t.abandonDelays()
 	case CompensationDispatched:
 		if s := t.Step(e.Step); s != nil {
 			if s.Compensation == nil {
@@ -360,6 +365,10 @@ func (t *Task) Apply(e Event) {
 			s.WaitingSince, s.WaitReason = nil, ""
 		}
 		t.UpdatedAt = e.At
+	case StepDelayed:
+		t.applyDelayed(e)
+	case StepDelayElapsed:
+		t.applyDelayElapsed(e)
 	case TaskProcessed:
 		t.State, t.UpdatedAt = StateProcessed, e.At
 	case TaskCompensated:

@@ -201,6 +201,9 @@ type StepDefinition struct {
 	// When is the step's condition (see ParseCondition); empty means
 	// always. A step whose condition is false is skipped.
 	When string
+	// Delay, when set, makes the step a timer: it has no Agent, waits,
+	// and succeeds when its time comes (see DelayDefinition).
+	Delay *DelayDefinition
 }
 
 // Step returns the definition of the named step.
@@ -242,7 +245,7 @@ func (w *Workflow) WithBudget(budget time.Duration, backoff Backoff) *Workflow {
 func (w *Workflow) Agents() []string {
 	var out []string
 	for _, s := range w.Steps {
-		if !slices.Contains(out, s.Agent) {
+		if s.Agent != "" && !slices.Contains(out, s.Agent) {
 			out = append(out, s.Agent)
 		}
 	}

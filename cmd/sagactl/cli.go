@@ -124,7 +124,15 @@ func printTask(t *protocol.TaskView) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", clean(s.Name), dash(clean(s.Agent)), s.State, s.Attempt, s.FailureCount,
 			dash(clean(s.LockedBy)), completeBy, comp, dash(truncate(compact(s.Result))))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, s := range t.Steps {
+		if s.State == domain.StepStateDelayed && s.DelayedUntil != nil {
+			fmt.Printf("%s: waiting until %s\n", clean(s.Name), stamp(*s.DelayedUntil))
+		}
+	}
+	return nil
 }
 
 // printTaskList prints a page of tasks as a table.

@@ -28,9 +28,13 @@ const (
 	// StatusStepReturned says an agent instance gave an attempt back
 	// without calling; it is dispatched again.
 	StatusStepReturned = "step-returned"
-	StatusProcessed    = "processed"
-	StatusCompensated  = "compensated"
-	StatusFailed       = "failed"
+	// StatusStepDelayed says a delay step waits until a time (Reason).
+	StatusStepDelayed = "step-delayed"
+	// StatusStepDelayElapsed says a delay step's time came: it succeeded.
+	StatusStepDelayElapsed = "step-delay-elapsed"
+	StatusProcessed        = "processed"
+	StatusCompensated      = "compensated"
+	StatusFailed           = "failed"
 	// StatusRejected is sent for an order that did not become a task
 	// (unknown workflow or version, invalid input); Reason says why.
 	StatusRejected = "rejected"
@@ -113,6 +117,10 @@ func StatusOf(t *domain.Task, e domain.Event, revision uint64, at time.Time) Tas
 		s.Status, s.Step, s.Reason = StatusStepSkipped, e.Step, "condition is false: "+e.Condition
 	case domain.StepReturned:
 		s.Status, s.Step, s.Attempt, s.Reason = StatusStepReturned, e.Step, e.Attempt, e.Reason
+	case domain.StepDelayed:
+		s.Status, s.Step, s.Reason = StatusStepDelayed, e.Step, "waiting until "+e.Until.UTC().Format(time.RFC3339)
+	case domain.StepDelayElapsed:
+		s.Status, s.Step = StatusStepDelayElapsed, e.Step
 	case domain.TaskProcessed:
 		s.Status = StatusProcessed
 	case domain.TaskCompensated:
