@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sagaengine/saga/domain"
@@ -409,6 +410,27 @@ func (b *Broker) RefusedTopics() int64 {
 	return b.topics.refused.Load()
 }
 
+// listTopicNames lists the broker's topics, but internal ones, as they are
+// once it is called, for the cap's reset: kadm's ListTopics answers from the
+// client's metadata cache when the client listed them in the last
+// MetadataMinAge (5 s), as a retention pass's client has, and a topic
+// created since would be missing from a listing the cap takes as newer.
+func listTopicNames(ctx context.Context, client *kgo.Client) ([]string, error) {
+	req := kmsg.NewPtrMetadataRequest()
+	req.AllowAutoTopicCreation = false
+	resp, err := req.RequestWith(ctx, client)
+	if err != nil {
+		return nil, errors.Wrap(err, "list topics")
+	}
+	names := make([]string, 0, len(resp.Topics))
+	for _, t := range resp.Topics {
+		if t.Topic != nil && !t.IsInternal {
+			names = append(names, *t.Topic)
+		}
+	}
+	return names, nil
+}
+
 // neverWrittenGrace multiplies the idle time after which a reply topic that
 // never held a record is deleted.
 const neverWrittenGrace = 10
@@ -425,17 +447,18 @@ type idleTopics struct {
 // to read on: a reply topic costs file descriptors for as long as it
 // exists, and an order's statuses are long delivered. A client that names
 // it again gets it created again.
-func (b *Broker) deleteIdleReplyTopics(ctx context.Context, adm *kadm.Client, idle *idleTopics, idleAfter time.Duration, now time.Time) (int, error) {
+func (b *Broker) deleteIdleReplyTopics(ctx context.Context, client *kgo.Client, idle *idleTopics, idleAfter time.Duration, now time.Time) (int, error) {
+	adm := kadm.NewClient(client)
 	listedAt := time.Now()
-	listed, err := adm.ListTopics(ctx)
+	listed, err := listTopicNames(ctx, client)
 	if err != nil {
-		return 0, errors.Wrap(err, "list topics")
+		return 0, err
 	}
 	if b.topics != nil {
-		b.topics.reset(listed.Names(), listedAt, false)
+		b.topics.reset(listed, listedAt, false)
 	}
 	var replies []string
-	for _, name := range listed.Names() {
+	for _, name := range listed {
 		if ReplyTopic(name) {
 			replies = append(replies, name)
 		}
