@@ -88,7 +88,10 @@ type topicCap struct {
 	names map[string]known
 	// evictable lists the reply topics created by auto-creation
 	// (evictable values), oldest first.
-	evictable             *list.List
+	evictable *list.List
+	// gone holds when the cap last forgot each topic since the last
+	// reset: a listing made before then may still name it.
+	gone                  map[string]time.Time
 	lastLog, lastEvictLog time.Time
 
 	refused, evicted atomic.Int64
@@ -103,7 +106,7 @@ func newTopicCap(limit int, grace time.Duration, logger *slog.Logger) *topicCap 
 	if grace == 0 {
 		grace = DefaultReplyTopicGrace
 	}
-	return &topicCap{max: limit, grace: max(grace, 0), logger: logger, now: time.Now, names: map[string]known{}, evictable: list.New()}
+	return &topicCap{max: limit, grace: max(grace, 0), logger: logger, now: time.Now, names: map[string]known{}, evictable: list.New(), gone: map[string]time.Time{}}
 }
 
 // known is a topic the cap counts: when it learnt of it, and its place in
@@ -158,6 +161,7 @@ func (c *topicCap) forgetLocked(name string) {
 		c.evictable.Remove(k.elem)
 	}
 	delete(c.names, name)
+	c.gone[name] = c.now()
 }
 
 // reset makes the known topics those the broker listed at listedAt, but
@@ -166,13 +170,22 @@ func (c *topicCap) forgetLocked(name string) {
 // unknown origin: at start (atStart) it counts as auto-created and older
 // than every other, so that a flood's topics from before a restart can
 // make room; later it may be a caller's, and is never deleted to make room.
+// A listed topic the cap deleted (or forgot) since listedAt is gone.
 func (c *topicCap) reset(names []string, listedAt time.Time, atStart bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	listed := make(map[string]bool, len(names))
 	for _, n := range names {
 		listed[n] = true
+		if at, ok := c.gone[n]; ok && !at.Before(listedAt) {
+			continue
+		}
 		c.addLocked(n, atStart, true)
+	}
+	for n, at := range c.gone {
+		if at.Before(listedAt) {
+			delete(c.gone, n)
+		}
 	}
 	for n, k := range c.names {
 		if !listed[n] && k.since.Before(listedAt) {

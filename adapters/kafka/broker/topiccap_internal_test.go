@@ -205,3 +205,44 @@ func TestARetentionPassKeepsTheTopicsCreatedSinceItsClientLastListed(t *testing.
 	_, _, evictable = b.topics.count()
 	assert.Equal(t, 1, evictable, "the cap still counts reply.flood-1 as auto-created")
 }
+
+// TestAListingDoesNotBringBackATopicDeletedWhileItWasMade: a retention
+// pass lists the topics, and the cap deletes one of them to make room
+// before the pass hands the listing to the cap. The listed topic is gone:
+// counting it again, as one of unknown origin that may never make room,
+// put the cap over its limit and, with every eviction in a flood, filled it
+// with topics that do not exist until the next pass.
+func TestAListingDoesNotBringBackATopicDeletedWhileItWasMade(t *testing.T) {
+	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	c := newTopicCap(2, 10*time.Second, slog.New(slog.DiscardHandler))
+	c.now = func() time.Time { return now }
+	c.reset([]string{"saga.status"}, now, true)
+	metadata := func(name string) *kmsg.MetadataRequest {
+		req := kmsg.NewPtrMetadataRequest()
+		req.AllowAutoTopicCreation = true
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(name)
+		req.Topics = append(req.Topics, rt)
+		return req
+	}
+	var removed []string
+	create := func(string) error { return nil }
+	remove := func(name string) error { removed = append(removed, name); return nil }
+	c.admit(metadata("reply.a"), create, remove)
+
+	now = now.Add(time.Minute)
+	listedAt := now
+	now = now.Add(time.Millisecond)
+	c.admit(metadata("reply.b"), create, remove)
+	require.Equal(t, []string{"reply.a"}, removed, "reply.a made room for reply.b")
+	c.reset([]string{"saga.status", "reply.a"}, listedAt, false) // listed before reply.a was deleted
+	topics, _, evictable := c.count()
+	assert.Equal(t, 2, topics, "saga.status and reply.b")
+	assert.Equal(t, 1, evictable, "reply.b")
+
+	now = now.Add(time.Minute)
+	c.reset([]string{"saga.status", "reply.b"}, now, false)
+	c.reset([]string{"saga.status", "reply.b", "reply.a"}, now.Add(time.Millisecond), false) // a caller made reply.a since
+	topics, _, _ = c.count()
+	assert.Equal(t, 3, topics, "a topic listed after it was deleted is counted again")
+}
