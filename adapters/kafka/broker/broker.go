@@ -416,7 +416,7 @@ func (b *Broker) RetainOnce(ctx context.Context, r Retention) (int64, error) {
 	}
 	b.idleMu.Lock()
 	defer b.idleMu.Unlock()
-	_, err = b.deleteIdleReplyTopics(ctx, adm, &b.idle, r.IdleReplyTopicAfter, time.Now())
+	_, err = b.deleteIdleReplyTopics(ctx, client, &b.idle, r.IdleReplyTopicAfter, time.Now())
 	return removed, errors.Wrap(err, "delete idle reply topics")
 }
 

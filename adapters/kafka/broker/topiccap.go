@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sagaengine/saga/domain"
@@ -87,7 +88,10 @@ type topicCap struct {
 	names map[string]known
 	// evictable lists the reply topics created by auto-creation
 	// (evictable values), oldest first.
-	evictable             *list.List
+	evictable *list.List
+	// gone holds when the cap last forgot each topic since the last
+	// reset: a listing made before then may still name it.
+	gone                  map[string]time.Time
 	lastLog, lastEvictLog time.Time
 
 	refused, evicted atomic.Int64
@@ -102,7 +106,7 @@ func newTopicCap(limit int, grace time.Duration, logger *slog.Logger) *topicCap 
 	if grace == 0 {
 		grace = DefaultReplyTopicGrace
 	}
-	return &topicCap{max: limit, grace: max(grace, 0), logger: logger, now: time.Now, names: map[string]known{}, evictable: list.New()}
+	return &topicCap{max: limit, grace: max(grace, 0), logger: logger, now: time.Now, names: map[string]known{}, evictable: list.New(), gone: map[string]time.Time{}}
 }
 
 // known is a topic the cap counts: when it learnt of it, and its place in
@@ -157,6 +161,7 @@ func (c *topicCap) forgetLocked(name string) {
 		c.evictable.Remove(k.elem)
 	}
 	delete(c.names, name)
+	c.gone[name] = c.now()
 }
 
 // reset makes the known topics those the broker listed at listedAt, but
@@ -165,13 +170,22 @@ func (c *topicCap) forgetLocked(name string) {
 // unknown origin: at start (atStart) it counts as auto-created and older
 // than every other, so that a flood's topics from before a restart can
 // make room; later it may be a caller's, and is never deleted to make room.
+// A listed topic the cap deleted (or forgot) since listedAt is gone.
 func (c *topicCap) reset(names []string, listedAt time.Time, atStart bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	listed := make(map[string]bool, len(names))
 	for _, n := range names {
 		listed[n] = true
+		if at, ok := c.gone[n]; ok && !at.Before(listedAt) {
+			continue
+		}
 		c.addLocked(n, atStart, true)
+	}
+	for n, at := range c.gone {
+		if at.Before(listedAt) {
+			delete(c.gone, n)
+		}
 	}
 	for n, k := range c.names {
 		if !listed[n] && k.since.Before(listedAt) {
@@ -409,6 +423,27 @@ func (b *Broker) RefusedTopics() int64 {
 	return b.topics.refused.Load()
 }
 
+// listTopicNames lists the broker's topics, but internal ones, as they are
+// once it is called, for the cap's reset: kadm's ListTopics answers from the
+// client's metadata cache when the client listed them in the last
+// MetadataMinAge (5 s), as a retention pass's client has, and a topic
+// created since would be missing from a listing the cap takes as newer.
+func listTopicNames(ctx context.Context, client *kgo.Client) ([]string, error) {
+	req := kmsg.NewPtrMetadataRequest()
+	req.AllowAutoTopicCreation = false
+	resp, err := req.RequestWith(ctx, client)
+	if err != nil {
+		return nil, errors.Wrap(err, "list topics")
+	}
+	names := make([]string, 0, len(resp.Topics))
+	for _, t := range resp.Topics {
+		if t.Topic != nil && !t.IsInternal {
+			names = append(names, *t.Topic)
+		}
+	}
+	return names, nil
+}
+
 // neverWrittenGrace multiplies the idle time after which a reply topic that
 // never held a record is deleted.
 const neverWrittenGrace = 10
@@ -425,17 +460,18 @@ type idleTopics struct {
 // to read on: a reply topic costs file descriptors for as long as it
 // exists, and an order's statuses are long delivered. A client that names
 // it again gets it created again.
-func (b *Broker) deleteIdleReplyTopics(ctx context.Context, adm *kadm.Client, idle *idleTopics, idleAfter time.Duration, now time.Time) (int, error) {
+func (b *Broker) deleteIdleReplyTopics(ctx context.Context, client *kgo.Client, idle *idleTopics, idleAfter time.Duration, now time.Time) (int, error) {
+	adm := kadm.NewClient(client)
 	listedAt := time.Now()
-	listed, err := adm.ListTopics(ctx)
+	listed, err := listTopicNames(ctx, client)
 	if err != nil {
-		return 0, errors.Wrap(err, "list topics")
+		return 0, err
 	}
 	if b.topics != nil {
-		b.topics.reset(listed.Names(), listedAt, false)
+		b.topics.reset(listed, listedAt, false)
 	}
 	var replies []string
-	for _, name := range listed.Names() {
+	for _, name := range listed {
 		if ReplyTopic(name) {
 			replies = append(replies, name)
 		}

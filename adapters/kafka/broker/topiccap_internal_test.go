@@ -48,14 +48,14 @@ func TestAnEmptyReplyTopicWaitsLongerBeforeItIsDeleted(t *testing.T) {
 		return listed.Has("reply.empty"), listed.Has("reply.written")
 	}
 	for _, at := range []time.Duration{0, after} {
-		_, err = b.deleteIdleReplyTopics(ctx, adm, idle, after, t0.Add(at))
+		_, err = b.deleteIdleReplyTopics(ctx, client, idle, after, t0.Add(at))
 		require.NoError(t, err)
 	}
 	empty, written := exists()
 	assert.False(t, written, "a written reply topic idle for the idle time is deleted")
 	assert.True(t, empty, "an empty one waits longer")
 
-	_, err = b.deleteIdleReplyTopics(ctx, adm, idle, after, t0.Add(neverWrittenGrace*after))
+	_, err = b.deleteIdleReplyTopics(ctx, client, idle, after, t0.Add(neverWrittenGrace*after))
 	require.NoError(t, err)
 	empty, _ = exists()
 	assert.False(t, empty, "an empty reply topic is deleted once the longer wait is over")
@@ -169,4 +169,80 @@ func TestCreatingATopicClaimsItFromTheCache(t *testing.T) {
 	topics, _, evictable := c.count()
 	assert.Equal(t, 1, topics)
 	assert.Zero(t, evictable, "created by its caller, it is the caller's")
+}
+
+// TestARetentionPassKeepsTheTopicsCreatedSinceItsClientLastListed: a
+// retention pass lists the topics twice with one client (its config pass,
+// then its idle reply topic pass), and a client answers a listing from its
+// metadata cache for a while. A reply topic auto-created between the two
+// listings was missing from the second while the cap took it as made after
+// it, so the cap forgot it; named again, it was found existing and counted
+// as a caller's. Under load every topic of a flood went that way, and the
+// cap, full of topics it may not delete, refused every new reply topic.
+func TestARetentionPassKeepsTheTopicsCreatedSinceItsClientLastListed(t *testing.T) {
+	b, err := Start(Config{Listen: "127.0.0.1:0", Partitions: 1, MaxTopics: 8,
+		Retention: &Retention{IdleReplyTopicAfter: time.Hour}, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	t.Cleanup(b.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pass, err := b.internalClient()
+	require.NoError(t, err)
+	t.Cleanup(pass.Close)
+	_, err = kadm.NewClient(pass).ListTopics(ctx) // the pass's first listing
+	require.NoError(t, err)
+
+	producer, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...), kgo.AllowAutoTopicCreation())
+	require.NoError(t, err)
+	t.Cleanup(producer.Close)
+	require.NoError(t, producer.ProduceSync(ctx, &kgo.Record{Topic: "reply.flood-1", Value: []byte("status")}).FirstErr())
+	_, _, evictable := b.topics.count()
+	require.Equal(t, 1, evictable, "the cap auto-created reply.flood-1")
+
+	idle := &idleTopics{ends: map[string]int64{}, since: map[string]time.Time{}}
+	_, err = b.deleteIdleReplyTopics(ctx, pass, idle, time.Hour, time.Now())
+	require.NoError(t, err)
+	_, _, evictable = b.topics.count()
+	assert.Equal(t, 1, evictable, "the cap still counts reply.flood-1 as auto-created")
+}
+
+// TestAListingDoesNotBringBackATopicDeletedWhileItWasMade: a retention
+// pass lists the topics, and the cap deletes one of them to make room
+// before the pass hands the listing to the cap. The listed topic is gone:
+// counting it again, as one of unknown origin that may never make room,
+// put the cap over its limit and, with every eviction in a flood, filled it
+// with topics that do not exist until the next pass.
+func TestAListingDoesNotBringBackATopicDeletedWhileItWasMade(t *testing.T) {
+	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	c := newTopicCap(2, 10*time.Second, slog.New(slog.DiscardHandler))
+	c.now = func() time.Time { return now }
+	c.reset([]string{"saga.status"}, now, true)
+	metadata := func(name string) *kmsg.MetadataRequest {
+		req := kmsg.NewPtrMetadataRequest()
+		req.AllowAutoTopicCreation = true
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(name)
+		req.Topics = append(req.Topics, rt)
+		return req
+	}
+	var removed []string
+	create := func(string) error { return nil }
+	remove := func(name string) error { removed = append(removed, name); return nil }
+	c.admit(metadata("reply.a"), create, remove)
+
+	now = now.Add(time.Minute)
+	listedAt := now
+	now = now.Add(time.Millisecond)
+	c.admit(metadata("reply.b"), create, remove)
+	require.Equal(t, []string{"reply.a"}, removed, "reply.a made room for reply.b")
+	c.reset([]string{"saga.status", "reply.a"}, listedAt, false) // listed before reply.a was deleted
+	topics, _, evictable := c.count()
+	assert.Equal(t, 2, topics, "saga.status and reply.b")
+	assert.Equal(t, 1, evictable, "reply.b")
+
+	now = now.Add(time.Minute)
+	c.reset([]string{"saga.status", "reply.b"}, now, false)
+	c.reset([]string{"saga.status", "reply.b", "reply.a"}, now.Add(time.Millisecond), false) // a caller made reply.a since
+	topics, _, _ = c.count()
+	assert.Equal(t, 3, topics, "a topic listed after it was deleted is counted again")
 }
