@@ -141,6 +141,7 @@ func (s *Store) openIndex() (uint64, error) {
 		s.posFile = f
 	}
 	s.ckpt = c
+	s.ckptLastFrame.Store(c.lastFrame)
 	s.posCount = c.samples
 	s.lastSample = c.lastSample
 	s.mem = &memtable{streams: map[string]*memStream{}, from: c.through, to: c.through,
@@ -415,6 +416,7 @@ func (s *Store) commitIndex(c checkpoint, tables, drop []*table, flushed bool) e
 		return err
 	}
 	s.ckpt = c
+	s.ckptLastFrame.Store(c.lastFrame)
 	s.mu.Lock()
 	s.tables = tables
 	s.posCount = c.samples
