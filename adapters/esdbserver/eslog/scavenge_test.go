@@ -273,6 +273,45 @@ func TestScavengeWhileAppendingAndFollowing(t *testing.T) {
 			}
 		}
 	}()
+	// Catch-up readers that go through the old segments, the ones being
+	// rewritten, a few events a page, and check the live stream's order.
+	var rereads atomic.Int64
+	stop := make(chan struct{})
+	var readers sync.WaitGroup
+	for range 2 {
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			for {
+				next := uint64(0)
+				from := eslog.AllFrom{}
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					page, err := s.ReadAll(eslog.Forwards, from, 3, 0, nil)
+					if !assert.NoError(t, err) {
+						return
+					}
+					for _, e := range page.Events {
+						if e.Stream == "live" {
+							if !assert.Equal(t, next, e.Revision, "a catch-up read sees the live stream in order") {
+								return
+							}
+							next++
+						}
+						from.Position = e.Position + 1
+					}
+					if page.End || len(page.Events) == 0 {
+						break
+					}
+				}
+				rereads.Add(1)
+			}
+		}()
+	}
 	var removed int64
 	for written.Load() < total {
 		res, err := s.Scavenge(ctx)
@@ -280,6 +319,9 @@ func TestScavengeWhileAppendingAndFollowing(t *testing.T) {
 		removed += res.EventsRemoved
 	}
 	wg.Wait()
+	close(stop)
+	readers.Wait()
+	t.Logf("catch-up readers read $all %d times", rereads.Load())
 	require.Len(t, seen, total)
 	for i, r := range seen {
 		require.Equal(t, uint64(i), r, "the follower sees each live event once, in order")
@@ -441,5 +483,42 @@ func TestKillDuringScavengeLosesNothing(t *testing.T) {
 		require.NoError(t, err, "round %d", round)
 		t.Logf("round %d: %d acknowledged; a scavenge after the restart: %+v", round, n, res)
 		require.NoError(t, s.Close())
+	}
+}
+
+// TestReadAcrossAScavengedSegment pauses a $all read while scavenge
+// rewrites the segments under it: the read goes on from the new files
+// (jumping from the nearest sample over what was removed) and misses none
+// of the events that remain.
+func TestReadAcrossAScavengedSegment(t *testing.T) {
+	for _, after := range []int{3, 40, 90} {
+		s, err := eslog.Open(scavengeOpts(t.TempDir()))
+		require.NoError(t, err)
+		defer s.Close()
+		fillForScavenge(t, s)
+		var res eslog.ScavengeResult
+		got, err := eslog.ScanPausing(s, after, func() {
+			res, err = s.Scavenge(context.Background())
+			require.NoError(t, err)
+		})
+		require.NoError(t, err)
+		require.Positive(t, res.EventsRemoved)
+		t.Logf("pause after %d frames: %+v", after, res)
+		var live []string
+		seen := map[string]bool{}
+		for _, key := range got {
+			require.False(t, seen[key], "%s read twice", key)
+			seen[key] = true
+			if strings.HasPrefix(key, "live@") {
+				live = append(live, key)
+			}
+		}
+		require.Len(t, live, 51)
+		for i, key := range live {
+			assert.Equal(t, fmt.Sprintf("live@%d", i), key)
+		}
+		for _, key := range []string{"gone-9@0", "gone-9@49", "gone-8@49", "gone-0@49"} {
+			assert.True(t, seen[key], "%s is read", key)
+		}
 	}
 }
