@@ -522,3 +522,100 @@ func TestReadAcrossAScavengedSegment(t *testing.T) {
 		}
 	}
 }
+
+// TestScavengeOfExpiredEvents removes the events older than $maxAge but a
+// stream's last one; reads, which skip the expired events already, are the
+// same before and after, and after a restart that rebuilds the index.
+func TestScavengeOfExpiredEvents(t *testing.T) {
+	dir := t.TempDir()
+	var now atomic.Int64
+	now.Store(time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	opts := scavengeOpts(dir)
+	opts.Now = func() time.Time { return time.Unix(0, now.Load()) }
+	s, err := eslog.Open(opts)
+	require.NoError(t, err)
+	ctx := context.Background()
+	setMeta(t, s, "aging", `{"$maxAge":3600}`)
+	setMeta(t, s, "expired", `{"$maxAge":3600}`)
+	for i := range 100 {
+		_, err := s.Append(ctx, "aging", eslog.Any, []eslog.ProposedEvent{bigEvent(i)})
+		require.NoError(t, err)
+		_, err = s.Append(ctx, "expired", eslog.Any, []eslog.ProposedEvent{bigEvent(1000 + i)})
+		require.NoError(t, err)
+		if i == 49 {
+			now.Add(int64(2 * time.Hour)) // the first 50 of each expire
+		}
+	}
+	now.Add(int64(30 * time.Minute))
+	_, err = s.Append(ctx, "other", eslog.Any, []eslog.ProposedEvent{bigEvent(5000)})
+	require.NoError(t, err)
+	read := func(s *eslog.Store, stream string, dir eslog.Direction) []eslog.RecordedEvent {
+		page, err := s.ReadStream(stream, dir, 0, dir == eslog.Backwards, 1000)
+		require.NoError(t, err)
+		return page.Events
+	}
+	before := read(s, "aging", eslog.Forwards)
+	require.Len(t, before, 50)
+	res, err := s.Scavenge(ctx)
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, res.EventsRemoved, int64(100), "the expired halves of both streams")
+	assert.Equal(t, before, read(s, "aging", eslog.Forwards))
+	assert.Len(t, read(s, "aging", eslog.Backwards), 50)
+
+	now.Add(int64(2 * time.Hour)) // now every event has expired
+	_, err = s.Append(ctx, "other", eslog.Any, []eslog.ProposedEvent{bigEvent(5001)})
+	require.NoError(t, err)
+	res, err = s.Scavenge(ctx)
+	require.NoError(t, err)
+	assert.Empty(t, read(s, "expired", eslog.Forwards))
+	assert.Equal(t, int64(99), s.StreamRevision("expired"), "the last event is kept, so the revision stays")
+	require.NoError(t, s.Close())
+
+	require.NoError(t, os.RemoveAll(filepath.Join(dir, "index")))
+	s, err = eslog.Open(opts)
+	require.NoError(t, err)
+	defer s.Close()
+	assert.Equal(t, int64(99), s.StreamRevision("expired"))
+	assert.Equal(t, int64(99), s.StreamRevision("aging"))
+	res2, err := s.Append(ctx, "expired", eslog.Revision(99), []eslog.ProposedEvent{bigEvent(7000)})
+	require.NoError(t, err)
+	assert.Equal(t, int64(100), res2.Revision)
+	assert.Len(t, read(s, "expired", eslog.Forwards), 1)
+}
+
+// TestScavengeWithStreamsSharingAHash tombstones one of two streams whose
+// names hash alike and scavenges: the other reads and appends as before,
+// and the tombstoned one stays deleted, before and after a restart.
+func TestScavengeWithStreamsSharingAHash(t *testing.T) {
+	eslog.WeakHash(t)
+	dir := t.TempDir()
+	s, err := eslog.Open(scavengeOpts(dir))
+	require.NoError(t, err)
+	ctx := context.Background()
+	for i := range 100 {
+		_, err := s.Append(ctx, []string{"aa", "bb"}[i%2], eslog.Any, []eslog.ProposedEvent{bigEvent(i)})
+		require.NoError(t, err)
+	}
+	_, err = s.Tombstone(ctx, "aa", eslog.Any)
+	require.NoError(t, err)
+	_, err = s.Append(ctx, "cc", eslog.Any, []eslog.ProposedEvent{bigEvent(500)})
+	require.NoError(t, err)
+	res, err := s.Scavenge(ctx)
+	require.NoError(t, err)
+	assert.Positive(t, res.EventsRemoved)
+	for round := range 2 {
+		page, err := s.ReadStream("bb", eslog.Forwards, 0, false, 1000)
+		require.NoError(t, err, "round %d", round)
+		assert.Len(t, page.Events, 50+round)
+		_, err = s.ReadStream("aa", eslog.Forwards, 0, false, 1000)
+		assert.ErrorIs(t, err, eslog.ErrStreamDeleted)
+		_, err = s.Append(ctx, "aa", eslog.Any, []eslog.ProposedEvent{bigEvent(600)})
+		assert.ErrorIs(t, err, eslog.ErrStreamDeleted)
+		_, err = s.Append(ctx, "bb", eslog.Revision(uint64(49+round)), []eslog.ProposedEvent{bigEvent(700 + round)})
+		require.NoError(t, err, "round %d", round)
+		require.NoError(t, s.Close())
+		s, err = eslog.Open(scavengeOpts(dir))
+		require.NoError(t, err)
+	}
+	require.NoError(t, s.Close())
+}
