@@ -142,6 +142,7 @@ func (s *Store) openIndex() (uint64, error) {
 	}
 	s.ckpt = c
 	s.ckptLastFrame.Store(c.lastFrame)
+	s.ckptThrough.Store(c.through)
 	s.posCount = c.samples
 	s.lastSample = c.lastSample
 	s.mem = &memtable{streams: map[string]*memStream{}, from: c.through, to: c.through,
@@ -417,6 +418,7 @@ func (s *Store) commitIndex(c checkpoint, tables, drop []*table, flushed bool) e
 	}
 	s.ckpt = c
 	s.ckptLastFrame.Store(c.lastFrame)
+	s.ckptThrough.Store(c.through)
 	s.mu.Lock()
 	s.tables = tables
 	s.posCount = c.samples

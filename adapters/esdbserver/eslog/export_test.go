@@ -45,10 +45,11 @@ func VerifyingLastBytes(opts Options, n uint64) Options {
 // ScanPausing reads the whole log as a $all read does, calling pause after
 // the first frames, and returns the events it met as stream@revision.
 func ScanPausing(s *Store, after int, pause func()) ([]string, error) {
+	gen := s.log.gen.Load()
 	s.mu.RLock()
 	head := s.mem.to
 	s.mu.RUnlock()
-	sc := s.scanner(0, head)
+	sc := s.scanner(0, head, gen)
 	var out []string
 	var names lastNames
 	for n := 0; ; n++ {

@@ -105,6 +105,9 @@ func (s *Store) ReadAllAppend(ctx context.Context, dir Direction, from AllFrom, 
 	if err := ctx.Err(); err != nil {
 		return page, errors.Wrap(err, "read $all")
 	}
+	// Before the sample: a segment scavenge replaces after this makes the
+	// scanner resync (see frameScanner.resync).
+	gen := s.log.gen.Load()
 	s.mu.RLock()
 	head := s.mem.to
 	page.Changed = s.changed
@@ -121,7 +124,7 @@ func (s *Store) ReadAllAppend(ctx context.Context, dir Direction, from AllFrom, 
 	if err != nil {
 		return page, err
 	}
-	r := allReader{s: s, ctx: ctx, lim: lim, filter: filter, page: &page}
+	r := allReader{s: s, ctx: ctx, lim: lim, filter: filter, page: &page, gen: gen}
 	if dir == Forwards {
 		err = r.forwards(sample, start, head)
 	} else {
@@ -138,6 +141,7 @@ type allReader struct {
 	page   *Page
 	bytes  int
 	names  lastNames
+	gen    uint64
 }
 
 // full reports whether the page may take no more events.
@@ -174,7 +178,7 @@ func (r *allReader) examine(ev *frameEvent) (stop bool, err error) {
 }
 
 func (r *allReader) forwards(sample, start, head uint64) error {
-	sc := r.s.scanner(sample, head)
+	sc := r.s.scanner(sample, head, r.gen)
 	var evs []frameEvent
 	for {
 		fpos, body, ok, err := sc.next()
@@ -199,6 +203,7 @@ func (r *allReader) forwards(sample, start, head uint64) error {
 func (r *allReader) backwards(before, head uint64) error {
 	var evs []frameEvent
 	for before > 0 {
+		gen := r.s.log.gen.Load()
 		r.s.mu.RLock()
 		sample, err := r.s.floorSample(before - 1)
 		r.s.mu.RUnlock()
@@ -206,7 +211,7 @@ func (r *allReader) backwards(before, head uint64) error {
 			return err
 		}
 		evs = evs[:0]
-		sc := r.s.scanner(sample, head)
+		sc := r.s.scanner(sample, head, gen)
 		for sc.pos < before {
 			fpos, body, ok, err := sc.next()
 			if err != nil {

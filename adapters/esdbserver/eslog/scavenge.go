@@ -18,7 +18,9 @@ import (
 //
 //   - It looks only at closed segments (never the one being written) that
 //     the index checkpoint covers, so that open never replays from inside
-//     one; it first writes the index's memtable out to get there.
+//     one; it first closes the segment being written, if that holds at
+//     least a sixteenth of Options.SegmentSize, and writes the index's
+//     memtable out. The frame the checkpoint ends with is kept.
 //   - An append frame is removed when every event in it is dead: its stream
 //     is tombstoned, or the event is below $tb or $maxCount (including a
 //     soft delete), or older than $maxAge with every older event of its
@@ -27,10 +29,11 @@ import (
 //     delete. Tombstone frames are kept.
 //   - A run of removed frames becomes a skip frame, followed by a hole: the
 //     skip frame gives the length of the run, so readers and open jump over
-//     it. Another skip frame is written at each sample (the frame starts a
-//     $all read may start from) inside the run. The rest of the run is never
-//     written, so the file is sparse and its blocks are freed where the
-//     file system supports holes.
+//     it. The samples (the frame starts a $all read may start from) inside
+//     the run are moved to its start, in the position file, before the
+//     segment is replaced. The rest of the run is never written, so the file
+//     is sparse and its blocks are freed where the file system supports
+//     holes.
 //   - The segment is rewritten beside the original (<segment>.scavenge),
 //     synced, renamed over it and the directory synced: a crash at any point
 //     leaves either the old segment or the new one, and open deletes a left
@@ -83,9 +86,10 @@ func encodeSkip(span uint64) []byte {
 }
 
 // scanner returns a frame scanner of the committed log from sample to head
-// that survives a segment file being replaced by scavenge.
-func (s *Store) scanner(sample, head uint64) frameScanner {
-	return frameScanner{log: s.log, pos: sample, limit: head, gen: s.log.gen.Load(), floor: func(pos uint64) (uint64, error) {
+// that survives a segment file being replaced by scavenge; gen is the log's
+// generation loaded before sample was.
+func (s *Store) scanner(sample, head, gen uint64) frameScanner {
+	return frameScanner{log: s.log, pos: sample, limit: head, gen: gen, floor: func(pos uint64) (uint64, error) {
 		s.mu.RLock()
 		defer s.mu.RUnlock()
 		return s.floorSample(pos)
@@ -93,34 +97,41 @@ func (s *Store) scanner(sample, head uint64) frameScanner {
 }
 
 // resync is called when the scanner met a bad frame. If scavenge replaced a
-// segment file since the scanner read its bytes, the scanner may stand
-// inside a run of removed frames: it finds the first frame at or after its
+// segment file since the scanner's generation, the scanner may stand inside
+// a run of removed frames: it finds the first frame at or after its
 // position by walking from the sample before it, which is a frame start in
-// every version of the file, and reports true. The frames it passes were
-// removed, so the read misses nothing that is still there.
+// the new file, and reports true. The frames it passes were removed, so the
+// read misses nothing that is still there.
 func (sc *frameScanner) resync() bool {
-	gen := sc.log.gen.Load()
-	if sc.floor == nil || gen == sc.gen {
+	if sc.floor == nil {
 		return false
 	}
-	sc.gen, sc.buf, sc.at = gen, nil, 0
-	p, err := sc.floor(sc.pos)
-	if err != nil {
-		return false
-	}
-	for p < sc.pos {
-		body, err := sc.log.frameAt(p)
+	for {
+		gen := sc.log.gen.Load()
+		if gen == sc.gen {
+			return false
+		}
+		sc.gen, sc.buf, sc.at = gen, nil, 0
+		p, err := sc.floor(sc.pos)
 		if err != nil {
 			return false
 		}
-		if span, ok := skipSpan(body); ok {
-			p += span
-		} else {
-			p += frameHeaderSize + uint64(len(body))
+		for p < sc.pos && err == nil {
+			var body []byte
+			if body, err = sc.log.frameAt(p); err == nil {
+				if span, ok := skipSpan(body); ok {
+					p += span
+				} else {
+					p += frameHeaderSize + uint64(len(body))
+				}
+			}
 		}
+		if err == nil {
+			sc.pos = p
+			return true
+		}
+		// Another segment was replaced meanwhile: try again if so.
 	}
-	sc.pos = p
-	return true
 }
 
 // Scavenge removes, from the closed segments, the frames whose events no
@@ -136,14 +147,19 @@ func (s *Store) Scavenge(ctx context.Context) (ScavengeResult, error) {
 	if err := s.stopped(ctx); err != nil {
 		return res, err
 	}
+	if err := s.closeActiveSegment(ctx); err != nil {
+		return res, err
+	}
 	if err := s.indexClosedSegments(ctx); err != nil {
 		return res, err
 	}
 	s.log.mu.RLock()
 	segs := slices.Clone(s.log.segs)
 	s.log.mu.RUnlock()
-	v := scavenger{s: s, now: s.opts.Now(), broken: map[string]bool{}}
-	covered := s.ckptLastFrame.Load()
+	// The checkpoint's last frame is kept: open checks that the log
+	// still holds it. A later checkpoint's is past every closed segment.
+	v := scavenger{s: s, now: s.opts.Now(), broken: map[string]bool{}, protect: s.ckptLastFrame.Load()}
+	covered := s.ckptThrough.Load()
 	for _, seg := range segs[:len(segs)-1] {
 		if seg.base+seg.size > covered {
 			break
@@ -175,13 +191,27 @@ func (s *Store) stopped(ctx context.Context) error {
 	return errors.Wrap(ctx.Err(), "scavenge")
 }
 
+// closeActiveSegment starts a new segment if the one being written holds
+// at least a sixteenth of Options.SegmentSize, so that a scavenge reaches
+// what was written before it without making many small segments.
+func (s *Store) closeActiveSegment(ctx context.Context) error {
+	s.log.mu.RLock()
+	size := s.log.segs[len(s.log.segs)-1].size
+	s.log.mu.RUnlock()
+	if size < s.opts.SegmentSize/16 {
+		return nil
+	}
+	_, err := s.submit(ctx, &request{op: opRoll})
+	return errors.Wrap(err, "close the segment being written")
+}
+
 // indexClosedSegments writes the memtables out as tables until the index
 // checkpoint covers every closed segment, or nothing is left to write.
 func (s *Store) indexClosedSegments(ctx context.Context) error {
 	s.log.mu.RLock()
 	target := s.log.segs[len(s.log.segs)-1].base
 	s.log.mu.RUnlock()
-	for s.ckptLastFrame.Load() < target {
+	for s.ckptThrough.Load() < target {
 		s.mu.Lock()
 		if s.frozen == nil && s.mem.entries > 0 {
 			s.frozen = s.mem
@@ -225,6 +255,8 @@ type scavenger struct {
 	// theirs is removed for its age (removed events are always a prefix).
 	fates  map[string]*streamFate
 	broken map[string]bool
+	// protect is the start of a frame that must stay.
+	protect uint64
 }
 
 func (v *scavenger) fate(stream string) (*streamFate, error) {
@@ -252,7 +284,7 @@ func (v *scavenger) fate(stream string) (*streamFate, error) {
 // how many events it holds.
 func (v *scavenger) dead(pos uint64, body []byte) (bool, int, error) {
 	d := decoder{b: body}
-	if d.byte() != kindAppend {
+	if pos == v.protect || d.byte() != kindAppend {
 		return false, 0, nil
 	}
 	f, err := decodeAppend(&d)
@@ -322,7 +354,7 @@ func (v *scavenger) segment(ctx context.Context, seg *segment, res *ScavengeResu
 	if err != nil {
 		return err
 	}
-	if err := s.log.rewrite(seg, keep, samples); err != nil {
+	if err := s.log.rewrite(seg, keep, samples, s.repointSamples); err != nil {
 		return err
 	}
 	res.SegmentsRewritten++
@@ -331,11 +363,19 @@ func (v *scavenger) segment(ctx context.Context, seg *segment, res *ScavengeResu
 	return nil
 }
 
-// samplesIn returns the samples in [lo, hi).
-func (s *Store) samplesIn(lo, hi uint64) ([]uint64, error) {
+// sampleRef is a sample of the position file: its index and position.
+type sampleRef struct {
+	index int
+	pos   uint64
+}
+
+// samplesIn returns the samples of the position file in [lo, hi). Those
+// of closed segments the checkpoint covers are all there: the memtables'
+// are after the checkpoint.
+func (s *Store) samplesIn(lo, hi uint64) ([]sampleRef, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	var out []uint64
+	var out []sampleRef
 	var b [8]byte
 	var err error
 	i := sort.Search(int(s.posCount), func(i int) bool {
@@ -355,28 +395,39 @@ func (s *Store) samplesIn(lo, hi uint64) ([]uint64, error) {
 		if p >= hi {
 			break
 		}
-		out = append(out, p)
+		out = append(out, sampleRef{index: i, pos: p})
 	}
-	if err != nil {
-		return nil, errors.Wrap(err, "read position file")
+	return out, errors.Wrap(err, "read position file")
+}
+
+// repointSamples makes the samples that fall inside removed runs point at
+// their run's start, where the skip frame is, and syncs the position file.
+// Both places are frame starts in the old segment, so a crash before the
+// segment is replaced leaves a valid index.
+func (s *Store) repointSamples(moves []sampleRef) error {
+	if len(moves) == 0 {
+		return nil
 	}
-	for _, m := range []*memtable{s.frozen, s.mem} {
-		if m != nil {
-			for _, p := range m.samples {
-				if p >= lo && p < hi {
-					out = append(out, p)
-				}
-			}
+	s.mu.Lock()
+	var err error
+	for _, m := range moves {
+		if _, err = s.posFile.WriteAt(binary.LittleEndian.AppendUint64(nil, m.pos), int64(m.index)*8); err != nil {
+			break
 		}
 	}
-	slices.Sort(out)
-	return slices.Compact(out), nil
+	s.mu.Unlock()
+	if err != nil {
+		return errors.Wrap(err, "write position file")
+	}
+	return errors.Wrap(fdatasync(s.posFile), "sync position file")
 }
 
 // rewrite replaces seg's file by one that holds only the frames in keep
-// (absolute ranges, in order) at their offsets, with skip frames over the
-// rest: one at the start of each removed run and one at each sample in it.
-func (l *segmentLog) rewrite(seg *segment, keep [][2]uint64, samples []uint64) error {
+// (absolute ranges, in order) at their offsets, with a skip frame at the
+// start of each removed run. Before the new file replaces the old one,
+// repoint is given the samples inside removed runs, moved to their run's
+// start.
+func (l *segmentLog) rewrite(seg *segment, keep [][2]uint64, samples []sampleRef, repoint func([]sampleRef) error) error {
 	path := filepath.Join(l.dir, segmentName(seg.base))
 	tmp := path + scavengeSuffix
 	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
@@ -396,23 +447,14 @@ func (l *segmentLog) rewrite(seg *segment, keep [][2]uint64, samples []uint64) e
 		}
 		return nil
 	}
+	var moves []sampleRef
 	skip := func(lo, hi uint64) error {
-		points := []uint64{lo}
-		for _, p := range samples {
-			if p > lo && p < hi {
-				points = append(points, p)
+		for _, sm := range samples {
+			if sm.pos > lo && sm.pos < hi {
+				moves = append(moves, sampleRef{index: sm.index, pos: lo})
 			}
 		}
-		for i, p := range points {
-			next := hi
-			if i+1 < len(points) {
-				next = points[i+1]
-			}
-			if err := write(encodeSkip(next-p), p); err != nil {
-				return err
-			}
-		}
-		return nil
+		return write(encodeSkip(hi-lo), lo)
 	}
 	end := seg.base + seg.size
 	cursor := seg.base
@@ -447,6 +489,9 @@ func (l *segmentLog) rewrite(seg *segment, keep [][2]uint64, samples []uint64) e
 		return errors.Wrapf(err, "sync %s", tmp)
 	}
 	if err := l.markScavenged(); err != nil {
+		return err
+	}
+	if err := repoint(moves); err != nil {
 		return err
 	}
 	if err := os.Rename(tmp, path); err != nil {
@@ -512,4 +557,17 @@ func (l *segmentLog) removeScavengeLeftovers() error {
 		}
 	}
 	return nil
+}
+
+// roll closes the segment being written, for a scavenge; a failure counts
+// as rollIfFull's does. Only the writer calls it.
+func (s *Store) roll() error {
+	if err := s.refusal(); err != nil {
+		return err
+	}
+	err := s.log.roll()
+	if err != nil && !errors.Is(err, ErrNoSpace) {
+		s.fail(err)
+	}
+	return err
 }

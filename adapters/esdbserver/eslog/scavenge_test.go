@@ -234,6 +234,7 @@ func TestScavengeWhileAppendingAndFollowing(t *testing.T) {
 	ctx := context.Background()
 	const total = 600
 	var written atomic.Int64
+	tick := make(chan struct{}, total/40)
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { // the writer
@@ -243,7 +244,9 @@ func TestScavengeWhileAppendingAndFollowing(t *testing.T) {
 			if !assert.NoError(t, err) {
 				return
 			}
-			written.Add(1)
+			if written.Add(1)%40 == 0 {
+				tick <- struct{}{}
+			}
 			name := fmt.Sprintf("tmp-%d", i/5)
 			_, err = s.Append(ctx, name, eslog.Any, []eslog.ProposedEvent{bigEvent(10000 + i)})
 			assert.NoError(t, err)
@@ -273,12 +276,12 @@ func TestScavengeWhileAppendingAndFollowing(t *testing.T) {
 			}
 		}
 	}()
-	// Catch-up readers that go through the old segments, the ones being
-	// rewritten, a few events a page, and check the live stream's order.
+	// A catch-up reader that goes through the old segments, the ones being
+	// rewritten, a few events a page, and checks the live stream's order.
 	var rereads atomic.Int64
 	stop := make(chan struct{})
 	var readers sync.WaitGroup
-	for range 2 {
+	for range 1 {
 		readers.Add(1)
 		go func() {
 			defer readers.Done()
@@ -313,7 +316,8 @@ func TestScavengeWhileAppendingAndFollowing(t *testing.T) {
 		}()
 	}
 	var removed int64
-	for written.Load() < total {
+	for range total / 40 { // a scavenge every 40 appends
+		<-tick
 		res, err := s.Scavenge(ctx)
 		require.NoError(t, err)
 		removed += res.EventsRemoved

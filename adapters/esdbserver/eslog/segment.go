@@ -465,6 +465,19 @@ func (l *segmentLog) rollIfFull() error {
 	return l.addSegment(last.base + last.size)
 }
 
+// roll starts a new segment now, unless the active one is empty; like
+// rollIfFull it never changes head. Only the writer calls it.
+func (l *segmentLog) roll() error {
+	last := l.segs[len(l.segs)-1]
+	if last.size == 0 {
+		return nil
+	}
+	if err := l.io.sync(last.file); err != nil {
+		return failed(errors.Wrapf(err, "sync segment %s", last.file.Name()))
+	}
+	return l.addSegment(last.base + last.size)
+}
+
 // write appends buf to the active segment and fsyncs it. A write that fails
 // for lack of space is cut off again, so the file ends at the last committed
 // frame, and the error wraps ErrNoSpace: the next write may succeed. Any

@@ -124,6 +124,7 @@ type Store struct {
 	// frame the index checkpoint covers, which bounds what it may rewrite.
 	scavMu        sync.Mutex
 	ckptLastFrame atomic.Uint64
+	ckptThrough   atomic.Uint64
 
 	syncs   atomic.Uint64
 	writes  atomic.Uint64
@@ -198,6 +199,8 @@ const (
 	opAppend opKind = iota
 	opDelete
 	opTombstone
+	// opRoll closes the segment being written (see Scavenge).
+	opRoll
 )
 
 type request struct {
@@ -621,6 +624,9 @@ func (s *Store) prepare(b *batch, r *request) {
 }
 
 func (s *Store) decide(b *batch, r *request) (WriteResult, error) {
+	if r.op == opRoll {
+		return WriteResult{}, s.roll()
+	}
 	if err := s.refusal(); err != nil {
 		s.refused.Add(1)
 		return WriteResult{}, err
