@@ -141,6 +141,9 @@ func (sc *frameScanner) resync() bool {
 func (s *Store) Scavenge(ctx context.Context) (ScavengeResult, error) {
 	var res ScavengeResult
 	if !s.scavMu.TryLock() {
+		if err := s.stopped(ctx); err != nil {
+			return res, err // Close holds the lock
+		}
 		return res, ErrScavengeRunning
 	}
 	defer s.scavMu.Unlock()
@@ -201,8 +204,26 @@ func (s *Store) closeActiveSegment(ctx context.Context) error {
 	if size < s.opts.SegmentSize/16 {
 		return nil
 	}
-	_, err := s.submit(ctx, &request{op: opRoll})
-	return errors.Wrap(err, "close the segment being written")
+	r := &request{op: opRoll, result: make(chan response, 1)}
+	select {
+	case s.requests <- r:
+	case <-s.closing:
+		return ErrClosed
+	case <-ctx.Done():
+		return errors.Wrap(ctx.Err(), "scavenge")
+	}
+	select {
+	case resp := <-r.result:
+		return errors.Wrap(resp.err, "close the segment being written")
+	case <-s.done:
+		// The writer answers every request it took before it stops.
+		select {
+		case resp := <-r.result:
+			return errors.Wrap(resp.err, "close the segment being written")
+		default:
+			return ErrClosed
+		}
+	}
 }
 
 // indexClosedSegments writes the memtables out as tables until the index

@@ -623,3 +623,35 @@ func TestScavengeWithStreamsSharingAHash(t *testing.T) {
 	}
 	require.NoError(t, s.Close())
 }
+
+// TestCloseDuringScavenge closes the store while a scavenge runs: Close
+// waits for it to stop, the scavenge ends with nil or ErrClosed, and the
+// store opens again with every event that was not removed.
+func TestCloseDuringScavenge(t *testing.T) {
+	for round := range 3 {
+		dir := t.TempDir()
+		s, err := eslog.Open(scavengeOpts(dir))
+		require.NoError(t, err)
+		fillForScavenge(t, s)
+		before := readAllPositions(t, s)
+		done := make(chan error, 1)
+		go func() {
+			_, err := s.Scavenge(context.Background())
+			done <- err
+		}()
+		require.NoError(t, s.Close())
+		err = <-done
+		if err != nil {
+			require.ErrorIs(t, err, eslog.ErrClosed, "round %d", round)
+		}
+		s, err = eslog.Open(scavengeOpts(dir))
+		require.NoError(t, err)
+		for key, pos := range readAllPositions(t, s) {
+			assert.Equal(t, before[key], pos, key)
+		}
+		page, err := s.ReadStream("live", eslog.Forwards, 0, false, 1000)
+		require.NoError(t, err)
+		assert.Len(t, page.Events, 51)
+		require.NoError(t, s.Close())
+	}
+}

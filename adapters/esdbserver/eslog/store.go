@@ -309,9 +309,9 @@ const verifiedLog = 32 << 20
 func (s *Store) Close() error {
 	s.once.Do(func() {
 		close(s.closing)
+		<-s.done
 		s.scavMu.Lock() // a scavenge stops at its next check
 		defer s.scavMu.Unlock()
-		<-s.done
 		close(s.idxStop)
 		<-s.idxDone
 		s.flushOnClose()
