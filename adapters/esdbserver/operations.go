@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/EventStore/EventStore-Client-Go/v4/protos/serverfeatures"
 	"github.com/cockroachdb/errors"
 	"github.com/google/uuid"
 	"google.golang.org/grpc"
@@ -222,6 +223,13 @@ var operationsDesc = grpc.ServiceDesc{
 		{MethodName: "StopScavenge", Handler: unaryHandler(StopScavengeMethod, operationsServer.StopScavenge)},
 	},
 	Metadata: "operations.proto",
+}
+
+// operationsMethods are the methods ServerFeatures announces for the
+// service, in its lower-case names as KurrentDB announces them.
+func operationsMethods() []*serverfeatures.SupportedMethod {
+	const service = "event_store.client.operations.operations"
+	return []*serverfeatures.SupportedMethod{{ServiceName: service, MethodName: "startscavenge"}, {ServiceName: service, MethodName: "stopscavenge"}}
 }
 
 // operationsService runs one scavenge at a time in the background and

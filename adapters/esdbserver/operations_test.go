@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/EventStore/EventStore-Client-Go/v4/esdb"
+	"github.com/EventStore/EventStore-Client-Go/v4/protos/serverfeatures"
+	"github.com/EventStore/EventStore-Client-Go/v4/protos/shared"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
@@ -115,6 +117,16 @@ func TestStartScavengeThroughOperations(t *testing.T) {
 
 	err = conn.Invoke(ctx(t), esdbserver.StopScavengeMethod, &esdbserver.StopScavengeReq{ScavengeID: "no-such-scavenge"}, &resp)
 	assert.Equal(t, codes.NotFound, status.Code(err), "%v", err)
+
+	features, err := serverfeatures.NewServerFeaturesClient(conn).GetSupportedMethods(ctx(t), &shared.Empty{})
+	require.NoError(t, err)
+	var announced []string
+	for _, m := range features.GetMethods() {
+		if m.GetServiceName() == "event_store.client.operations.operations" {
+			announced = append(announced, m.GetMethodName())
+		}
+	}
+	assert.ElementsMatch(t, []string{"startscavenge", "stopscavenge"}, announced)
 }
 
 // TestScavengeIsForAdmins: on a secure server, only members of $admins may

@@ -363,5 +363,6 @@ func (f featuresService) GetSupportedMethods(context.Context, *shared.Empty) (*s
 		methods = append(methods, &serverfeatures.SupportedMethod{ServiceName: streamsService, MethodName: "batchappend"})
 	}
 	methods = append(methods, persistentMethods()...)
+	methods = append(methods, operationsMethods()...)
 	return &serverfeatures.SupportedMethods{Methods: methods, EventStoreServerVersion: ProtocolVersion}, nil
 }
