@@ -244,6 +244,7 @@ func Start(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	persistent.RegisterPersistentSubscriptionsServer(s.grpc, s.persist)
+	registerOperations(s.grpc, store, cfg.Logger)
 	go func() { s.done <- s.grpc.Serve(lis) }()
 	cfg.Logger.Info("event store listening", "addr", lis.Addr().String(), "data", cfg.DataDir, "tls", cfg.TLS != nil, "authentication", cfg.TLS != nil)
 	return s, nil
@@ -362,5 +363,6 @@ func (f featuresService) GetSupportedMethods(context.Context, *shared.Empty) (*s
 		methods = append(methods, &serverfeatures.SupportedMethod{ServiceName: streamsService, MethodName: "batchappend"})
 	}
 	methods = append(methods, persistentMethods()...)
+	methods = append(methods, operationsMethods()...)
 	return &serverfeatures.SupportedMethods{Methods: methods, EventStoreServerVersion: ProtocolVersion}, nil
 }

@@ -65,6 +65,9 @@ commands:
                            (--at REVISION|TIME, --json), compared with the live view
   replay                   make sagad rebuild its task view from the store (it serves the
                            old one meanwhile); report events/s
+  scavenge                 reclaim the event store's space of deleted, truncated and
+                           expired events (embedded store or KurrentDB); wait for the
+                           result (--no-wait, --stop ID)
   workflows COMMAND        apply, validate, list, get or diff workflow definitions
                            ('sagactl workflows help')
   version                  print the version, commit, build time and Go version
@@ -149,6 +152,7 @@ func init() {
 		"submit": submit, "get": get, "tasks": tasks, "retry": retry, "cancel": cancel,
 		"watch": watch, "audit": audit, "replay": replay, "workflows": workflowsCmd,
 		"alerts": alerts, "deadletters": deadletters, "overdue": overdue, "agents": agents,
+		"scavenge": scavenge,
 	}
 }
 

@@ -141,6 +141,8 @@ func (s *Store) openIndex() (uint64, error) {
 		s.posFile = f
 	}
 	s.ckpt = c
+	s.ckptLastFrame.Store(c.lastFrame)
+	s.ckptThrough.Store(c.through)
 	s.posCount = c.samples
 	s.lastSample = c.lastSample
 	s.mem = &memtable{streams: map[string]*memStream{}, from: c.through, to: c.through,
@@ -415,6 +417,8 @@ func (s *Store) commitIndex(c checkpoint, tables, drop []*table, flushed bool) e
 		return err
 	}
 	s.ckpt = c
+	s.ckptLastFrame.Store(c.lastFrame)
+	s.ckptThrough.Store(c.through)
 	s.mu.Lock()
 	s.tables = tables
 	s.posCount = c.samples

@@ -31,6 +31,10 @@ func TestMain(m *testing.M) {
 		crashChild(dir)
 		return
 	}
+	if dir := os.Getenv(scavengeChildEnv); dir != "" {
+		scavengeChild(dir)
+		return
+	}
 	os.Exit(m.Run())
 }
 

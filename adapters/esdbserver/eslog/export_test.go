@@ -1,6 +1,9 @@
 package eslog
 
-import "os"
+import (
+	"fmt"
+	"os"
+)
 
 // WithFileIO returns opts with the disk writes and syncs replaced, so that
 // tests can make them fail; a nil function keeps the real one.
@@ -37,4 +40,32 @@ func ClosingAsCrash(opts Options) Options {
 func VerifyingLastBytes(opts Options, n uint64) Options {
 	opts.verifiedLog = n
 	return opts
+}
+
+// ScanPausing reads the whole log as a $all read does, calling pause after
+// the first frames, and returns the events it met as stream@revision.
+func ScanPausing(s *Store, after int, pause func()) ([]string, error) {
+	gen := s.log.gen.Load()
+	s.mu.RLock()
+	head := s.mem.to
+	s.mu.RUnlock()
+	sc := s.scanner(0, head, gen)
+	var out []string
+	var names lastNames
+	for n := 0; ; n++ {
+		if n == after {
+			pause()
+		}
+		pos, body, ok, err := sc.next()
+		if err != nil || !ok {
+			return out, err
+		}
+		evs, err := frameEvents(pos, body, nil, &names)
+		if err != nil {
+			return out, err
+		}
+		for _, e := range evs {
+			out = append(out, fmt.Sprintf("%s@%d", e.stream, e.rev))
+		}
+	}
 }

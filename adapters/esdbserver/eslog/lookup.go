@@ -117,11 +117,17 @@ func (s *Store) lastOf(name string) (int64, bool, error) {
 // frameIs reports whether the frame at pos is of kind for stream name.
 func (s *Store) frameIs(pos uint64, kind byte, name string) (bool, error) {
 	body, err := s.log.frameAt(pos)
+	if errors.Is(err, errGone) {
+		return false, nil
+	}
 	if err != nil {
 		return false, err
 	}
 	d := decoder{b: body}
 	k := d.byte()
+	if k != kind {
+		return false, nil
+	}
 	stream := d.bytes()
 	if d.err != nil {
 		return false, errors.Wrapf(ErrCorrupt, "frame at %d", pos)
@@ -164,6 +170,9 @@ func (s *Store) eventsAt(name string, entries []ientry) ([]RecordedEvent, error)
 	for _, e := range entries {
 		if body == nil || e.pos != framePos {
 			b, err := s.log.frameAt(e.pos)
+			if errors.Is(err, errGone) {
+				continue // scavenged
+			}
 			if err != nil {
 				return nil, err
 			}
@@ -196,11 +205,26 @@ func (s *Store) eventsAt(name string, entries []ientry) ([]RecordedEvent, error)
 }
 
 // frameAt reads the committed frame that starts at pos, checks its
-// checksum and returns its body.
+// checksum and returns its body: a skip frame's if scavenge removed the
+// frame and left one there, errGone if it left zeros. It reads again if
+// scavenge replaced the segment file while it read.
 func (l *segmentLog) frameAt(pos uint64) ([]byte, error) {
+	for {
+		gen := l.gen.Load()
+		body, err := l.readFrame(pos)
+		if err == nil || errors.Is(err, errGone) || l.gen.Load() == gen {
+			return body, err
+		}
+	}
+}
+
+func (l *segmentLog) readFrame(pos uint64) ([]byte, error) {
 	hdr, err := l.readAt(pos, frameHeaderSize)
 	if err != nil {
 		return nil, err
+	}
+	if l.skipped.Load() && binary.LittleEndian.Uint64(hdr) == 0 {
+		return nil, errGone
 	}
 	n := binary.LittleEndian.Uint32(hdr)
 	if n == 0 || n > maxFrameSize {

@@ -105,6 +105,9 @@ func (s *Store) ReadAllAppend(ctx context.Context, dir Direction, from AllFrom, 
 	if err := ctx.Err(); err != nil {
 		return page, errors.Wrap(err, "read $all")
 	}
+	// Before the sample: a segment scavenge replaces after this makes the
+	// scanner resync (see frameScanner.resync).
+	gen := s.log.gen.Load()
 	s.mu.RLock()
 	head := s.mem.to
 	page.Changed = s.changed
@@ -121,7 +124,7 @@ func (s *Store) ReadAllAppend(ctx context.Context, dir Direction, from AllFrom, 
 	if err != nil {
 		return page, err
 	}
-	r := allReader{s: s, ctx: ctx, lim: lim, filter: filter, page: &page}
+	r := allReader{s: s, ctx: ctx, lim: lim, filter: filter, page: &page, gen: gen}
 	if dir == Forwards {
 		err = r.forwards(sample, start, head)
 	} else {
@@ -138,6 +141,7 @@ type allReader struct {
 	page   *Page
 	bytes  int
 	names  lastNames
+	gen    uint64
 }
 
 // full reports whether the page may take no more events.
@@ -174,7 +178,7 @@ func (r *allReader) examine(ev *frameEvent) (stop bool, err error) {
 }
 
 func (r *allReader) forwards(sample, start, head uint64) error {
-	sc := frameScanner{log: r.s.log, pos: sample, limit: head}
+	sc := r.s.scanner(sample, head, r.gen)
 	var evs []frameEvent
 	for {
 		fpos, body, ok, err := sc.next()
@@ -199,6 +203,7 @@ func (r *allReader) forwards(sample, start, head uint64) error {
 func (r *allReader) backwards(before, head uint64) error {
 	var evs []frameEvent
 	for before > 0 {
+		gen := r.s.log.gen.Load()
 		r.s.mu.RLock()
 		sample, err := r.s.floorSample(before - 1)
 		r.s.mu.RUnlock()
@@ -206,7 +211,7 @@ func (r *allReader) backwards(before, head uint64) error {
 			return err
 		}
 		evs = evs[:0]
-		sc := frameScanner{log: r.s.log, pos: sample, limit: head}
+		sc := r.s.scanner(sample, head, gen)
 		for sc.pos < before {
 			fpos, body, ok, err := sc.next()
 			if err != nil {
@@ -291,6 +296,10 @@ type frameScanner struct {
 	log   *segmentLog
 	pos   uint64
 	limit uint64
+	// floor returns the sample at or before a position, and gen is the
+	// log's generation the scanner's bytes belong to (see resync).
+	floor func(uint64) (uint64, error)
+	gen   uint64
 	buf   []byte
 	at    uint64
 	read  int
@@ -299,7 +308,34 @@ type frameScanner struct {
 const maxScanRead = 1 << 20
 
 // next returns the next frame's position and body, or false at the limit.
+// It jumps over skip frames, where scavenge removed events. A bad frame met
+// while scavenge replaced a segment file is read again from the nearest
+// sample (see resync).
 func (sc *frameScanner) next() (uint64, []byte, bool, error) {
+	for {
+		pos, body, ok, err := sc.frame()
+		if err != nil {
+			if errors.Is(err, ErrCorrupt) && sc.resync() {
+				continue
+			}
+			return pos, body, ok, err
+		}
+		if !ok {
+			return pos, body, ok, nil
+		}
+		if span, skip := skipSpan(body); skip {
+			if pos+span > sc.limit || span < frameHeaderSize+uint64(len(body)) {
+				return 0, nil, false, errors.Wrapf(ErrCorrupt, "skip frame at %d spans %d bytes", pos, span)
+			}
+			sc.pos = pos + span
+			continue
+		}
+		return pos, body, true, nil
+	}
+}
+
+// frame returns the frame at sc.pos, skip frames included.
+func (sc *frameScanner) frame() (uint64, []byte, bool, error) {
 	if sc.pos >= sc.limit {
 		return 0, nil, false, nil
 	}
@@ -379,9 +415,8 @@ func (s *Store) ReadStreamContext(ctx context.Context, stream string, dir Direct
 		minCreated = s.opts.Now().Add(-maxAge).UnixNano()
 	}
 	var bytes int
-	r, step := int64(from), int64(1)
+	r := int64(from)
 	if dir == Backwards {
-		step = -1
 		if fromEnd || r > last {
 			r = last
 		}
@@ -408,9 +443,10 @@ func (s *Store) ReadStreamContext(ctx context.Context, stream string, dir Direct
 		if err != nil {
 			return page, err
 		}
-		if int64(len(evs)) != hi-lo+1 {
+		if int64(len(evs)) != hi-lo+1 && !s.log.skipped.Load() {
 			return page, errors.Wrapf(ErrCorrupt, "index of %q lacks some of revisions %d..%d", stream, lo, hi)
 		}
+		// Revisions missing from evs were removed by scavenge.
 		if dir == Backwards {
 			slices.Reverse(evs)
 		}
@@ -423,12 +459,16 @@ func (s *Store) ReadStreamContext(ctx context.Context, stream string, dir Direct
 				return page, nil
 			}
 			page.Examined++
-			page.Last = uint64(r)
+			page.Last = e.Revision
 			if keep {
 				page.Events = append(page.Events, *e)
 				bytes += size
 			}
-			r += step
+		}
+		if dir == Backwards {
+			r = lo - 1
+		} else {
+			r = hi + 1
 		}
 	}
 	page.End = r < first || r > last

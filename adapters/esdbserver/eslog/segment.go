@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/cockroachdb/errors"
@@ -26,6 +27,8 @@ type segment struct {
 	base uint64
 	size uint64
 	file *os.File
+	// skipped is set when a scan met a skip frame in it.
+	skipped bool
 }
 
 // segmentLog is the ordered set of segment files. Only the writer appends;
@@ -37,6 +40,13 @@ type segmentLog struct {
 
 	mu   sync.RWMutex
 	segs []*segment
+
+	// gen counts the segment files replaced by scavenge; a reader that
+	// finds a bad frame while it changed reads again (see scavenge.go).
+	gen atomic.Uint64
+	// skipped is set once the log is known to hold skip frames, where
+	// scavenge removed events: a stream's revisions may then have gaps.
+	skipped atomic.Bool
 }
 
 func segmentName(base uint64) string { return fmt.Sprintf("%020d%s", base, segmentSuffix) }
@@ -66,6 +76,9 @@ func openSegmentLog(dir string, maxSize uint64, fio fileIO) (*segmentLog, error)
 	sort.Slice(bases, func(i, j int) bool { return bases[i] < bases[j] })
 
 	l := &segmentLog{dir: dir, maxSize: maxSize, io: fio}
+	if err := l.removeScavengeLeftovers(); err != nil {
+		return nil, err
+	}
 	for _, base := range bases {
 		path := filepath.Join(dir, segmentName(base))
 		f, err := os.OpenFile(path, os.O_RDWR, 0o644)
@@ -123,6 +136,9 @@ func (l *segmentLog) replay(from uint64, logger *slog.Logger, visit func(pos uin
 			start = from - seg.base
 		}
 		good, bad, err := scanSegment(seg, start, fileSize, visit)
+		if seg.skipped {
+			l.skipped.Store(true)
+		}
 		if err != nil {
 			return errors.Wrapf(err, "segment %s", path)
 		}
@@ -215,6 +231,19 @@ func scanSegment(seg *segment, start uint64, fileSize int64, visit func(pos uint
 		}
 		if crc32.Checksum(body, castagnoli) != sum {
 			return off, "frame checksum mismatch", nil
+		}
+		if span, ok := skipSpan(body); ok {
+			// Scavenge removed the frames up to off+span: jump over them.
+			if span < frameHeaderSize+uint64(n) || off+span > uint64(fileSize) {
+				return off, fmt.Sprintf("skip frame span %d is impossible", span), nil
+			}
+			if _, err := r.Discard(int(span - frameHeaderSize - uint64(n))); err != nil {
+				return off, "", errors.Wrapf(err, "skip removed frames at byte %d", off)
+			}
+			seg.size = off + span
+			seg.skipped = true
+			off += span
+			continue
 		}
 		seg.size = off + frameHeaderSize + uint64(n)
 		if err := visit(seg.base+off, body, sum); err != nil {
@@ -436,6 +465,19 @@ func (l *segmentLog) rollIfFull() error {
 	return l.addSegment(last.base + last.size)
 }
 
+// roll starts a new segment now, unless the active one is empty; like
+// rollIfFull it never changes head. Only the writer calls it.
+func (l *segmentLog) roll() error {
+	last := l.segs[len(l.segs)-1]
+	if last.size == 0 {
+		return nil
+	}
+	if err := l.io.sync(last.file); err != nil {
+		return failed(errors.Wrapf(err, "sync segment %s", last.file.Name()))
+	}
+	return l.addSegment(last.base + last.size)
+}
+
 // write appends buf to the active segment and fsyncs it. A write that fails
 // for lack of space is cut off again, so the file ends at the last committed
 // frame, and the error wraps ErrNoSpace: the next write may succeed. Any
@@ -477,14 +519,23 @@ func (l *segmentLog) readAt(pos uint64, n int) ([]byte, error) {
 		}
 		seg := segs[i]
 		l.mu.RLock()
-		size := seg.size
+		size, f := seg.size, seg.file
 		l.mu.RUnlock()
 		at := pos + uint64(done) - seg.base
 		if at >= size {
 			return nil, errors.Wrapf(ErrCorrupt, "range %d+%d is outside the log", pos, n)
 		}
 		chunk := min(uint64(n-done), size-at)
-		if _, err := seg.file.ReadAt(buf[done:done+int(chunk)], int64(at)); err != nil {
+		if _, err := f.ReadAt(buf[done:done+int(chunk)], int64(at)); err != nil {
+			l.mu.RLock()
+			replaced := seg.file != f
+			l.mu.RUnlock()
+			if replaced && errors.Is(err, os.ErrClosed) {
+				// Scavenge replaced the file: read the new one, which
+				// holds the same bytes wherever a reader may look.
+				i--
+				continue
+			}
 			return nil, errors.Wrapf(err, "read log at %d", pos+uint64(done))
 		}
 		done += int(chunk)

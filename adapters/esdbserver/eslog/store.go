@@ -120,6 +120,12 @@ type Store struct {
 
 	replayed uint64
 
+	// scavMu is held by a running scavenge; ckptLastFrame is the last
+	// frame the index checkpoint covers, which bounds what it may rewrite.
+	scavMu        sync.Mutex
+	ckptLastFrame atomic.Uint64
+	ckptThrough   atomic.Uint64
+
 	syncs   atomic.Uint64
 	writes  atomic.Uint64
 	refused atomic.Uint64
@@ -193,6 +199,8 @@ const (
 	opAppend opKind = iota
 	opDelete
 	opTombstone
+	// opRoll closes the segment being written (see Scavenge).
+	opRoll
 )
 
 type request struct {
@@ -302,6 +310,8 @@ func (s *Store) Close() error {
 	s.once.Do(func() {
 		close(s.closing)
 		<-s.done
+		s.scavMu.Lock() // a scavenge stops at its next check
+		defer s.scavMu.Unlock()
 		close(s.idxStop)
 		<-s.idxDone
 		s.flushOnClose()
@@ -614,6 +624,9 @@ func (s *Store) prepare(b *batch, r *request) {
 }
 
 func (s *Store) decide(b *batch, r *request) (WriteResult, error) {
+	if r.op == opRoll {
+		return WriteResult{}, s.roll()
+	}
 	if err := s.refusal(); err != nil {
 		s.refused.Add(1)
 		return WriteResult{}, err
@@ -752,6 +765,9 @@ func (s *Store) alreadyWritten(stream string, exp Expected, events []ProposedEve
 		return WriteResult{}, false, err
 	}
 	if len(got) != len(events) {
+		if s.log.skipped.Load() {
+			return WriteResult{}, false, nil // some were scavenged
+		}
 		return WriteResult{}, false, errors.Wrapf(ErrCorrupt, "index of %q lacks revisions %d..%d", stream, start, start+int64(len(events))-1)
 	}
 	for i := range events {
@@ -823,7 +839,10 @@ func (s *Store) applyFrame(pos uint64, body []byte, sum uint32) error {
 		if err != nil {
 			return err
 		}
-		if f.firstRevision != uint64(st.last+1) {
+		// Scavenge may have removed a stream's oldest frames (never its
+		// newest), so a replay can meet a stream first past revision 0.
+		gap := f.firstRevision > uint64(st.last+1) && s.log.skipped.Load()
+		if f.firstRevision != uint64(st.last+1) && !gap {
 			return errors.Wrapf(ErrCorrupt, "frame at %d writes %s@%d, expected @%d", pos, f.stream, f.firstRevision, st.last+1)
 		}
 		var meta []byte
@@ -845,7 +864,7 @@ func (s *Store) applyFrame(pos uint64, body []byte, sum uint32) error {
 		}
 		if len(f.events) > 0 {
 			s.mem.addEvents(f.stream, f.firstRevision, len(f.events), pos)
-			st.last += int64(len(f.events))
+			st.last = int64(f.firstRevision) + int64(len(f.events)) - 1
 			s.mem.lastEvent = pos + frameHeaderSize + uint64(f.events[len(f.events)-1].offset)
 			s.mem.hasEvent = true
 		}
