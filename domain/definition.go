@@ -312,7 +312,7 @@ func (p *defParser) backoff(path string, v any, b Backoff) Backoff {
 
 func (p *defParser) step(path string, v any, d stepDefaults) StepDefinition {
 	s := d.step()
-	m := p.object(path, v, "name", "agent", "http", "budget", "attempts", "backoff", "onExhausted", "compensation", "after", "when")
+	m := p.object(path, v, "name", "agent", "http", "budget", "attempts", "backoff", "onExhausted", "compensation", "after", "when", "await")
 	if m == nil {
 		return s
 	}
@@ -330,6 +330,7 @@ func (p *defParser) step(path string, v any, d stepDefaults) StepDefinition {
 		}
 	}
 	p.stepTiming(path, m, &s.Budget, &s.MaxAttempts, &s.Backoff)
+	p.awaitField(path, m, &s)
 	if v, ok := m["onExhausted"]; ok {
 		s.OnExhausted = ExhaustedPolicy(p.str(join(path, "onExhausted"), v))
 	}
@@ -442,12 +443,16 @@ func (w *Workflow) Validate() error {
 			seen[s.Name] = i
 		}
 		switch {
+		case s.Agent == "" && s.Await != nil:
+			validateAwait(w, i, add)
 		case s.Agent == "":
 			add(path+".agent", "is required: name the agent that runs the step, or give an http call")
 		case !agentPattern.MatchString(s.Agent):
 			add(path+".agent", "%q must be 1 to 100 letters, digits, ., _ or - and start with a letter or digit", truncate(s.Agent))
 		case bandSuffix(s.Agent):
 			add(path+".agent", "%q ends in .high or .low, which name the priority bands of an agent's commands", truncate(s.Agent))
+		case s.Await != nil:
+			validateAwait(w, i, add)
 		}
 		validateTiming(path, s.Budget, s.MaxAttempts, s.Backoff, add)
 		switch s.OnExhausted {
@@ -612,6 +617,7 @@ func (w *Workflow) MarshalDefinition() ([]byte, error) {
 			step["http"] = s.HTTP
 		}
 		graphDoc(step, s)
+		awaitDoc(step, s)
 		if c := s.Compensation; c != nil {
 			comp := map[string]any{"budget": c.Budget.String(), "attempts": c.MaxAttempts, "backoff": backoffDoc(c.Backoff)}
 			if c.Action != "" {

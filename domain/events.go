@@ -329,6 +329,7 @@ var taskEvents = []struct {
 	{StepWaitingType, decodeAs[StepWaiting]},
 	{StepSkippedType, decodeAs[StepSkipped]},
 	{StepReturnedType, decodeAs[StepReturned]},
+	{StepAwaitingType, decodeAs[StepAwaiting]},
 }
 
 var decoders = func() map[string]func([]byte) (Event, error) {

@@ -162,6 +162,9 @@ type Step struct {
 	// the step (it succeeded, failed or timed out); compensations go in
 	// the reverse order of it. 0 before any ended.
 	Ended int64
+	// Awaiting is what an await step waits for, while it waits
+	// (StepStateAwaiting); nil otherwise.
+	Awaiting *AwaitingFor
 }
 
 // done reports whether the steps after this one may start: it succeeded
@@ -274,7 +277,7 @@ func (t *Task) Apply(e Event) {
 		t.UpdatedAt = e.DispatchedAt
 	case StepSucceeded:
 		if s := t.Step(e.Step); s != nil {
-			s.State, s.CompleteBy, s.Result, s.Ended = StepStateProcessed, nil, e.Result, t.Revision
+			s.State, s.CompleteBy, s.Result, s.Ended, s.Awaiting = StepStateProcessed, nil, e.Result, t.Revision, nil
 			s.answered(e.Answer)
 		}
 		t.UpdatedAt = e.At
@@ -283,6 +286,7 @@ func (t *Task) Apply(e Event) {
 			l.failed(e.Failure, e.Reason)
 			l.answered(e.Answer)
 			t.Step(e.Step).Ended = t.Revision
+			t.Step(e.Step).Awaiting = nil
 		}
 		t.UpdatedAt = e.At
 	case StepWaiting:
@@ -301,6 +305,7 @@ func (t *Task) Apply(e Event) {
 			l.failed(FailureTimeout, "no reply before completeBy "+e.CompleteBy.Format(time.RFC3339Nano))
 			if !e.Compensation {
 				t.Step(e.Step).Ended = t.Revision
+				t.Step(e.Step).Awaiting = nil
 			}
 		}
 		t.LeaseTerm = max(t.LeaseTerm, e.LeaseTerm)
@@ -314,8 +319,10 @@ func (t *Task) Apply(e Event) {
 	case CompensationRequested:
 		t.Compensating, t.State, t.Reason, t.UpdatedAt = true, StateCompensating, e.Reason, e.At
 		t.FailedStep = e.Step
+		t.abandonAwaits()
 	case TaskCancelled:
 		t.Compensating, t.State, t.CancelledBy, t.UpdatedAt = true, StateCompensating, e.By, e.At
+		t.abandonAwaits()
 		t.Reason = "cancelled by " + e.By
 		if e.Reason != "" {
 			t.Reason += ": " + e.Reason
@@ -358,6 +365,14 @@ func (t *Task) Apply(e Event) {
 		if s := t.Step(e.Step); s != nil {
 			s.State, s.NotBefore = StepStateSkipped, nil
 			s.WaitingSince, s.WaitReason = nil, ""
+		}
+		t.UpdatedAt = e.At
+	case StepAwaiting:
+		if s := t.Step(e.Step); s != nil {
+			s.awaiting(e)
+		}
+		if !t.Compensating {
+			t.State = StateProcessing
 		}
 		t.UpdatedAt = e.At
 	case TaskProcessed:

@@ -62,6 +62,9 @@ type StepView struct {
 	// attempt of the step (it succeeded, failed or timed out): steps are
 	// compensated in the reverse order of it.
 	EndedRevision int64 `json:"endedRevision,omitempty"`
+	// Awaiting is what an await step waits for (the topic, the correlation
+	// value, and until when), while its state is Awaiting.
+	Awaiting *domain.AwaitingFor `json:"awaiting,omitempty"`
 }
 
 // LegView is the progress of a step's execution or of its compensation.
@@ -136,7 +139,8 @@ func ViewOf(t *domain.Task) *TaskView {
 		v.Steps = make([]*StepView, len(t.Steps))
 	}
 	for i, s := range t.Steps {
-		v.Steps[i] = &StepView{Name: s.Name, Agent: s.Agent, LegView: legView(&s.Leg), Result: s.Result, EndedRevision: s.Ended}
+		v.Steps[i] = &StepView{Name: s.Name, Agent: s.Agent, LegView: legView(&s.Leg), Result: s.Result, EndedRevision: s.Ended,
+			Awaiting: clonePtr(s.Awaiting)}
 		if s.Compensation != nil {
 			c := legView(s.Compensation)
 			v.Steps[i].Compensation = &c
@@ -157,7 +161,8 @@ func (v *TaskView) Task() *domain.Task {
 		t.Steps = make([]*domain.Step, len(v.Steps))
 	}
 	for i, s := range v.Steps {
-		t.Steps[i] = &domain.Step{Name: s.Name, Agent: s.Agent, Leg: s.LegView.leg(), Result: s.Result, Ended: s.EndedRevision}
+		t.Steps[i] = &domain.Step{Name: s.Name, Agent: s.Agent, Leg: s.LegView.leg(), Result: s.Result, Ended: s.EndedRevision,
+			Awaiting: clonePtr(s.Awaiting)}
 		if s.Compensation != nil {
 			c := s.Compensation.leg()
 			t.Steps[i].Compensation = &c
