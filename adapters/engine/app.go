@@ -195,6 +195,12 @@ type Config struct {
 	// until tasks finish (processes.UnfinishedLimit). 0 means
 	// processes.DefaultMaxUnfinishedTasks, a negative number no bound.
 	MaxUnfinishedTasks int
+	// AwaitInboxMax and AwaitInboxRetention bound each inbox of await
+	// steps (one per topic and correlation value): how many events and
+	// marks of waiting tasks it keeps, and for how long. Defaults
+	// processes.DefaultAwaitInboxMax and DefaultAwaitInboxRetention.
+	AwaitInboxMax       int
+	AwaitInboxRetention time.Duration
 	// MaxRenderedBytes bounds what the templates of one HTTP step render
 	// to in the built-in HTTP agents; default domain.DefaultMaxRenderedBytes.
 	MaxRenderedBytes int
@@ -362,7 +368,9 @@ type App struct {
 	Operator   *processes.Operator
 	Status     *processes.StatusPublisher
 	Submitter  *processes.Submitter
-	Services   map[string]*demo.Service
+	// Awaiter reads the topics of await steps (with the scheduler).
+	Awaiter  *processes.Awaiter
+	Services map[string]*demo.Service
 	// AgentProcs are the agents this process runs, by name.
 	AgentProcs map[string]*agent.Agent
 	// inProcess hands the scheduler's commands to AgentProcs directly;
@@ -572,7 +580,7 @@ func (r registering) Apply(ctx context.Context, w *domain.Workflow, by string) (
 	if err != nil {
 		return registered, changed, err
 	}
-	topics := w.Trigger.TopicsOrDefault()
+	topics := append(w.Trigger.TopicsOrDefault(), w.AwaitTopics()...)
 	for _, agent := range w.Agents() {
 		topics = append(topics, protocol.CommandTopics(agent)...)
 	}
@@ -766,7 +774,10 @@ func (a *App) startScheduler(ctx context.Context) error {
 	if a.inProcess != nil {
 		a.inProcess.replies = processes.ReplySenderFunc(a.Scheduler.RecordReply)
 	}
+	a.Scheduler.AwaitInbox = &processes.AwaitInbox{Store: a.Store, Limits: a.Store, Max: a.cfg.AwaitInboxMax,
+		Retention: a.cfg.AwaitInboxRetention, Clock: a.clock}
 	a.run("scheduler", func() error { return a.Scheduler.Run(ctx) })
+	a.startAwaiter(ctx)
 	a.consumeWith(ctx, kafka.ConsumerConfig{Group: "saga-scheduler", Topics: []string{protocol.RepliesTopic},
 		OnAssigned: func(m map[string][]int32) { ownership.Assigned(m); go a.Scheduler.Rebalanced(ctx) },
 		OnRevoked:  func(m map[string][]int32) { ownership.Revoked(m); go a.Scheduler.Rebalanced(ctx) },
@@ -1096,4 +1107,19 @@ func (a *App) Close() {
 			}
 		}
 	})
+}
+
+// startAwaiter consumes the topics of the registered workflows' await
+// steps, from the moment each is registered, and completes the steps that
+// wait for their events (processes.Awaiter). It runs with the scheduler,
+// which carries out what follows a completed step; partitions are shared
+// among instances by the consumer group, as triggers' are.
+func (a *App) startAwaiter(ctx context.Context) {
+	a.Awaiter = &processes.Awaiter{Workflows: a.Workflows, Inbox: a.Scheduler.AwaitInbox, Correlator: a.Scheduler, Clock: a.clock,
+		Logger: a.logger, MaxEventSize: a.cfg.MaxOrderSize}
+	topics, err := a.Awaiter.Topics(ctx)
+	if err != nil {
+		a.logger.Warn("list the topics of await steps; they are read once the registry answers", "err", err.Error())
+	}
+	a.consumeWith(ctx, kafka.ConsumerConfig{Group: "saga-await", Topics: topics, MoreTopics: a.Awaiter.Topics}, a.Awaiter.HandleEvent)
 }
