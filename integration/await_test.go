@@ -83,6 +83,9 @@ func TestAwaitStepsThroughKafka(t *testing.T) {
 	v, _, _ := s.app.Tasks.Get(context.Background(), "aw-late")
 	assert.Equal(t, "aw-late", v.Steps[1].Awaiting.Value)
 	assert.WithinDuration(t, time.Now().Add(5*time.Minute), v.Steps[1].Awaiting.Until, time.Minute)
+	out, code := s.sagactl("get", "aw-late")
+	require.Zero(t, code, out)
+	assert.Contains(t, out, "captured awaits an event on shop.payments for aw-late until", out)
 	kcat("shop.payments", "other", `{"type":"PaymentCaptured","orderId":"someone-else","amount":1}`)
 	kcat("shop.payments", "aw-late", `{"type":"PaymentCaptured","orderId":"aw-late","amount":9}`)
 

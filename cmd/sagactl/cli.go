@@ -124,7 +124,15 @@ func printTask(t *protocol.TaskView) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", clean(s.Name), dash(clean(s.Agent)), s.State, s.Attempt, s.FailureCount,
 			dash(clean(s.LockedBy)), completeBy, comp, dash(truncate(compact(s.Result))))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, s := range t.Steps {
+		if a := s.Awaiting; a != nil && s.State == domain.StepStateAwaiting {
+			fmt.Printf("%s awaits an event on %s for %s until %s\n", clean(s.Name), clean(a.Topic), clean(a.Value), stamp(a.Until))
+		}
+	}
+	return nil
 }
 
 // printTaskList prints a page of tasks as a table.
