@@ -71,8 +71,9 @@ func (r *awaitRig) submit(id, orderID string) {
 func (r *awaitRig) publish(typ, orderID string) {
 	r.t.Helper()
 	r.offset++
-	require.NoError(r.t, r.awaiter.HandleEvent(context.Background(), processes.Inbound{Topic: "shop.payments", Offset: r.offset,
-		Value: []byte(`{"type":"` + typ + `","orderId":"` + orderID + `","amount":12}`)}))
+	msg := inboundPayment(r.offset, orderID)
+	msg.Value = []byte(`{"type":"` + typ + `","orderId":"` + orderID + `","amount":12}`)
+	require.NoError(r.t, r.awaiter.HandleEvent(context.Background(), msg))
 }
 
 func (r *awaitRig) awaitEvent(id, eventType string) {
@@ -154,4 +155,9 @@ func TestAwaitInboxIsBounded(t *testing.T) {
 
 	assert.NotEqual(t, processes.AwaitInboxStream("t", "a/b"), processes.AwaitInboxStream("t", "a/c"))
 	assert.Equal(t, "saga-await-t-A-1", processes.AwaitInboxStream("t", "A-1"))
+}
+
+func inboundPayment(offset int64, orderID string) processes.Inbound {
+	return processes.Inbound{Topic: "shop.payments", Offset: offset,
+		Value: []byte(`{"type":"PaymentCaptured","orderId":"` + orderID + `","amount":12}`)}
 }
