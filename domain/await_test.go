@@ -43,6 +43,7 @@ func TestAwaitDefinition(t *testing.T) {
 	assert.Equal(t, 1, def.MaxAttempts, "an await waits once")
 	assert.Equal(t, 15*time.Minute, def.Budget)
 	assert.Equal(t, []string{"shop.payments"}, wf.AwaitTopics())
+	assert.Equal(t, []string{"payments", "shipping"}, wf.Agents(), "no command topic for the await")
 
 	// The definition encodes and reads back the same.
 	doc, err := wf.MarshalDefinition()

@@ -245,7 +245,7 @@ func (w *Workflow) WithBudget(budget time.Duration, backoff Backoff) *Workflow {
 func (w *Workflow) Agents() []string {
 	var out []string
 	for _, s := range w.Steps {
-		if !slices.Contains(out, s.Agent) {
+		if s.Agent != "" && !slices.Contains(out, s.Agent) { // an await calls no agent
 			out = append(out, s.Agent)
 		}
 	}
