@@ -1113,13 +1113,42 @@ func (a *App) Close() {
 // steps, from the moment each is registered, and completes the steps that
 // wait for their events (processes.Awaiter). It runs with the scheduler,
 // which carries out what follows a completed step; partitions are shared
-// among instances by the consumer group, as triggers' are.
+// among instances by the consumer group, as triggers' are. The consumer
+// starts with the first await topic: a group with no topic joins nothing,
+// and readiness waits for every group this process consumes in.
 func (a *App) startAwaiter(ctx context.Context) {
 	a.Awaiter = &processes.Awaiter{Workflows: a.Workflows, Inbox: a.Scheduler.AwaitInbox, Correlator: a.Scheduler, Clock: a.clock,
 		Logger: a.logger, MaxEventSize: a.cfg.MaxOrderSize}
-	topics, err := a.Awaiter.Topics(ctx)
-	if err != nil {
-		a.logger.Warn("list the topics of await steps; they are read once the registry answers", "err", err.Error())
+	consume := func(topics []string) {
+		a.consumeWith(ctx, kafka.ConsumerConfig{Group: "saga-await", Topics: topics, MoreTopics: a.Awaiter.Topics,
+			TopicsInterval: awaitTopicsInterval}, a.Awaiter.HandleEvent)
 	}
-	a.consumeWith(ctx, kafka.ConsumerConfig{Group: "saga-await", Topics: topics, MoreTopics: a.Awaiter.Topics}, a.Awaiter.HandleEvent)
+	if topics, err := a.Awaiter.Topics(ctx); err == nil && len(topics) > 0 {
+		consume(topics)
+		return
+	}
+	a.run("await topics", func() error {
+		tick := time.NewTicker(awaitTopicsInterval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-tick.C:
+			}
+			topics, err := a.Awaiter.Topics(ctx)
+			if err != nil && ctx.Err() == nil {
+				a.logger.Warn("list the topics of await steps", "err", err.Error())
+			}
+			if len(topics) > 0 && ctx.Err() == nil {
+				consume(topics)
+				return nil
+			}
+		}
+	})
 }
+
+// awaitTopicsInterval is how often the topics of await steps are looked
+// for: an event published on a topic within this time of its workflow's
+// registration is read all the same, from the topic's start.
+const awaitTopicsInterval = 2 * time.Second
