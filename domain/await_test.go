@@ -74,6 +74,7 @@ func TestAwaitValidation(t *testing.T) {
 		"attempts":        {`"attempts":3,"await":{"topic":"t","correlate":"/id","value":"{{order.id}}","succeedOn":["A"]}`, "steps[0].attempts: an await step waits once"},
 		"unknown field":   {`"await":{"topic":"t","correlate":"/id","value":"{{order.id}}","succeedOn":["A"],"timeout":"1m"}`, "await.timeout: unknown field"},
 		"not an object":   {`"await":"t"`, "steps[0].await: must be an object"},
+		"and a delay":     {`"delay":{"for":"1m"},"await":{"topic":"t","correlate":"/id","value":"{{order.id}}","succeedOn":["A"]}`, "give await or delay, not both"},
 		"secret in value": {`"await":{"topic":"t","correlate":"/id","value":"{{secret.KEY}}","succeedOn":["A"]}`, "steps[0].await.value"},
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -110,8 +110,10 @@ func Submit(order Order, wf *Workflow, traceParent string, now time.Time) TaskSu
 func (t *Task) Next(wf *Workflow, d Decision) []Event {
 	events := t.next(wf, d)
 	for _, e := range events {
-		if _, ok := e.(StepSkipped); ok {
-			// What the skip lets start goes in the same decision.
+		switch e.(type) {
+		case StepSkipped, StepDelayElapsed, StepFailed:
+			// What a skip, a delay over at once, or a delay that cannot
+			// start lets happen goes in the same decision.
 			return t.settle(wf, events, d)
 		}
 	}
@@ -194,6 +196,9 @@ func (t *Task) start(wf *Workflow, s *Step, d Decision) []Event {
 	}
 	if def, ok := wf.Step(s.Name); ok && def.Await != nil {
 		return t.await(wf, s, def, d)
+	}
+	if def, ok := wf.Step(s.Name); ok && def.Delay != nil {
+		return t.startDelay(wf, def, s, d)
 	}
 	return t.dispatch(wf, s, d)
 }

@@ -312,7 +312,7 @@ func (p *defParser) backoff(path string, v any, b Backoff) Backoff {
 
 func (p *defParser) step(path string, v any, d stepDefaults) StepDefinition {
 	s := d.step()
-	m := p.object(path, v, "name", "agent", "http", "budget", "attempts", "backoff", "onExhausted", "compensation", "after", "when", "await")
+	m := p.object(path, v, "name", "agent", "http", "budget", "attempts", "backoff", "onExhausted", "compensation", "after", "when", "await", "delay")
 	if m == nil {
 		return s
 	}
@@ -328,6 +328,9 @@ func (p *defParser) step(path string, v any, d stepDefaults) StepDefinition {
 		if s.Agent == "" {
 			s.Agent = HTTPAgent
 		}
+	}
+	if v, ok := m["delay"]; ok {
+		s.Delay = p.delayDefinition(join(path, "delay"), v)
 	}
 	p.stepTiming(path, m, &s.Budget, &s.MaxAttempts, &s.Backoff)
 	p.awaitField(path, m, &s)
@@ -443,6 +446,8 @@ func (w *Workflow) Validate() error {
 			seen[s.Name] = i
 		}
 		switch {
+		case s.Delay != nil:
+			validateDelay(path, s, templateScope{workflow: w, before: i}, add)
 		case s.Agent == "" && s.Await != nil:
 			validateAwait(w, i, add)
 		case s.Agent == "":
@@ -453,6 +458,9 @@ func (w *Workflow) Validate() error {
 			add(path+".agent", "%q ends in .high or .low, which name the priority bands of an agent's commands", truncate(s.Agent))
 		case s.Await != nil:
 			validateAwait(w, i, add)
+		}
+		if s.Await != nil && s.Delay != nil {
+			add(path+".await", "a step is an agent call, an await or a delay: give await or delay, not both")
 		}
 		validateTiming(path, s.Budget, s.MaxAttempts, s.Backoff, add)
 		switch s.OnExhausted {
@@ -618,6 +626,7 @@ func (w *Workflow) MarshalDefinition() ([]byte, error) {
 		}
 		graphDoc(step, s)
 		awaitDoc(step, s)
+		delayDoc(step, s)
 		if c := s.Compensation; c != nil {
 			comp := map[string]any{"budget": c.Budget.String(), "attempts": c.MaxAttempts, "backoff": backoffDoc(c.Backoff)}
 			if c.Action != "" {

@@ -56,6 +56,11 @@ const (
 	// counts as succeeded for the steps after it, is never called and never
 	// compensated.
 	StepSkippedType = "StepSkipped"
+	// StepDelayedType records that a delay step waits until a time.
+	StepDelayedType = "StepDelayed"
+	// StepDelayElapsedType records that a delay step's time came: the step
+	// succeeded.
+	StepDelayElapsedType = "StepDelayElapsed"
 )
 
 // Event is a task event.
@@ -258,6 +263,30 @@ type StepSkipped struct {
 	At        time.Time `json:"at"`
 }
 
+// StepDelayed records that a delay step started: it waits until Until,
+// calling no agent.
+type StepDelayed struct {
+	TaskID string    `json:"taskId"`
+	Step   string    `json:"step"`
+	Until  time.Time `json:"until"`
+	At     time.Time `json:"at"`
+}
+
+// StepDelayElapsed records that a delay step's time came (At is not
+// before Until): the step succeeded. The supervisor that fired it records
+// its name and lease term; the scheduler records one whose time had come
+// when the step started.
+type StepDelayElapsed struct {
+	TaskID  string    `json:"taskId"`
+	Step    string    `json:"step"`
+	Until   time.Time `json:"until"`
+	FiredBy string    `json:"firedBy,omitempty"`
+	At      time.Time `json:"at"`
+	// LeaseTerm is the lease term of the supervisor that fired it
+	// (ElapseDelayInTerm); absent when it had none.
+	LeaseTerm int64 `json:"leaseTerm,omitempty"`
+}
+
 // TaskCompensated records that every step that needed it was undone.
 type TaskCompensated struct {
 	TaskID string    `json:"taskId"`
@@ -302,6 +331,8 @@ func (TaskCancelled) EventType() string          { return TaskCancelledType }
 func (StepWaiting) EventType() string            { return StepWaitingType }
 func (StepReturned) EventType() string           { return StepReturnedType }
 func (StepSkipped) EventType() string            { return StepSkippedType }
+func (StepDelayed) EventType() string            { return StepDelayedType }
+func (StepDelayElapsed) EventType() string       { return StepDelayElapsedType }
 
 // taskEvents registers every task event: its wire name and how to decode
 // it. DecodeEvent reads it; a test checks that every registered event is
@@ -330,6 +361,8 @@ var taskEvents = []struct {
 	{StepSkippedType, decodeAs[StepSkipped]},
 	{StepReturnedType, decodeAs[StepReturned]},
 	{StepAwaitingType, decodeAs[StepAwaiting]},
+	{StepDelayedType, decodeAs[StepDelayed]},
+	{StepDelayElapsedType, decodeAs[StepDelayElapsed]},
 }
 
 var decoders = func() map[string]func([]byte) (Event, error) {

@@ -165,6 +165,9 @@ type Step struct {
 	// Awaiting is what an await step waits for, while it waits
 	// (StepStateAwaiting); nil otherwise.
 	Awaiting *AwaitingFor
+	// DelayedUntil is, for a delay step that started, the time it waits
+	// (or waited) until; nil otherwise.
+	DelayedUntil *time.Time
 }
 
 // done reports whether the steps after this one may start: it succeeded
@@ -320,6 +323,7 @@ func (t *Task) Apply(e Event) {
 		t.Compensating, t.State, t.Reason, t.UpdatedAt = true, StateCompensating, e.Reason, e.At
 		t.FailedStep = e.Step
 		t.abandonAwaits()
+		t.abandonDelays()
 	case TaskCancelled:
 		t.Compensating, t.State, t.CancelledBy, t.UpdatedAt = true, StateCompensating, e.By, e.At
 		t.abandonAwaits()
@@ -327,6 +331,7 @@ func (t *Task) Apply(e Event) {
 		if e.Reason != "" {
 			t.Reason += ": " + e.Reason
 		}
+		t.abandonDelays()
 	case CompensationDispatched:
 		if s := t.Step(e.Step); s != nil {
 			if s.Compensation == nil {
@@ -375,6 +380,10 @@ func (t *Task) Apply(e Event) {
 			t.State = StateProcessing
 		}
 		t.UpdatedAt = e.At
+	case StepDelayed:
+		t.applyDelayed(e)
+	case StepDelayElapsed:
+		t.applyDelayElapsed(e)
 	case TaskProcessed:
 		t.State, t.UpdatedAt = StateProcessed, e.At
 	case TaskCompensated:

@@ -204,6 +204,9 @@ type StepDefinition struct {
 	// Await, when set, makes the step wait for an event of the
 	// application instead of calling an agent (Agent and HTTP are empty).
 	Await *AwaitDefinition
+	// Delay, when set, makes the step a timer: it has no Agent, waits,
+	// and succeeds when its time comes (see DelayDefinition).
+	Delay *DelayDefinition
 }
 
 // Step returns the definition of the named step.
@@ -245,7 +248,7 @@ func (w *Workflow) WithBudget(budget time.Duration, backoff Backoff) *Workflow {
 func (w *Workflow) Agents() []string {
 	var out []string
 	for _, s := range w.Steps {
-		if s.Agent != "" && !slices.Contains(out, s.Agent) { // an await calls no agent
+		if s.Agent != "" && !slices.Contains(out, s.Agent) {
 			out = append(out, s.Agent)
 		}
 	}

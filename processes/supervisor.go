@@ -93,6 +93,9 @@ type Supervisor struct {
 	mu                                             sync.Mutex
 	tasks                                          map[string]*domain.Task
 	deadlines                                      dueHeap[deadline]
+	// timers index the delay steps waiting, by the time they wait until
+	// (supervisor_delay.go).
+	timers dueHeap[delayTimer]
 	// failed holds the tasks in Error and the revision of their failure;
 	// alerted what this instance has alerted.
 	failed  map[string]*domain.Task
@@ -105,6 +108,7 @@ type Supervisor struct {
 	unsure map[string]struct{}
 
 	timeouts, conflicts, alerts          atomic.Int64
+	delaysElapsed                        atomic.Int64
 	startLoads, startEvents, checkpoints atomic.Int64
 
 	// term is the lease term the supervisor acts in, 0 when none.
@@ -136,13 +140,16 @@ type SupervisorStats struct {
 	// StandDowns counts the times the supervisor left the election because
 	// the event store did not answer.
 	StandDowns int64
+	// DelaysElapsed counts the delay steps the supervisor fired.
+	DelaysElapsed int64
 }
 
 // Stats returns the supervisor's counters.
 func (s *Supervisor) Stats() SupervisorStats {
 	return SupervisorStats{Timeouts: s.timeouts.Load(), Conflicts: s.conflicts.Load(), Alerts: s.alerts.Load(),
 		StartLoads: s.startLoads.Load(), StartEvents: s.startEvents.Load(), Checkpoints: s.checkpoints.Load(),
-		LeaseTerm: s.term.Load(), StaleTerms: s.staleTerms.Load(), StandDowns: s.downs.Load()}
+		LeaseTerm: s.term.Load(), StaleTerms: s.staleTerms.Load(), StandDowns: s.downs.Load(),
+		DelaysElapsed: s.delaysElapsed.Load()}
 }
 
 type deadline struct {
@@ -286,6 +293,7 @@ func (s *Supervisor) file(t *domain.Task) {
 	for _, a := range append(t.InFlight(), t.Awaits()...) {
 		heap.Push(&s.deadlines, deadline{at: a.CompleteBy, taskID: t.ID, step: a.Step, compensation: a.Compensation, attempt: a.Attempt})
 	}
+	s.fileDelays(t)
 }
 
 // snapshot captures the tasks the supervisor keeps (unfinished and in
@@ -411,6 +419,8 @@ func (s *Supervisor) track(t *domain.Task, ev domain.Event) {
 	case domain.StepAwaiting:
 		// An await's deadline is timed out like an attempt's.
 		heap.Push(&s.deadlines, deadline{at: d.Until, taskID: t.ID, step: d.Step, attempt: d.Attempt})
+	case domain.StepDelayed:
+		heap.Push(&s.timers, delayTimer{at: d.Until, taskID: t.ID, step: d.Step})
 	}
 }
 
@@ -427,6 +437,7 @@ const minPrune = 1024
 // flight. Pruning only when three quarters are stale keeps its cost
 // constant per attempt. The caller holds mu.
 func (s *Supervisor) pruneDeadlines() {
+	s.pruneTimers()
 	if len(s.deadlines) < minPrune || len(s.deadlines) < 4*len(s.tasks) {
 		return
 	}
@@ -447,7 +458,7 @@ func (s *Supervisor) pruneDeadlines() {
 func (s *Supervisor) Held() Held {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return Held{"tasks": len(s.tasks), "deadlines": len(s.deadlines), "failed": len(s.failed), "alerted": len(s.alerted), "unsure": len(s.unsure)}
+	return Held{"tasks": len(s.tasks), "deadlines": len(s.deadlines), "timers": len(s.timers), "failed": len(s.failed), "alerted": len(s.alerted), "unsure": len(s.unsure)}
 }
 
 type dueAttempt struct {
@@ -468,6 +479,7 @@ func (s *Supervisor) scan(ctx context.Context) {
 			due = append(due, dueAttempt{task: t.Clone(), d: d})
 		}
 	}
+	timers := s.dueTimers(now)
 	for id, t := range s.failed {
 		if s.alerted[id] != t.Revision {
 			alerts = append(alerts, t.Clone())
@@ -483,11 +495,15 @@ func (s *Supervisor) scan(ctx context.Context) {
 			for _, rest := range due {
 				heap.Push(&s.deadlines, rest.d)
 			}
+			s.requeueTimers(timers)
 			s.mu.Unlock()
 			return
 		}
 		due = due[1:]
 		s.timeOut(ctx, a, now)
+	}
+	if !s.fireDelays(ctx, timers, now) {
+		return
 	}
 	for _, t := range alerts {
 		s.alert(ctx, t)

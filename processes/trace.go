@@ -46,6 +46,8 @@ const (
 	SpanCompensate = tracing.SpanCompensate
 	// SpanTimeout is the supervisor timing an attempt out.
 	SpanTimeout = tracing.SpanTimeout
+	// SpanDelay is the supervisor firing a delay step whose time came.
+	SpanDelay = tracing.SpanDelay
 	// SpanOperator is an operator's retry or cancel.
 	SpanOperator = tracing.SpanOperator
 )

@@ -41,7 +41,8 @@ type AuditRow struct {
 	Attempt  int           `json:"attempt,omitempty"`
 	Actor    string        `json:"actor"`
 	Details  string        `json:"details,omitempty"`
-	// NotBefore is, for a retry scheduled, when its backoff ends.
+	// NotBefore is, for a retry scheduled, when its backoff ends; for a
+	// delay step that started, the time it waits until.
 	NotBefore *time.Time `json:"notBefore,omitempty"`
 }
 
@@ -89,6 +90,10 @@ func BuildAudit(taskID string, recorded []domain.RecordedEvent, cut Cut) (*Audit
 			notBefore := retry.NotBefore.UTC()
 			row.NotBefore = &notBefore
 		}
+		if delayed, ok := ev.(domain.StepDelayed); ok {
+			until := delayed.Until.UTC()
+			row.NotBefore = &until
+		}
 		a.Rows = append(a.Rows, row)
 	}
 	a.State = protocol.ViewOf(state)
@@ -128,6 +133,17 @@ func describe(e domain.Event) (string, int, string) {
 		return e.Step, e.Attempt, "awaits an event on " + e.Topic + " for " + e.Value + " until " + e.Until.UTC().Format(stamp)
 	case domain.StepSkipped:
 		return e.Step, 0, "skipped: condition " + e.Condition + " is false"
+	case domain.StepDelayed:
+		return e.Step, 0, "waiting until " + e.Until.UTC().Format(time.RFC3339)
+	case domain.StepDelayElapsed:
+		d := "delay over (until " + e.Until.UTC().Format(time.RFC3339) + ")"
+		if e.FiredBy != "" {
+			d += ", fired by " + e.FiredBy
+		}
+		if e.LeaseTerm > 0 {
+			d += " in lease term " + strconv.FormatInt(e.LeaseTerm, 10)
+		}
+		return e.Step, 0, d
 	case domain.StepReturned:
 		what := "attempt"
 		if e.Compensation {

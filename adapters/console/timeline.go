@@ -28,8 +28,9 @@ type Mark struct {
 	At     time.Time
 	Kind   string
 	Detail string
-	// Until is, for a retry, when its backoff ends: the wait is drawn as a
-	// dashed line from the mark.
+	// Until is, for a retry, when its backoff ends, and for a delay the
+	// time it waits until: the wait is drawn as a dashed line from the
+	// mark.
 	Until time.Time
 }
 
@@ -120,6 +121,13 @@ func BuildTimeline(rows []projections.AuditRow) Timeline {
 			lane(r.Step).Marks = append(lane(r.Step).Marks, m)
 		case domain.CompensationRequestedType:
 			lane(r.Step).Marks = append(lane(r.Step).Marks, Mark{At: r.Time, Kind: "compensate", Detail: r.Details})
+		case domain.StepDelayedType:
+			m := Mark{At: r.Time, Kind: "delay", Detail: r.Details}
+			if r.NotBefore != nil {
+				m.Until = *r.NotBefore
+				tl.End = maxTime(tl.End, m.Until)
+			}
+			lane(r.Step).Marks = append(lane(r.Step).Marks, m)
 		case domain.StepSkippedType:
 			l := lane(r.Step)
 			l.Skipped = true
@@ -188,8 +196,12 @@ func (tl Timeline) SVG() template.HTML {
 		}
 		for _, m := range l.Marks {
 			if m.Until.After(m.At) {
-				fmt.Fprintf(&b, `<line class="backoff" x1="%.1f" y1="%d" x2="%.1f" y2="%d"><title>backoff until +%s</title></line>`,
-					x(m.At), y+14, x(m.Until), y+14, m.Until.Sub(tl.Start).Round(time.Millisecond))
+				what := "backoff"
+				if m.Kind == "delay" {
+					what = "waiting"
+				}
+				fmt.Fprintf(&b, `<line class="%s" x1="%.1f" y1="%d" x2="%.1f" y2="%d"><title>%s until +%s</title></line>`,
+					what, x(m.At), y+14, x(m.Until), y+14, what, m.Until.Sub(tl.Start).Round(time.Millisecond))
 			}
 			fmt.Fprintf(&b, `<path class="mark %s" d="M%.1f %d l5 8 l-5 8 l-5 -8 z"><title>%s at +%s: %s</title></path>`,
 				m.Kind, x(m.At), y+6, m.Kind, m.At.Sub(tl.Start).Round(time.Millisecond), esc(m.Detail))
@@ -201,3 +213,11 @@ func (tl Timeline) SVG() template.HTML {
 }
 
 func esc(s string) string { return template.HTMLEscapeString(s) }
+
+// maxTime is the later of a and b.
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}

@@ -96,11 +96,14 @@ func (a *App) registerMetrics() {
 				Help: "The lease term (fencing token) this supervisor acts in; 0 while it does not lead.",
 				Read: func(emit func(float64, ...string)) { emit(float64(s.Stats().LeaseTerm)) }},
 			metrics.Family{Name: "saga_supervisor_stale_term_refusals_total", Type: counter,
-				Help: "Timeouts a task refused because a newer supervisor lease term had acted on it: an old leader fenced off.",
+				Help: "Timeouts and delays a task refused because a newer supervisor lease term had acted on it: an old leader fenced off.",
 				Read: func(emit func(float64, ...string)) { emit(float64(s.Stats().StaleTerms)) }},
 			metrics.Family{Name: "saga_supervisor_stand_downs_total", Type: counter,
 				Help: "Times this supervisor gave up its lease because the event store did not answer.",
-				Read: func(emit func(float64, ...string)) { emit(float64(s.Stats().StandDowns)) }})
+				Read: func(emit func(float64, ...string)) { emit(float64(s.Stats().StandDowns)) }},
+			metrics.Family{Name: "saga_delays_elapsed_total", Type: counter,
+				Help: "Delay steps whose time came, fired by this supervisor.",
+				Read: func(emit func(float64, ...string)) { emit(float64(s.Stats().DelaysElapsed)) }})
 	}
 	if len(a.AgentProcs) > 0 {
 		a.registerAgentMetrics(m)

@@ -72,6 +72,7 @@ func TestSchemaMatchesTheParser(t *testing.T) {
 		{"step", `{"steps":[{"zz":1}]}`},
 		{"http", `{"steps":[{"http":{"zz":1}}]}`},
 		{"compensation", `{"steps":[{"compensation":{"zz":1}}]}`},
+		{"delay", `{"steps":[{"delay":{"zz":1}}]}`},
 	}
 	for _, p := range places {
 		obj := schema

@@ -31,9 +31,13 @@ const (
 	// StatusStepAwaiting says an await step waits for the application's
 	// event; Reason names the topic, the value and the deadline.
 	StatusStepAwaiting = "step-awaiting"
-	StatusProcessed    = "processed"
-	StatusCompensated  = "compensated"
-	StatusFailed       = "failed"
+	// StatusStepDelayed says a delay step waits until a time (Reason).
+	StatusStepDelayed = "step-delayed"
+	// StatusStepDelayElapsed says a delay step's time came: it succeeded.
+	StatusStepDelayElapsed = "step-delay-elapsed"
+	StatusProcessed        = "processed"
+	StatusCompensated      = "compensated"
+	StatusFailed           = "failed"
 	// StatusRejected is sent for an order that did not become a task
 	// (unknown workflow or version, invalid input); Reason says why.
 	StatusRejected = "rejected"
@@ -118,6 +122,10 @@ func StatusOf(t *domain.Task, e domain.Event, revision uint64, at time.Time) Tas
 		s.Status, s.Step, s.Attempt, s.Reason = StatusStepAwaiting, e.Step, e.Attempt, awaitingReason(e)
 	case domain.StepReturned:
 		s.Status, s.Step, s.Attempt, s.Reason = StatusStepReturned, e.Step, e.Attempt, e.Reason
+	case domain.StepDelayed:
+		s.Status, s.Step, s.Reason = StatusStepDelayed, e.Step, "waiting until "+e.Until.UTC().Format(time.RFC3339)
+	case domain.StepDelayElapsed:
+		s.Status, s.Step = StatusStepDelayElapsed, e.Step
 	case domain.TaskProcessed:
 		s.Status = StatusProcessed
 	case domain.TaskCompensated:

@@ -15,7 +15,9 @@ import (
 
 // Stream checks the invariants every task stream must keep and returns the
 // task its events fold into, with a sentence per violation:
-//   - no attempt of a step or of a compensation is dispatched twice;
+//   - no attempt of a step or of a compensation is dispatched twice (but
+//     again after an agent gave it back, StepReturned, as it does not
+//     count);
 //   - no attempt times out twice;
 //   - at most one final event (TaskProcessed, TaskCompensated) and nothing
 //     after it;
@@ -50,6 +52,14 @@ func Stream(id string, events []domain.RecordedEvent) (*domain.Task, []string) {
 			once("dispatch", e.Step, e.Attempt)
 		case domain.CompensationDispatched:
 			once("compensation", e.Step, e.Attempt)
+		case domain.StepReturned:
+			// An attempt an agent gave back without calling its service
+			// does not count: it goes again with the same number.
+			kind := "dispatch"
+			if e.Compensation {
+				kind = "compensation"
+			}
+			delete(seen, fmt.Sprintf("%s/%s/%d", kind, e.Step, e.Attempt))
 		case domain.StepTimedOut:
 			once(fmt.Sprintf("timeout-%v", e.Compensation), e.Step, e.Attempt)
 			if e.LeaseTerm < term {

@@ -28,6 +28,14 @@ func TestStreamFindsAnAttemptTimedOutTwice(t *testing.T) {
 	assert.Len(t, problems, 1)
 }
 
+func TestStreamAllowsAnAttemptGivenBackToGoAgain(t *testing.T) {
+	dispatched := domain.StepDispatched{TaskID: "t", Step: "a", Attempt: 1}
+	_, problems := invariants.Stream("t", recorded(t, dispatched, domain.StepReturned{TaskID: "t", Step: "a", Attempt: 1, Reason: "unhealthy"}, dispatched))
+	assert.Empty(t, problems)
+	_, problems = invariants.Stream("t", recorded(t, dispatched, dispatched))
+	assert.Len(t, problems, 1)
+}
+
 func TestStreamFindsATimeoutOfAnOlderLeaseTerm(t *testing.T) {
 	events := recorded(t,
 		domain.StepDispatched{TaskID: "t", Step: "a", Attempt: 1},

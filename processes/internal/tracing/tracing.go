@@ -56,6 +56,8 @@ const (
 	SpanCompensate = "saga.compensate"
 	// SpanTimeout is the supervisor timing an attempt out.
 	SpanTimeout = "saga.timeout"
+	// SpanDelay is the supervisor firing a delay step whose time came.
+	SpanDelay = "saga.delay"
 	// SpanOperator is an operator's retry or cancel.
 	SpanOperator = "saga.operator"
 )
