@@ -3,6 +3,7 @@ package integration_test
 import (
 	"context"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -115,4 +116,9 @@ func TestAwaitStepsThroughKafka(t *testing.T) {
 	assert.Len(t, st.Refunds, 2, "the declined and the timed-out charges are refunded: %v", st.Refunds)
 	assert.Empty(t, st.Refused)
 	assert.Len(t, st.Emails, 2, "confirm ran for the captured payments only: %v", st.Emails)
+	// aw-late's and aw-declined's events found their task waiting; aw-early's
+	// did too if the awaiter read it only once its task waited.
+	completed, err := strconv.Atoi(s.metric(`saga_await_events_total{outcome="completed"}`))
+	require.NoError(t, err)
+	assert.Contains(t, []int{2, 3}, completed)
 }
