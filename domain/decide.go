@@ -194,6 +194,9 @@ func (t *Task) start(wf *Workflow, s *Step, d Decision) []Event {
 			return []Event{StepSkipped{TaskID: t.ID, Step: s.Name, Condition: def.When, At: d.Now}}
 		}
 	}
+	if def, ok := wf.Step(s.Name); ok && def.Await != nil {
+		return t.await(wf, s, def, d)
+	}
 	if def, ok := wf.Step(s.Name); ok && def.Delay != nil {
 		return t.startDelay(wf, def, s, d)
 	}
@@ -452,7 +455,7 @@ func (t *Task) TimeOut(wf *Workflow, step string, compensation bool, attempt int
 	if compensation {
 		leg = s.Compensation
 	}
-	if t.State.Terminal() || !leg.InFlight() || leg.Attempt != attempt {
+	if t.State.Terminal() || !leg.InFlight() && !leg.awaits() || leg.Attempt != attempt {
 		return nil, errors.Wrapf(ErrNotInFlight, "task %q step %q attempt %d", t.ID, step, attempt)
 	}
 	if d.Now.Before(*leg.CompleteBy) {

@@ -49,6 +49,9 @@ func (w *Workflow) WithDefaults() *Workflow {
 	d := documentedDefaults().step()
 	for i := range c.Steps {
 		s := &c.Steps[i]
+		if s.Await != nil && s.MaxAttempts == 0 {
+			s.MaxAttempts = 1 // an await waits once
+		}
 		fillStepTiming(&s.Budget, &s.MaxAttempts, &s.Backoff, d.Budget, d.MaxAttempts, d.Backoff)
 		if s.OnExhausted == "" {
 			s.OnExhausted = d.OnExhausted

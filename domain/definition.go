@@ -312,7 +312,7 @@ func (p *defParser) backoff(path string, v any, b Backoff) Backoff {
 
 func (p *defParser) step(path string, v any, d stepDefaults) StepDefinition {
 	s := d.step()
-	m := p.object(path, v, "name", "agent", "http", "budget", "attempts", "backoff", "onExhausted", "compensation", "after", "when", "delay")
+	m := p.object(path, v, "name", "agent", "http", "budget", "attempts", "backoff", "onExhausted", "compensation", "after", "when", "await", "delay")
 	if m == nil {
 		return s
 	}
@@ -333,6 +333,7 @@ func (p *defParser) step(path string, v any, d stepDefaults) StepDefinition {
 		s.Delay = p.delayDefinition(join(path, "delay"), v)
 	}
 	p.stepTiming(path, m, &s.Budget, &s.MaxAttempts, &s.Backoff)
+	p.awaitField(path, m, &s)
 	if v, ok := m["onExhausted"]; ok {
 		s.OnExhausted = ExhaustedPolicy(p.str(join(path, "onExhausted"), v))
 	}
@@ -447,12 +448,19 @@ func (w *Workflow) Validate() error {
 		switch {
 		case s.Delay != nil:
 			validateDelay(path, s, templateScope{workflow: w, before: i}, add)
+		case s.Agent == "" && s.Await != nil:
+			validateAwait(w, i, add)
 		case s.Agent == "":
 			add(path+".agent", "is required: name the agent that runs the step, or give an http call")
 		case !agentPattern.MatchString(s.Agent):
 			add(path+".agent", "%q must be 1 to 100 letters, digits, ., _ or - and start with a letter or digit", truncate(s.Agent))
 		case bandSuffix(s.Agent):
 			add(path+".agent", "%q ends in .high or .low, which name the priority bands of an agent's commands", truncate(s.Agent))
+		case s.Await != nil:
+			validateAwait(w, i, add)
+		}
+		if s.Await != nil && s.Delay != nil {
+			add(path+".await", "a step is an agent call, an await or a delay: give await or delay, not both")
 		}
 		validateTiming(path, s.Budget, s.MaxAttempts, s.Backoff, add)
 		switch s.OnExhausted {
@@ -617,6 +625,7 @@ func (w *Workflow) MarshalDefinition() ([]byte, error) {
 			step["http"] = s.HTTP
 		}
 		graphDoc(step, s)
+		awaitDoc(step, s)
 		delayDoc(step, s)
 		if c := s.Compensation; c != nil {
 			comp := map[string]any{"budget": c.Budget.String(), "attempts": c.MaxAttempts, "backoff": backoffDoc(c.Backoff)}

@@ -360,6 +360,7 @@ var taskEvents = []struct {
 	{StepWaitingType, decodeAs[StepWaiting]},
 	{StepSkippedType, decodeAs[StepSkipped]},
 	{StepReturnedType, decodeAs[StepReturned]},
+	{StepAwaitingType, decodeAs[StepAwaiting]},
 	{StepDelayedType, decodeAs[StepDelayed]},
 	{StepDelayElapsedType, decodeAs[StepDelayElapsed]},
 }

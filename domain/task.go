@@ -162,6 +162,9 @@ type Step struct {
 	// the step (it succeeded, failed or timed out); compensations go in
 	// the reverse order of it. 0 before any ended.
 	Ended int64
+	// Awaiting is what an await step waits for, while it waits
+	// (StepStateAwaiting); nil otherwise.
+	Awaiting *AwaitingFor
 	// DelayedUntil is, for a delay step that started, the time it waits
 	// (or waited) until; nil otherwise.
 	DelayedUntil *time.Time
@@ -277,7 +280,7 @@ func (t *Task) Apply(e Event) {
 		t.UpdatedAt = e.DispatchedAt
 	case StepSucceeded:
 		if s := t.Step(e.Step); s != nil {
-			s.State, s.CompleteBy, s.Result, s.Ended = StepStateProcessed, nil, e.Result, t.Revision
+			s.State, s.CompleteBy, s.Result, s.Ended, s.Awaiting = StepStateProcessed, nil, e.Result, t.Revision, nil
 			s.answered(e.Answer)
 		}
 		t.UpdatedAt = e.At
@@ -286,6 +289,7 @@ func (t *Task) Apply(e Event) {
 			l.failed(e.Failure, e.Reason)
 			l.answered(e.Answer)
 			t.Step(e.Step).Ended = t.Revision
+			t.Step(e.Step).Awaiting = nil
 		}
 		t.UpdatedAt = e.At
 	case StepWaiting:
@@ -304,6 +308,7 @@ func (t *Task) Apply(e Event) {
 			l.failed(FailureTimeout, "no reply before completeBy "+e.CompleteBy.Format(time.RFC3339Nano))
 			if !e.Compensation {
 				t.Step(e.Step).Ended = t.Revision
+				t.Step(e.Step).Awaiting = nil
 			}
 		}
 		t.LeaseTerm = max(t.LeaseTerm, e.LeaseTerm)
@@ -317,9 +322,11 @@ func (t *Task) Apply(e Event) {
 	case CompensationRequested:
 		t.Compensating, t.State, t.Reason, t.UpdatedAt = true, StateCompensating, e.Reason, e.At
 		t.FailedStep = e.Step
+		t.abandonAwaits()
 		t.abandonDelays()
 	case TaskCancelled:
 		t.Compensating, t.State, t.CancelledBy, t.UpdatedAt = true, StateCompensating, e.By, e.At
+		t.abandonAwaits()
 		t.Reason = "cancelled by " + e.By
 		if e.Reason != "" {
 			t.Reason += ": " + e.Reason
@@ -363,6 +370,14 @@ func (t *Task) Apply(e Event) {
 		if s := t.Step(e.Step); s != nil {
 			s.State, s.NotBefore = StepStateSkipped, nil
 			s.WaitingSince, s.WaitReason = nil, ""
+		}
+		t.UpdatedAt = e.At
+	case StepAwaiting:
+		if s := t.Step(e.Step); s != nil {
+			s.awaiting(e)
+		}
+		if !t.Compensating {
+			t.State = StateProcessing
 		}
 		t.UpdatedAt = e.At
 	case StepDelayed:

@@ -201,6 +201,9 @@ type StepDefinition struct {
 	// When is the step's condition (see ParseCondition); empty means
 	// always. A step whose condition is false is skipped.
 	When string
+	// Await, when set, makes the step wait for an event of the
+	// application instead of calling an agent (Agent and HTTP are empty).
+	Await *AwaitDefinition
 	// Delay, when set, makes the step a timer: it has no Agent, waits,
 	// and succeeds when its time comes (see DelayDefinition).
 	Delay *DelayDefinition

@@ -98,7 +98,13 @@ type Scheduler struct {
 	// as the next higher priority (domain.AgedRank); default
 	// domain.DefaultPriorityAging.
 	PriorityAging time.Duration
+	// AwaitInbox, when set, meets the tasks that begin to wait for an
+	// application event (await steps) with the events that came before
+	// (see Awaiter); nil leaves such steps to the events that come after.
+	AwaitInbox *AwaitInbox
 
+	// runCtx is Run's context, for the work a shard hands off.
+	runCtx   context.Context
 	init     sync.Once
 	capacity *capacity
 	tracer   trace.Tracer
@@ -308,6 +314,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	if ctx.Err() != nil {
 		return nil
 	}
+	s.runCtx = ctx
 	var wg sync.WaitGroup
 	for _, sh := range s.shards {
 		wg.Add(1)
@@ -798,6 +805,7 @@ func (sh *shard) resumeAll(ctx context.Context) {
 		}
 		ctx := tracing.WithTraceParent(ctx, t.TraceParent)
 		sh.resend(ctx, t)
+		sh.resumeAwaits(t)
 		sh.advance(ctx, t, "resume")
 	}
 }
@@ -1141,6 +1149,8 @@ func (sh *shard) carryOut(ctx context.Context, t *domain.Task, events []domain.E
 		case domain.CompensationDispatched:
 			sh.send(ctx, t, domain.InFlightAttempt{Step: d.Step, Agent: d.Agent, Instance: d.Instance, Compensation: true, Attempt: d.Attempt,
 				CompleteBy: d.CompleteBy})
+		case domain.StepAwaiting:
+			go sh.s.awaitStarted(sh.s.runCtx, t.ID, d)
 		}
 	}
 	if kept {

@@ -290,7 +290,7 @@ func (s *Supervisor) file(t *domain.Task) {
 	if s.tasks[t.ID] != t {
 		return
 	}
-	for _, a := range t.InFlight() {
+	for _, a := range append(t.InFlight(), t.Awaits()...) {
 		heap.Push(&s.deadlines, deadline{at: a.CompleteBy, taskID: t.ID, step: a.Step, compensation: a.Compensation, attempt: a.Attempt})
 	}
 	s.fileDelays(t)
@@ -416,6 +416,9 @@ func (s *Supervisor) track(t *domain.Task, ev domain.Event) {
 		heap.Push(&s.deadlines, deadline{at: d.CompleteBy, taskID: t.ID, step: d.Step, attempt: d.Attempt})
 	case domain.CompensationDispatched:
 		heap.Push(&s.deadlines, deadline{at: d.CompleteBy, taskID: t.ID, step: d.Step, compensation: true, attempt: d.Attempt})
+	case domain.StepAwaiting:
+		// An await's deadline is timed out like an attempt's.
+		heap.Push(&s.deadlines, deadline{at: d.Until, taskID: t.ID, step: d.Step, attempt: d.Attempt})
 	case domain.StepDelayed:
 		heap.Push(&s.timers, delayTimer{at: d.Until, taskID: t.ID, step: d.Step})
 	}

@@ -129,6 +129,8 @@ func describe(e domain.Event) (string, int, string) {
 			what = "compensation"
 		}
 		return e.Step, 0, what + " waits for " + e.Agent + ": " + e.Reason
+	case domain.StepAwaiting:
+		return e.Step, e.Attempt, "awaits an event on " + e.Topic + " for " + e.Value + " until " + e.Until.UTC().Format(stamp)
 	case domain.StepSkipped:
 		return e.Step, 0, "skipped: condition " + e.Condition + " is false"
 	case domain.StepDelayed:

@@ -71,7 +71,7 @@ type TaskQuery struct {
 // ActiveStepStates are the states of a step that a task is at
 // (TaskQuery.Step): not waiting to start, not done.
 var ActiveStepStates = []domain.StepState{domain.StepStateProcessing, domain.StepStateRetrying, domain.StepStateError,
-	domain.StepStateCompensating}
+	domain.StepStateCompensating, domain.StepStateAwaiting}
 
 // MaxFilterLength bounds TaskQuery's Step and Reason.
 const MaxFilterLength = 1024

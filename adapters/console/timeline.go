@@ -93,7 +93,9 @@ func BuildTimeline(rows []projections.AuditRow) Timeline {
 	}
 	for _, r := range rows {
 		switch r.Event {
-		case domain.StepDispatchedType, domain.CompensationDispatchedType:
+		case domain.StepDispatchedType, domain.CompensationDispatchedType, domain.StepAwaitingType:
+			// An await's wait is drawn as an attempt: from when it began
+			// to the event or its deadline.
 			comp := r.Event == domain.CompensationDispatchedType
 			l := lane(r.Step)
 			open[side{r.Step, comp}] = len(l.Bars)

@@ -195,6 +195,12 @@ type Config struct {
 	// until tasks finish (processes.UnfinishedLimit). 0 means
 	// processes.DefaultMaxUnfinishedTasks, a negative number no bound.
 	MaxUnfinishedTasks int
+	// AwaitInboxMax and AwaitInboxRetention bound each inbox of await
+	// steps (one per topic and correlation value): how many events and
+	// marks of waiting tasks it keeps, and for how long. Defaults
+	// processes.DefaultAwaitInboxMax and DefaultAwaitInboxRetention.
+	AwaitInboxMax       int
+	AwaitInboxRetention time.Duration
 	// MaxRenderedBytes bounds what the templates of one HTTP step render
 	// to in the built-in HTTP agents; default domain.DefaultMaxRenderedBytes.
 	MaxRenderedBytes int
@@ -362,7 +368,9 @@ type App struct {
 	Operator   *processes.Operator
 	Status     *processes.StatusPublisher
 	Submitter  *processes.Submitter
-	Services   map[string]*demo.Service
+	// Awaiter reads the topics of await steps (with the scheduler).
+	Awaiter  *processes.Awaiter
+	Services map[string]*demo.Service
 	// AgentProcs are the agents this process runs, by name.
 	AgentProcs map[string]*agent.Agent
 	// inProcess hands the scheduler's commands to AgentProcs directly;
@@ -572,7 +580,7 @@ func (r registering) Apply(ctx context.Context, w *domain.Workflow, by string) (
 	if err != nil {
 		return registered, changed, err
 	}
-	topics := w.Trigger.TopicsOrDefault()
+	topics := append(w.Trigger.TopicsOrDefault(), w.AwaitTopics()...)
 	for _, agent := range w.Agents() {
 		topics = append(topics, protocol.CommandTopics(agent)...)
 	}
@@ -766,7 +774,10 @@ func (a *App) startScheduler(ctx context.Context) error {
 	if a.inProcess != nil {
 		a.inProcess.replies = processes.ReplySenderFunc(a.Scheduler.RecordReply)
 	}
+	a.Scheduler.AwaitInbox = &processes.AwaitInbox{Store: a.Store, Limits: a.Store, Max: a.cfg.AwaitInboxMax,
+		Retention: a.cfg.AwaitInboxRetention, Clock: a.clock}
 	a.run("scheduler", func() error { return a.Scheduler.Run(ctx) })
+	a.startAwaiter(ctx)
 	a.consumeWith(ctx, kafka.ConsumerConfig{Group: "saga-scheduler", Topics: []string{protocol.RepliesTopic},
 		OnAssigned: func(m map[string][]int32) { ownership.Assigned(m); go a.Scheduler.Rebalanced(ctx) },
 		OnRevoked:  func(m map[string][]int32) { ownership.Revoked(m); go a.Scheduler.Rebalanced(ctx) },
@@ -1097,3 +1108,47 @@ func (a *App) Close() {
 		}
 	})
 }
+
+// startAwaiter consumes the topics of the registered workflows' await
+// steps, from the moment each is registered, and completes the steps that
+// wait for their events (processes.Awaiter). It runs with the scheduler,
+// which carries out what follows a completed step; partitions are shared
+// among instances by the consumer group, as triggers' are. The consumer
+// starts with the first await topic: a group with no topic joins nothing,
+// and readiness waits for every group this process consumes in.
+func (a *App) startAwaiter(ctx context.Context) {
+	a.Awaiter = &processes.Awaiter{Workflows: a.Workflows, Inbox: a.Scheduler.AwaitInbox, Correlator: a.Scheduler, Clock: a.clock,
+		Logger: a.logger, MaxEventSize: a.cfg.MaxOrderSize}
+	consume := func(topics []string) {
+		a.consumeWith(ctx, kafka.ConsumerConfig{Group: "saga-await", Topics: topics, MoreTopics: a.Awaiter.Topics,
+			TopicsInterval: awaitTopicsInterval}, a.Awaiter.HandleEvent)
+	}
+	if topics, err := a.Awaiter.Topics(ctx); err == nil && len(topics) > 0 {
+		consume(topics)
+		return
+	}
+	a.run("await topics", func() error {
+		tick := time.NewTicker(awaitTopicsInterval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-tick.C:
+			}
+			topics, err := a.Awaiter.Topics(ctx)
+			if err != nil && ctx.Err() == nil {
+				a.logger.Warn("list the topics of await steps", "err", err.Error())
+			}
+			if len(topics) > 0 && ctx.Err() == nil {
+				consume(topics)
+				return nil
+			}
+		}
+	})
+}
+
+// awaitTopicsInterval is how often the topics of await steps are looked
+// for: an event published on a topic within this time of its workflow's
+// registration is read all the same, from the topic's start.
+const awaitTopicsInterval = 2 * time.Second

@@ -167,6 +167,7 @@ func (c *Config) validate() ([]*domain.Workflow, error) {
 		{"Partitions", int64(c.Partitions)},
 		{"MaxOrderSize", int64(c.MaxOrderSize)},
 		{"TaskViewBatch", int64(c.TaskViewBatch)},
+		{"AwaitInboxMax", int64(c.AwaitInboxMax)},
 		{"EventStoreIndexMemtable", int64(c.EventStoreIndexMemtable)},
 		{"EventStoreMaxAppendSize", int64(c.EventStoreMaxAppendSize)},
 	} {
@@ -186,6 +187,7 @@ func (c *Config) validate() ([]*domain.Workflow, error) {
 		{"SupervisorSetupTimeout", c.SupervisorSetupTimeout},
 		{"ShutdownTimeout", c.ShutdownTimeout},
 		{"SupervisorStoreTimeout", c.SupervisorStoreTimeout},
+		{"AwaitInboxRetention", c.AwaitInboxRetention},
 	} {
 		if d.value < 0 {
 			add("%s must not be negative, not %s", d.name, d.value)

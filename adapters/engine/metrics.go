@@ -61,6 +61,16 @@ func (a *App) registerMetrics() {
 				emit(float64(st.Rejected), "dead_lettered")
 			}})
 	}
+	if aw := a.Awaiter; aw != nil {
+		m.Register(metrics.Family{Name: "saga_await_events_total", Type: counter, Labels: []string{"outcome"},
+			Help: "Events on the topics of await steps: kept in an inbox, completing a waiting step (of those kept), or ignored (no await wants them).",
+			Read: func(emit func(float64, ...string)) {
+				st := aw.Stats()
+				emit(float64(st.Kept), "kept")
+				emit(float64(st.Completed), "completed")
+				emit(float64(st.Ignored), "ignored")
+			}})
+	}
 	if s := a.Scheduler; s != nil {
 		m.Register(metrics.Family{Name: "saga_commands_sent_total", Type: counter,
 			Help: "Commands the scheduler sent to agents, re-sends included.",

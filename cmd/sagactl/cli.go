@@ -128,6 +128,9 @@ func printTask(t *protocol.TaskView) error {
 		return err
 	}
 	for _, s := range t.Steps {
+		if a := s.Awaiting; a != nil && s.State == domain.StepStateAwaiting {
+			fmt.Printf("%s awaits an event on %s for %s until %s\n", clean(s.Name), clean(a.Topic), clean(a.Value), stamp(a.Until))
+		}
 		if s.State == domain.StepStateDelayed && s.DelayedUntil != nil {
 			fmt.Printf("%s: waiting until %s\n", clean(s.Name), stamp(*s.DelayedUntil))
 		}

@@ -136,6 +136,10 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 		"how often the scheduler and supervisor save the checkpoint they resume from (position and unfinished tasks)")
 	maxUnfinished := fs.Int("max-unfinished-tasks", processes.DefaultMaxUnfinishedTasks,
 		"the scheduler holds at most this many unfinished tasks; past it new orders wait in Kafka until tasks finish, so a backlog or a flood of orders costs no memory. -1: no bound")
+	awaitInboxMax := fs.Int("await-inbox-max", processes.DefaultAwaitInboxMax,
+		"most entries each inbox of await steps keeps (one inbox per topic and correlation value: the events that came, and the tasks that wait); older ones are dropped")
+	awaitInboxRetention := fs.Duration("await-inbox-retention", processes.DefaultAwaitInboxRetention,
+		"how long an event for an await step is kept for a task that has not reached the step yet; an older one is never correlated")
 	maxOrderSize := fs.Int("max-order-size", processes.DefaultMaxOrderSize,
 		"largest order body accepted, in bytes; a larger order is dead-lettered (its TaskSubmitted event must also fit the event store's largest event)")
 	maxRendered := fs.Int("max-rendered-size", domain.DefaultMaxRenderedBytes,
@@ -219,7 +223,7 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 		Roles: roles, ShutdownTimeout: *shutdownTimeout, SupervisorInterval: *supervisorInterval, SupervisorStoreTimeout: *supervisorStoreTimeout, CheckpointEvery: *checkpointEvery, KafkaFsync: *kafkaFsync, DemoServiceURLs: services, CommandsThroughKafka: *commandsThroughKafka,
 		WorkflowDirs: workflowDirs, HTTPAgents: httpAgents, HTTPAgentAllow: splitList(strings.Join(httpAgentAllow, ",")), SecretsDir: *secretsDir, KafkaSyncTopics: append([]string{}, kafka.SplitBrokers(*kafkaSyncTopics)...),
 		ReplyTopicPattern: *replyTopics, APITokensFile: *apiTokens, APITLSCert: *apiCert, APITLSKey: *apiKey,
-		Secure: *secureMode, KafkaSecurity: *kafkaSecurity, MaxOrderSize: *maxOrderSize, MaxUnfinishedTasks: *maxUnfinished, MaxRenderedBytes: *maxRendered, TaskViewBatch: *taskViewBatch, TaskViewUpdateDelay: viewDelay(*taskViewDelay),
+		Secure: *secureMode, KafkaSecurity: *kafkaSecurity, MaxOrderSize: *maxOrderSize, MaxUnfinishedTasks: *maxUnfinished, AwaitInboxMax: *awaitInboxMax, AwaitInboxRetention: *awaitInboxRetention, MaxRenderedBytes: *maxRendered, TaskViewBatch: *taskViewBatch, TaskViewUpdateDelay: viewDelay(*taskViewDelay),
 		KafkaRetention: &broker.Retention{MaxAge: *retentionAge, MaxRecords: *retentionRecords, RederivedMaxRecords: *rederivedRecords,
 			Interval: broker.DefaultRetentionInterval, IdleReplyTopicAfter: *idleReplyTopics}, KafkaMaxTopics: *maxTopics,
 		AgentInstances: engine.AgentInstances{Capacity: capacity, DefaultCapacity: *defaultCapacity, RateLimit: rates, GlobalLimit: globalLimits,

@@ -28,6 +28,9 @@ const (
 	// StatusStepReturned says an agent instance gave an attempt back
 	// without calling; it is dispatched again.
 	StatusStepReturned = "step-returned"
+	// StatusStepAwaiting says an await step waits for the application's
+	// event; Reason names the topic, the value and the deadline.
+	StatusStepAwaiting = "step-awaiting"
 	// StatusStepDelayed says a delay step waits until a time (Reason).
 	StatusStepDelayed = "step-delayed"
 	// StatusStepDelayElapsed says a delay step's time came: it succeeded.
@@ -115,6 +118,8 @@ func StatusOf(t *domain.Task, e domain.Event, revision uint64, at time.Time) Tas
 		s.Status, s.Step, s.Reason = StatusStepWaiting, e.Step, e.Reason
 	case domain.StepSkipped:
 		s.Status, s.Step, s.Reason = StatusStepSkipped, e.Step, "condition is false: "+e.Condition
+	case domain.StepAwaiting:
+		s.Status, s.Step, s.Attempt, s.Reason = StatusStepAwaiting, e.Step, e.Attempt, awaitingReason(e)
 	case domain.StepReturned:
 		s.Status, s.Step, s.Attempt, s.Reason = StatusStepReturned, e.Step, e.Attempt, e.Reason
 	case domain.StepDelayed:
@@ -129,4 +134,9 @@ func StatusOf(t *domain.Task, e domain.Event, revision uint64, at time.Time) Tas
 		s.Status, s.Step, s.Reason = StatusFailed, e.Step, e.Reason
 	}
 	return s
+}
+
+// awaitingReason says what an await step waits for, and until when.
+func awaitingReason(e domain.StepAwaiting) string {
+	return "awaits an event on " + e.Topic + " for " + e.Value + " until " + e.Until.UTC().Format(time.RFC3339)
 }

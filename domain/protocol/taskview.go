@@ -62,6 +62,9 @@ type StepView struct {
 	// attempt of the step (it succeeded, failed or timed out): steps are
 	// compensated in the reverse order of it.
 	EndedRevision int64 `json:"endedRevision,omitempty"`
+	// Awaiting is what an await step waits for (the topic, the correlation
+	// value, and until when), while its state is Awaiting.
+	Awaiting *domain.AwaitingFor `json:"awaiting,omitempty"`
 	// DelayedUntil is, for a delay step that started, the time it waits
 	// (state Delayed) or waited until.
 	DelayedUntil *time.Time `json:"delayedUntil,omitempty"`
@@ -140,7 +143,7 @@ func ViewOf(t *domain.Task) *TaskView {
 	}
 	for i, s := range t.Steps {
 		v.Steps[i] = &StepView{Name: s.Name, Agent: s.Agent, LegView: legView(&s.Leg), Result: s.Result, EndedRevision: s.Ended,
-			DelayedUntil: clonePtr(s.DelayedUntil)}
+			Awaiting: clonePtr(s.Awaiting), DelayedUntil: clonePtr(s.DelayedUntil)}
 		if s.Compensation != nil {
 			c := legView(s.Compensation)
 			v.Steps[i].Compensation = &c
@@ -162,7 +165,7 @@ func (v *TaskView) Task() *domain.Task {
 	}
 	for i, s := range v.Steps {
 		t.Steps[i] = &domain.Step{Name: s.Name, Agent: s.Agent, Leg: s.LegView.leg(), Result: s.Result, Ended: s.EndedRevision,
-			DelayedUntil: clonePtr(s.DelayedUntil)}
+			Awaiting: clonePtr(s.Awaiting), DelayedUntil: clonePtr(s.DelayedUntil)}
 		if s.Compensation != nil {
 			c := s.Compensation.leg()
 			t.Steps[i].Compensation = &c

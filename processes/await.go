@@ -1,0 +1,354 @@
+package processes
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"log/slog"
+	"regexp"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/errors"
+
+	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/domain/protocol"
+)
+
+// Await steps (domain.AwaitDefinition) meet the application's events in an
+// inbox: one stream in the event store per topic and correlation value,
+// AwaitInboxStream. An event of a type an await wants is put there when it
+// arrives (the Awaiter, a consumer of the await topics), and so is a mark
+// when a task begins to wait (the scheduler, after it stored
+// StepAwaiting). Whoever puts second reads what the first put and
+// correlates: the event finds the task waiting, or the task the event that
+// came early. The inbox is the index from value to waiting task; no task
+// is ever scanned for. Both may correlate the same pair; the expected
+// revision of the task's stream lets only one complete the step, and the
+// other finds nothing waiting (domain.ErrNotAwaiting).
+
+// Defaults of the await inbox.
+const (
+	// DefaultAwaitInboxMax is how many entries (events and marks of
+	// waiting tasks) an inbox keeps: older ones are dropped.
+	DefaultAwaitInboxMax = 64
+	// DefaultAwaitInboxRetention is how long an entry is kept: an event
+	// that arrived longer ago than this is never correlated.
+	DefaultAwaitInboxRetention = 7 * 24 * time.Hour
+	// AwaitInboxEventType is the wire name of an inbox entry.
+	AwaitInboxEventType = "AwaitInboxEntry"
+)
+
+// awaitInboxPrefix starts the name of every inbox stream.
+const awaitInboxPrefix = "saga-await-"
+
+var plainValue = regexp.MustCompile(`^[A-Za-z0-9._:@-]{1,128}$`)
+
+// AwaitInboxStream names the inbox stream of topic and value: the value
+// itself when it is short and plain, else its SHA-256.
+func AwaitInboxStream(topic, value string) string {
+	if !plainValue.MatchString(value) {
+		sum := sha256.Sum256([]byte(value))
+		value = "sha256-" + hex.EncodeToString(sum[:])
+	}
+	return awaitInboxPrefix + topic + "-" + value
+}
+
+// AwaitInboxEntry is one entry of an await inbox: an event that arrived
+// (Type and Body set) or a task that waits (TaskID and Step set).
+type AwaitInboxEntry struct {
+	TaskID string `json:"taskId,omitempty"`
+	Step   string `json:"step,omitempty"`
+	// Type and Body are the event's; Source says where it was read.
+	Type   string          `json:"type,omitempty"`
+	Body   json.RawMessage `json:"body,omitempty"`
+	Source string          `json:"source,omitempty"`
+	At     time.Time       `json:"at"`
+}
+
+// StreamLimiter bounds a stream: the store keeps at most maxCount of its
+// events, none older than maxAge. The event store adapter implements it.
+type StreamLimiter interface {
+	LimitStream(ctx context.Context, stream string, maxCount int, maxAge time.Duration) error
+}
+
+// AwaitInbox keeps the entries of await inboxes in the event store.
+type AwaitInbox struct {
+	Store EventStore
+	// Limits, when set, bounds each inbox stream in the store as Max and
+	// Retention say; entries past them are never read in any case.
+	Limits StreamLimiter
+	// Max and Retention bound an inbox; defaults DefaultAwaitInboxMax and
+	// DefaultAwaitInboxRetention.
+	Max       int
+	Retention time.Duration
+	Clock     Clock
+}
+
+func (in *AwaitInbox) bounds() (int, time.Duration) {
+	n, age := in.Max, in.Retention
+	if n <= 0 {
+		n = DefaultAwaitInboxMax
+	}
+	if age <= 0 {
+		age = DefaultAwaitInboxRetention
+	}
+	return n, age
+}
+
+// Put adds an entry to the inbox of topic and value and returns the
+// entries it then holds, oldest first, the new one last.
+func (in *AwaitInbox) Put(ctx context.Context, topic, value string, entry AwaitInboxEntry) ([]AwaitInboxEntry, error) {
+	stream := AwaitInboxStream(topic, value)
+	data, err := json.Marshal(entry)
+	if err != nil {
+		return nil, errors.Wrap(err, "encode await inbox entry")
+	}
+	rev, err := in.Store.Append(ctx, stream, domain.ExpectAny(), domain.NewEvent{Type: AwaitInboxEventType, Data: data,
+		Metadata: domain.EventMetadata{CausationID: entry.Source, Actor: "await"}})
+	if err != nil {
+		return nil, errors.Wrapf(err, "put into await inbox %s", stream)
+	}
+	max, retention := in.bounds()
+	if in.Limits != nil && rev%uint64(max) == 0 {
+		// Set when the stream is made, and again now and then in case a
+		// crash came between the two.
+		if err := in.Limits.LimitStream(ctx, stream, max, retention); err != nil {
+			return nil, errors.Wrapf(err, "limit await inbox %s", stream)
+		}
+	}
+	recorded, err := in.Store.ReadStream(ctx, stream)
+	if err != nil {
+		return nil, errors.Wrapf(err, "read await inbox %s", stream)
+	}
+	if len(recorded) > max {
+		recorded = recorded[len(recorded)-max:]
+	}
+	oldest := in.Clock.Now().Add(-retention)
+	out := make([]AwaitInboxEntry, 0, len(recorded))
+	for _, r := range recorded {
+		var e AwaitInboxEntry
+		if r.Type != AwaitInboxEventType || json.Unmarshal(r.Data, &e) != nil || e.At.Before(oldest) {
+			continue
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// Correlator completes await steps: it decides what an application event
+// does to a task (Scheduler.Correlate). It reports whether a step took
+// the event.
+type Correlator interface {
+	Correlate(ctx context.Context, taskID string, e domain.AwaitedEvent, source string) (bool, error)
+}
+
+// AwaitWorkflows lists the registered workflows (Registry.List).
+type AwaitWorkflows interface {
+	List(ctx context.Context) ([]*domain.Workflow, error)
+}
+
+// Awaiter consumes the topics await steps read: it puts each event of a
+// type an await wants into its inbox, and completes the steps already
+// waiting for it.
+type Awaiter struct {
+	Workflows  AwaitWorkflows
+	Inbox      *AwaitInbox
+	Correlator Correlator
+	Clock      Clock
+	Logger     *slog.Logger
+	// MaxEventSize bounds an event's body; default DefaultMaxOrderSize.
+	MaxEventSize int
+
+	kept, completed, ignored atomic.Int64
+}
+
+// AwaiterStats counts what the awaiter did: events kept in inboxes, steps
+// they completed, and events no await wants.
+type AwaiterStats struct{ Kept, Completed, Ignored int64 }
+
+// Stats returns the awaiter's counters.
+func (a *Awaiter) Stats() AwaiterStats {
+	return AwaiterStats{a.kept.Load(), a.completed.Load(), a.ignored.Load()}
+}
+
+// Topics lists the topics the registered workflows' await steps read,
+// sorted: the consumer reads them from the moment a workflow is
+// registered.
+func (a *Awaiter) Topics(ctx context.Context) ([]string, error) {
+	all, err := a.Workflows.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var topics []string
+	for _, w := range all {
+		for _, t := range w.AwaitTopics() {
+			if !slices.Contains(topics, t) {
+				topics = append(topics, t)
+			}
+		}
+	}
+	slices.Sort(topics)
+	return topics, nil
+}
+
+// HandleEvent handles one event of an await topic. It returns an error
+// only when the event could not be kept, so that the consumer retries it.
+// An event no await wants (another type, no correlation value, not JSON)
+// is passed over: the topic is the application's, and carries other
+// events too.
+func (a *Awaiter) HandleEvent(ctx context.Context, msg Inbound) error {
+	all, err := a.Workflows.List(ctx)
+	if err != nil {
+		return err
+	}
+	max := a.MaxEventSize
+	if max <= 0 {
+		max = DefaultMaxOrderSize
+	}
+	ceType := msg.Headers[protocol.HeaderType]
+	var events []domain.AwaitedEvent
+	for _, w := range all {
+		for _, s := range w.Steps {
+			aw := s.Await
+			if aw == nil || aw.Topic != msg.Topic {
+				continue
+			}
+			typ, value, ok := aw.Read(msg.Value, ceType, max)
+			if !ok || !aw.Wants(typ) {
+				continue
+			}
+			e := domain.AwaitedEvent{Topic: msg.Topic, Type: typ, Value: value, Body: json.RawMessage(msg.Value)}
+			if !slices.ContainsFunc(events, func(o domain.AwaitedEvent) bool { return o.Type == typ && o.Value == value }) {
+				events = append(events, e)
+			}
+		}
+	}
+	if len(events) == 0 {
+		a.ignored.Add(1)
+		return nil
+	}
+	for _, e := range events {
+		entries, err := a.Inbox.Put(ctx, e.Topic, e.Value, AwaitInboxEntry{Type: e.Type, Body: e.Body, Source: msg.Source(), At: a.Clock.Now()})
+		if err != nil {
+			return err
+		}
+		a.kept.Add(1)
+		// The tasks waiting, newest mark first, each once.
+		var tried []string
+		for i := len(entries) - 1; i >= 0; i-- {
+			w := entries[i]
+			if w.TaskID == "" || slices.Contains(tried, w.TaskID) {
+				continue
+			}
+			tried = append(tried, w.TaskID)
+			ok, err := a.Correlator.Correlate(ctx, w.TaskID, e, msg.Source())
+			if err != nil {
+				return err
+			}
+			if ok {
+				a.completed.Add(1)
+			}
+		}
+	}
+	return nil
+}
+
+// awaitJob is an application event to correlate to a task; done gets
+// whether a step took it.
+type awaitJob struct {
+	taskID string
+	event  domain.AwaitedEvent
+	source string
+	done   chan<- awaitOutcome
+}
+
+type awaitOutcome struct {
+	took bool
+	err  error
+}
+
+func (j awaitJob) do(ctx context.Context, sh *shard) {
+	took, err := sh.correlate(ctx, j.taskID, j.event, j.source)
+	j.done <- awaitOutcome{took, err}
+}
+
+// Correlate decides, on the task's shard, what an application event does
+// to the task (domain.Task.Correlate) and carries out what follows, as a
+// reply's outcome is. It reports whether a step took the event; an event
+// no step of the task waits for (any longer) is no error.
+func (s *Scheduler) Correlate(ctx context.Context, taskID string, e domain.AwaitedEvent, source string) (bool, error) {
+	s.setup()
+	done := make(chan awaitOutcome, 1)
+	if err := s.enqueue(ctx, s.shardOf(taskID), awaitJob{taskID: taskID, event: e, source: source, done: done}); err != nil {
+		return false, err
+	}
+	select {
+	case o := <-done:
+		return o.took, o.err
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+}
+
+func (sh *shard) correlate(ctx context.Context, id string, e domain.AwaitedEvent, source string) (bool, error) {
+	var rc roomCheck
+	defer sh.decided(id, &rc, true)
+	err := sh.update(ctx, id, sh.tasks[id], source, func(t *domain.Task) ([]domain.Event, error) {
+		wf, err := sh.s.Workflows.Workflow(ctx, t.Workflow, t.WorkflowVersion)
+		if err != nil {
+			return nil, errors.Wrapf(err, "task %s", t.ID)
+		}
+		return sh.decide(t, &rc, func(d domain.Decision) ([]domain.Event, error) { return t.Correlate(wf, e, d) })
+	})
+	if errors.Is(err, domain.ErrNotAwaiting) || errors.Is(err, domain.ErrTaskNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// awaitStarted puts the mark of a task that began to wait into its
+// inbox, and correlates the events that came before it, oldest first,
+// until one takes the step. It runs off the shard's goroutine; an error
+// is logged, and the step times out at its deadline if nothing else
+// completes it.
+func (s *Scheduler) awaitStarted(ctx context.Context, taskID string, e domain.StepAwaiting) {
+	if s.AwaitInbox == nil || ctx == nil {
+		return
+	}
+	entries, err := s.AwaitInbox.Put(ctx, e.Topic, e.Value, AwaitInboxEntry{TaskID: taskID, Step: e.Step, At: s.Clock.Now()})
+	if err != nil {
+		if ctx.Err() == nil {
+			s.Logger.Error("await: cannot record a waiting task in its inbox", "task_id", taskID, "step", e.Step, "err", err.Error())
+		}
+		return
+	}
+	for _, entry := range entries {
+		if entry.Type == "" {
+			continue
+		}
+		took, err := s.Correlate(ctx, taskID, domain.AwaitedEvent{Topic: e.Topic, Type: entry.Type, Value: e.Value, Body: entry.Body}, entry.Source)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.Logger.Error("await: cannot correlate an event that came early", "task_id", taskID, "step", e.Step, "err", err.Error())
+			}
+			return
+		}
+		if took {
+			return
+		}
+	}
+}
+
+// resumeAwaits puts again the marks of the task's steps that wait, in
+// case a crash came between StepAwaiting and its mark.
+func (sh *shard) resumeAwaits(t *domain.Task) {
+	for _, s := range t.Steps {
+		if s.Awaiting != nil && s.State == domain.StepStateAwaiting {
+			go sh.s.awaitStarted(sh.s.runCtx, t.ID, domain.StepAwaiting{TaskID: t.ID, Step: s.Name, Attempt: s.Attempt,
+				Topic: s.Awaiting.Topic, Value: s.Awaiting.Value, Until: s.Awaiting.Until})
+		}
+	}
+}
