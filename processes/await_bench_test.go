@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -30,6 +31,9 @@ func TestAwaitLatencyWithManyWaiting(t *testing.T) {
 		n = v
 	}
 	r := newAwaitRig(t, 1)
+	runtime.GC()
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
 	began := time.Now()
 	var wg sync.WaitGroup
 	ids := make(chan int)
@@ -59,6 +63,13 @@ func TestAwaitLatencyWithManyWaiting(t *testing.T) {
 	}, 5*time.Minute, 100*time.Millisecond)
 	time.Sleep(2 * time.Second) // let the marks of the last ones settle
 	t.Logf("%d tasks waiting after %s", n, time.Since(began).Round(time.Millisecond))
+	runtime.GC()
+	var waiting runtime.MemStats
+	runtime.ReadMemStats(&waiting)
+	// The whole process: the embedded store, the scheduler and the awaiter.
+	t.Logf("live heap %.1f MiB with %d tasks waiting (%.1f MiB before them: %.0f bytes per waiting task)",
+		float64(waiting.HeapAlloc)/(1<<20), n, float64(before.HeapAlloc)/(1<<20),
+		float64(int64(waiting.HeapAlloc)-int64(before.HeapAlloc))/float64(n))
 
 	events := min(1000, n)
 	latencies := make([]time.Duration, 0, events)
