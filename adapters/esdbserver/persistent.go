@@ -483,13 +483,9 @@ func (s *persistentService) Update(ctx context.Context, req *persistent.UpdateRe
 // streams stay; a group created later under the same name ignores them.
 func (s *persistentService) Delete(ctx context.Context, req *persistent.DeleteReq) (*persistent.DeleteResp, error) {
 	o := req.GetOptions()
-	stream := allStreamName
-	if id := o.GetStreamIdentifier(); id != nil {
-		name, err := streamName(id)
-		if err != nil {
-			return nil, err
-		}
-		stream = name
+	stream, err := streamOrAll(o.GetStreamIdentifier())
+	if err != nil {
+		return nil, err
 	}
 	if err := s.authorize(ctx, stream); err != nil {
 		return nil, err
@@ -512,13 +508,9 @@ func (s *persistentService) Delete(ctx context.Context, req *persistent.DeleteRe
 // GetInfo describes one group.
 func (s *persistentService) GetInfo(_ context.Context, req *persistent.GetInfoReq) (*persistent.GetInfoResp, error) {
 	o := req.GetOptions()
-	stream := allStreamName
-	if id := o.GetStreamIdentifier(); id != nil {
-		name, err := streamName(id)
-		if err != nil {
-			return nil, err
-		}
-		stream = name
+	stream, err := streamOrAll(o.GetStreamIdentifier())
+	if err != nil {
+		return nil, err
 	}
 	g, err := s.group(stream, o.GetGroupName())
 	if err != nil {
@@ -564,13 +556,9 @@ func (s *persistentService) List(_ context.Context, req *persistent.ListReq) (*p
 // to stop_at of them.
 func (s *persistentService) ReplayParked(ctx context.Context, req *persistent.ReplayParkedReq) (*persistent.ReplayParkedResp, error) {
 	o := req.GetOptions()
-	stream := allStreamName
-	if id := o.GetStreamIdentifier(); id != nil {
-		name, err := streamName(id)
-		if err != nil {
-			return nil, err
-		}
-		stream = name
+	stream, err := streamOrAll(o.GetStreamIdentifier())
+	if err != nil {
+		return nil, err
 	}
 	if err := s.authorize(ctx, stream); err != nil {
 		return nil, err
@@ -642,4 +630,13 @@ func persistentMethods() []*serverfeatures.SupportedMethod {
 func isPersistentBookkeeping(stream string) bool {
 	return stream == persistentConfigStream || strings.HasPrefix(stream, persistentStreamPrefix) ||
 		strings.HasPrefix(stream, "$$"+persistentStreamPrefix)
+}
+
+// streamOrAll names the stream a group is on: id's, or $all when the
+// request names none.
+func streamOrAll(id *shared.StreamIdentifier) (string, error) {
+	if id == nil {
+		return allStreamName, nil
+	}
+	return streamName(id)
 }

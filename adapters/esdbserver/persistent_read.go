@@ -32,11 +32,9 @@ func (s *persistentService) Read(srv persistent.PersistentSubscriptions_ReadServ
 	if opts == nil {
 		return invalid("the first read message must carry options")
 	}
-	stream := allStreamName
-	if id := opts.GetStreamIdentifier(); id != nil {
-		if stream, err = streamName(id); err != nil {
-			return err
-		}
+	stream, err := streamOrAll(opts.GetStreamIdentifier())
+	if err != nil {
+		return err
 	}
 	if err := s.authorize(srv.Context(), stream); err != nil {
 		return err
