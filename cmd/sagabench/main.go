@@ -85,6 +85,8 @@ type Result struct {
 	// first full window beside the last.
 	Windows []Window `json:"windows"`
 	Steady  *Steady  `json:"steady,omitempty"`
+	// Calibration is the machine's speed before and after the run.
+	Calibration *Calibration `json:"calibration,omitempty"`
 
 	latencies *histogram
 
@@ -264,6 +266,8 @@ func run(ctx context.Context, c config) error {
 			return n
 		}
 	}
+	res.Calibration = &Calibration{}
+	res.Calibration.StartComputeMicros, res.Calibration.StartMemoryMicros = calibrate()
 	cpu0 := processCPU()
 	start := time.Now()
 	rec := newRecorder(c.window, c.heapDir, demoKeys, os.Stderr)
@@ -293,6 +297,7 @@ func run(ctx context.Context, c config) error {
 	}
 	res.LatencyMillis = rec.all.percentiles()
 	res.LatencyByPriority = latencyByPriority(rec.byPriority)
+	res.Calibration.EndComputeMicros, res.Calibration.EndMemoryMicros = calibrate()
 	res.Windows = rec.windows
 	res.Steady = steady(rec.windows, c.window)
 	report(os.Stdout, res)
@@ -465,6 +470,10 @@ func report(w io.Writer, r *Result) {
 	}
 	reportByPriority(w, r)
 	reportSteady(w, r)
+	if c := r.Calibration; c != nil {
+		fmt.Fprintf(w, "  machine, one thread, before -> after: sha256 of 4 MiB %.0f -> %.0f µs, 2^18 random reads of 64 MiB %.0f -> %.0f µs\n",
+			c.StartComputeMicros, c.EndComputeMicros, c.StartMemoryMicros, c.EndMemoryMicros)
+	}
 	fmt.Fprintf(w, "  outcomes: %v\n", r.Outcomes)
 }
 

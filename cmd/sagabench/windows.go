@@ -106,6 +106,12 @@ type Window struct {
 	FreeMiB     float64 `json:"freeMiB"`
 	HeapLiveMiB float64 `json:"heapLiveMiB"`
 	Goroutines  int     `json:"goroutines"`
+	// OthersCPUPercent is the CPU the rest of the machine used in the
+	// window (percent of one CPU, as CPUPercent), and StealPercent the CPU
+	// the hypervisor took from the machine: a window slower for either is
+	// a busier machine, not a slower saga. Absent without /proc/stat.
+	OthersCPUPercent float64 `json:"othersCpuPercent"`
+	StealPercent     float64 `json:"stealPercent"`
 	// DemoKeys are the idempotency keys the demo services hold (embedded).
 	DemoKeys int `json:"demoKeys,omitempty"`
 	// Draining says the window ran past the end of submission, while the
@@ -141,6 +147,7 @@ type recorder struct {
 	lastCPU time.Duration
 	lastGC  float64
 	lastRT  runtimeCounters
+	lastMT  machineTimes
 	heapDir string
 	// cpuDir, when set, gets a CPU profile of each window; cpuFile is the
 	// current one's.
@@ -154,7 +161,7 @@ type recorder struct {
 func newRecorder(period time.Duration, heapDir string, demoKeys func() int, out io.Writer) *recorder {
 	now := time.Now()
 	return &recorder{byPriority: map[domain.Priority]*histogram{}, start: now, period: period, lastAt: now,
-		lastCPU: processCPU(), lastGC: gcCPUSeconds(), lastRT: readRuntimeCounters(), heapDir: heapDir, demoKeys: demoKeys, out: out}
+		lastCPU: processCPU(), lastGC: gcCPUSeconds(), lastRT: readRuntimeCounters(), lastMT: readMachineTimes(), heapDir: heapDir, demoKeys: demoKeys, out: out}
 }
 
 // record counts one finished order of priority p, sent at t0.
@@ -217,7 +224,7 @@ func (r *recorder) drain() {
 }
 
 func (r *recorder) closeWindow() {
-	now, cpu, gc, rt := time.Now(), processCPU(), gcCPUSeconds(), readRuntimeCounters()
+	now, cpu, gc, rt, mt := time.Now(), processCPU(), gcCPUSeconds(), readRuntimeCounters(), readMachineTimes()
 	r.mu.Lock()
 	h, n := r.cur, r.curOrders
 	// A window is the run's tail if submission stopped well before its
@@ -242,10 +249,14 @@ func (r *recorder) closeWindow() {
 	if used := (cpu - r.lastCPU).Seconds(); used > 0 {
 		w.GCPercent = (gc - r.lastGC) * 100 / used
 	}
+	if mt.ok && r.lastMT.ok {
+		w.OthersCPUPercent = max(0, (mt.busy-r.lastMT.busy)*100/secs-w.CPUPercent)
+		w.StealPercent = (mt.steal - r.lastMT.steal) * 100 / secs
+	}
 	if r.demoKeys != nil {
 		w.DemoKeys = r.demoKeys()
 	}
-	r.lastAt, r.lastCPU, r.lastGC, r.lastRT = now, cpu, gc, rt
+	r.lastAt, r.lastCPU, r.lastGC, r.lastRT, r.lastMT = now, cpu, gc, rt, mt
 	r.mu.Lock()
 	r.windows = append(r.windows, w)
 	index := len(r.windows) - 1
@@ -254,9 +265,9 @@ func (r *recorder) closeWindow() {
 	if draining {
 		tail = " (draining)"
 	}
-	fmt.Fprintf(r.out, "  window %d [%4.0fs-%4.0fs]: %5.0f orders/s  p50 %6.1f ms  p99 %6.1f ms  cpu %.2f ms/order (%3.0f %%)  gc %4.1f %% (%d cycles, %.0f KiB/order)  rss %4.0f MiB (go %4.0f, stacks %3.0f, free %3.0f)  heap %4.0f MiB%s\n",
+	fmt.Fprintf(r.out, "  window %d [%4.0fs-%4.0fs]: %5.0f orders/s  p50 %6.1f ms  p99 %6.1f ms  cpu %.2f ms/order (%3.0f %%)  gc %4.1f %% (%d cycles, %.0f KiB/order)  rss %4.0f MiB (go %4.0f, stacks %3.0f, free %3.0f)  heap %4.0f MiB  others %3.0f %% steal %2.0f %%%s\n",
 		index, w.StartSeconds, w.EndSeconds, w.OrdersPerSec, w.LatencyMillis["p50"], w.LatencyMillis["p99"], w.CPUMillisPerOrder, w.CPUPercent,
-		w.GCPercent, w.GCCycles, w.AllocKiBPerOrder, w.RSSMiB, w.GoMiB, w.StacksMiB, w.FreeMiB, w.HeapLiveMiB, tail)
+		w.GCPercent, w.GCCycles, w.AllocKiBPerOrder, w.RSSMiB, w.GoMiB, w.StacksMiB, w.FreeMiB, w.HeapLiveMiB, w.OthersCPUPercent, w.StealPercent, tail)
 	if r.heapDir != "" {
 		writeHeapProfile(filepath.Join(r.heapDir, fmt.Sprintf("heap-%03d.pb.gz", index)))
 	}
