@@ -12,8 +12,8 @@
 #   MODE=paired six processes: the event store, the broker, two
 #               scheduler+supervisor+agents processes with
 #               --prefer-local-agents (commands handed to the agents of the
-#               same process, as in one sagad), a submitter+status process
-#               and an api process
+#               same process, as in one sagad), a submitter process and a
+#               status+api process (one subscription for both)
 #   MODE=all    one sagad, every role
 #
 # Example: integration/cluster/throughput.sh split 64 60s
@@ -54,7 +54,7 @@ if [ "$mode" != all ]; then
   case $mode in
   split) nodes=("s1 scheduler,supervisor" "s2 scheduler,supervisor" "agents agents" "submitter submitter,status" "api api") ;;
   split6) nodes=("s1 scheduler,supervisor" "s2 scheduler,supervisor" "agents agents" "front submitter,status,api") ;;
-  paired) nodes=("s1 scheduler,supervisor,agents" "s2 scheduler,supervisor,agents" "submitter submitter,status" "api api") ;;
+  paired) nodes=("s1 scheduler,supervisor,agents" "s2 scheduler,supervisor,agents" "submitter submitter" "front status,api") ;;
   *) echo "unknown mode $mode: split, split6, paired or all" >&2; exit 2 ;;
   esac
   for node in "${nodes[@]}"; do
