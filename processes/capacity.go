@@ -26,6 +26,9 @@ type capacity struct {
 	dir   AgentDirectory
 	clock Clock
 	aging time.Duration
+	// prefer names the instances dispatches go to first
+	// (dispatch.View.Prefer); nil prefers none.
+	prefer func(instance string) bool
 
 	mu sync.Mutex
 	// inflight is, by task, the attempts it has in flight (several when
@@ -101,7 +104,7 @@ func (c *capacity) check(agent string, t *domain.Task, own []domain.InFlightAtte
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	since := dispatch.WaitingSince(t, now)
-	v := dispatch.View{Agent: agent, Instances: instances, Load: c.loadLocked(agent, t.ID, own), Avoid: c.avoid}
+	v := dispatch.View{Agent: agent, Instances: instances, Load: c.loadLocked(agent, t.ID, own), Avoid: c.avoid, Prefer: c.prefer}
 	a := v.Admit(c.aheadLocked(agent, t, since, now))
 	if a.OK {
 		return a, nil
@@ -170,7 +173,7 @@ func (c *capacity) hold(t *domain.Task, d *route, own []domain.InFlightAttempt) 
 	if len(instances) == 0 {
 		return true // no heartbeats: no room to take
 	}
-	v := dispatch.View{Agent: d.agent, Instances: instances, Load: c.loadLocked(d.agent, t.ID, own), Avoid: c.avoid}
+	v := dispatch.View{Agent: d.agent, Instances: instances, Load: c.loadLocked(d.agent, t.ID, own), Avoid: c.avoid, Prefer: c.prefer}
 	if a := v.Admit(c.aheadLocked(d.agent, t, dispatch.WaitingSince(t, now), now)); !a.OK || a.Instance != d.instance {
 		return false
 	}
@@ -223,7 +226,7 @@ func (c *capacity) aheadLocked(agent string, t *domain.Task, since, now time.Tim
 
 // viewLocked is agent as dispatch policy sees it now.
 func (c *capacity) viewLocked(agent string, instances []protocol.AgentHeartbeat) dispatch.View {
-	return dispatch.View{Agent: agent, Instances: instances, Load: c.loadLocked(agent, "", nil), Avoid: c.avoid}
+	return dispatch.View{Agent: agent, Instances: instances, Load: c.loadLocked(agent, "", nil), Avoid: c.avoid, Prefer: c.prefer}
 }
 
 // DefaultReturnPause is how long a step given back waits before it goes

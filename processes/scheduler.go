@@ -94,6 +94,10 @@ type Scheduler struct {
 	// deciding earlier would see no instance of any agent and dispatch
 	// every due step at once, unlimited, as a restart under load would.
 	AgentsReady <-chan struct{}
+	// PreferInstance, when set with Agents, names the agent instances a
+	// dispatch goes to first when they have room (dispatch.View.Prefer):
+	// those of this process, to which a command costs no Kafka hop.
+	PreferInstance func(instance string) bool
 	// PriorityAging is how long a waiting dispatch waits before it ranks
 	// as the next higher priority (domain.AgedRank); default
 	// domain.DefaultPriorityAging.
@@ -280,6 +284,7 @@ func (s *Scheduler) setup() {
 				unread: map[string]struct{}{}, roomFreedSignal: make(chan struct{}, 1), roomWoken: map[string]struct{}{}})
 		}
 		s.capacity = newCapacity(s.Agents, s.Clock, s.PriorityAging)
+		s.capacity.prefer = s.PreferInstance
 	})
 }
 

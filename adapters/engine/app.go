@@ -240,6 +240,13 @@ type Config struct {
 	// Kafka hop per step, the same records in the event store, the same
 	// recovery (see docs/architecture.md, In-process commands).
 	CommandsThroughKafka bool
+	// PreferLocalAgents makes the scheduler of a process that also runs
+	// agents (and hands them commands directly) route a dispatch to an
+	// instance of this process whenever one has room, instead of to the
+	// least loaded instance anywhere: instances elsewhere get work once
+	// those here are full or unhealthy. Where every scheduler runs beside
+	// its agents, no command then crosses Kafka.
+	PreferLocalAgents bool
 	// EventStoreThroughNetwork sends the engine's appends and its
 	// subscription to $all to the embedded event store through gRPC, as to
 	// any EventStoreDB. By default they go to the embedded server of the
@@ -773,6 +780,9 @@ func (a *App) startScheduler(ctx context.Context) error {
 	}
 	if a.inProcess != nil {
 		a.inProcess.replies = processes.ReplySenderFunc(a.Scheduler.RecordReply)
+		if a.cfg.PreferLocalAgents {
+			a.Scheduler.PreferInstance = a.inProcess.has
+		}
 	}
 	a.Scheduler.AwaitInbox = &processes.AwaitInbox{Store: a.Store, Limits: a.Store, Max: a.cfg.AwaitInboxMax,
 		Retention: a.cfg.AwaitInboxRetention, Clock: a.clock}

@@ -52,6 +52,13 @@ func (c *inProcessCommands) add(ag *agent.Agent) {
 	c.agents[ag.Instance()] = ag
 }
 
+// has reports whether instance is an agent instance of this process.
+func (c *inProcessCommands) has(instance string) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.agents[instance] != nil
+}
+
 // SendCommand hands cmd to the instance of this process its route names,
 // or produces it to Kafka.
 func (c *inProcessCommands) SendCommand(ctx context.Context, cmd protocol.ExecuteStep) error {

@@ -31,6 +31,7 @@ func runEventStore(ctx context.Context, args []string, logger *slog.Logger) erro
 	certFile := fs.String("tls-cert", "", "PEM server certificate: serve TLS and require users (secure mode; default insecure: plaintext, no authentication)")
 	keyFile := fs.String("tls-key", "", "PEM key of --tls-cert")
 	usersFile := fs.String("users-file", "", "users of secure mode, NAME:HASH:GROUPS lines ('sagad eventstore-user' writes them); without it, admin/changeit")
+	debugListen := fs.String("debug-listen", "", "serve Go's profiling endpoints (/debug/pprof/) on this address, apart from the event store; off by default")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -51,6 +52,14 @@ func runEventStore(ctx context.Context, args []string, logger *slog.Logger) erro
 	srv, err := esdbserver.Start(cfg)
 	if err != nil {
 		return err
+	}
+	if *debugListen != "" {
+		stop, err := serveDebug(*debugListen, logger)
+		if err != nil {
+			_ = srv.Close()
+			return err
+		}
+		defer stop()
 	}
 	if cfg.TLS != nil {
 		logger.Info("connect with esdb://USER:PASSWORD@" + srv.Addr() + "?tls=true&tlsCAFile=CA.pem")

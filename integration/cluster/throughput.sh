@@ -3,35 +3,64 @@
 # topology against one sagad with every role, both driven from outside by
 # sagabench through Kafka (issue 28, item 4), with each process's CPU.
 #
-#   MODE=split  a standalone event store, a broker-only sagad, two
-#               scheduler+supervisor processes, an agents process (with the
-#               demo services), a submitter+status process and an api process
+#   MODE=split  seven processes: a standalone event store, a broker-only
+#               sagad, two scheduler+supervisor processes, an agents process
+#               (with the demo services), a submitter+status process and an
+#               api process
+#   MODE=split6 six processes: as split, with submitter, status and api in
+#               one process
+#   MODE=paired six processes: the event store, the broker, two
+#               scheduler+supervisor+agents processes with
+#               --prefer-local-agents (commands handed to the agents of the
+#               same process, as in one sagad), a submitter process and a
+#               status+api process (one subscription for both)
 #   MODE=all    one sagad, every role
 #
 # Example: integration/cluster/throughput.sh split 64 60s
-# Nothing else should run on the machine meanwhile.
+# Nothing else should run on the machine meanwhile. SAGA_BIN=DIR uses the
+# sagad and sagabench already built in DIR (build them before taking the
+# machine); SAGA_PROFILE=1 also saves each process's CPU profile of the
+# run (NODE.pprof, from --debug-listen) and prints its top functions.
 set -euo pipefail
-mode=${1:?split or all}; conc=${2:-64}; dur=${3:-60s}
+mode=${1:?split, split6, paired or all}; conc=${2:-64}; dur=${3:-60s}
 root=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d /tmp/saga-throughput.XXXXXX)
-go build -o "$work/sagad" "$root/cmd/sagad"
-go build -o "$work/sagabench" "$root/cmd/sagabench"
-pids=(); names=()
-start() { local name=$1; shift; "$work/sagad" "$@" >"$work/$name.log" 2>&1 & pids+=($!); names+=("$name"); }
+if [ -n "${SAGA_BIN:-}" ]; then
+  cp "$SAGA_BIN/sagad" "$SAGA_BIN/sagabench" "$work/"
+else
+  go build -o "$work/sagad" "$root/cmd/sagad"
+  go build -o "$work/sagabench" "$root/cmd/sagabench"
+fi
+pids=(); names=(); debug=(); profilers=()
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+start() {
+  local name=$1; shift
+  if [ -n "${SAGA_PROFILE:-}" ]; then
+    local d=127.0.0.1:$(port); debug+=("$name=$d")
+    set -- "$@" --debug-listen "$d"
+  fi
+  "$work/sagad" "$@" >"$work/$name.log" 2>&1 & pids+=($!); names+=("$name")
+}
 stop() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
 trap stop EXIT
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 store=127.0.0.1:$(port); kafka=127.0.0.1:$(port)
 ready=()
-if [ "$mode" = split ]; then
+if [ "$mode" != all ]; then
   start store eventstore --listen "$store" --data "$work/es"
   h=127.0.0.1:$(port); ready+=("$h")
   start broker --roles broker --kafka-listen "$kafka" --data "$work/kafka" --http-listen "$h"
   for i in $(seq 100); do curl -sf -o /dev/null "http://$h/readyz" && break; sleep 0.2; done
   c=(--kafka-brokers "$kafka" --eventstore "esdb://$store?tls=false")
-  for node in "s1 scheduler,supervisor" "s2 scheduler,supervisor" "agents agents" "submitter submitter,status" "api api"; do
+  case $mode in
+  split) nodes=("s1 scheduler,supervisor" "s2 scheduler,supervisor" "agents agents" "submitter submitter,status" "api api") ;;
+  split6) nodes=("s1 scheduler,supervisor" "s2 scheduler,supervisor" "agents agents" "front submitter,status,api") ;;
+  paired) nodes=("s1 scheduler,supervisor,agents" "s2 scheduler,supervisor,agents" "submitter submitter" "front status,api") ;;
+  *) echo "unknown mode $mode: split, split6, paired or all" >&2; exit 2 ;;
+  esac
+  for node in "${nodes[@]}"; do
     set -- $node; h=127.0.0.1:$(port); ready+=("$h")
-    start "$1" --roles "$2" "${c[@]}" --data "$work/$1" --instance "$1" --http-listen "$h"
+    extra=(); case $2 in *scheduler*agents*) extra=(--prefer-local-agents) ;; esac
+    start "$1" --roles "$2" "${c[@]}" --data "$work/$1" --instance "$1" --http-listen "$h" "${extra[@]}"
   done
 else
   h=127.0.0.1:$(port); ready+=("$h")
@@ -42,9 +71,22 @@ for h in "${ready[@]}"; do
 done
 cpu() { for i in "${!pids[@]}"; do awk -v n="${names[$i]}" '{print n, $14+$15}' "/proc/${pids[$i]}/stat"; done | sort; }
 cpu >"$work/cpu0"
+secs=${dur%s}
+if [ -n "${SAGA_PROFILE:-}" ]; then
+  for nd in "${debug[@]}"; do
+    curl -sf -o "$work/${nd%%=*}.pprof" "http://${nd#*=}/debug/pprof/profile?seconds=$((secs > 10 ? secs - 5 : secs))" & profilers+=($!)
+  done
+fi
 "$work/sagabench" --kafka-brokers "$kafka" --concurrency "$conc" --duration "$dur" --window "$dur" --json "$work/bench.json" >"$work/bench.log" 2>&1
 cpu >"$work/cpu1"
 jq -r '"\(.ordersPerSecond|floor) orders/s, p50 \(.latencyMillis.p50) ms, p99 \(.latencyMillis.p99) ms, \(.orders) orders"' "$work/bench.json"
 orders=$(jq .orders "$work/bench.json"); hz=$(getconf CLK_TCK)
 join "$work/cpu0" "$work/cpu1" | awk -v o="$orders" -v hz="$hz" '{d=($3-$2)/hz; t+=d; printf "  %-10s %6.1f s CPU  %.3f ms/order\n", $1, d, d*1000/o} END {printf "  %-10s %6.1f s CPU  %.3f ms/order\n", "total", t, t*1000/o}'
+if [ -n "${SAGA_PROFILE:-}" ]; then
+  wait "${profilers[@]}" || true
+  for nd in "${debug[@]}"; do
+    echo "== ${nd%%=*}"; go tool pprof -top -nodecount=25 "$work/sagad" "$work/${nd%%=*}.pprof" 2>/dev/null | sed -n '4,30p'
+  done >"$work/profiles.txt"
+fi
+[ -n "${SAGA_PROFILE:-}" ] && echo "profiles in $work/profiles.txt"
 echo "logs and results in $work"

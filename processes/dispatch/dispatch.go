@@ -33,6 +33,11 @@ type View struct {
 	// Avoid is, by instance, when it gave an attempt back: it gets no work
 	// until a heartbeat sent after that says it may.
 	Avoid map[string]time.Time
+	// Prefer, when set, names the instances Choose takes first: one of
+	// them that may take the dispatch is chosen before any other (the
+	// least loaded of them), so that a command stays in the scheduler's
+	// process; the others get work only once those are full or unusable.
+	Prefer func(instance string) bool
 }
 
 // Room is how much an agent takes now.
@@ -165,14 +170,18 @@ func (v View) Choose() (string, bool) {
 	for _, h := range v.Instances {
 		anyConsumes = anyConsumes || (v.Usable(h) && len(h.Partitions) > 0)
 	}
-	best, bestShare := "", 2.0
+	best, bestShare, bestPreferred := "", 2.0, false
 	for _, h := range v.Instances {
 		n := Takes(h)
 		if !v.Usable(h) || n <= 0 || v.Load[h.Instance] >= n || (anyConsumes && !consumes(h, v.Agent)) {
 			continue
 		}
-		if share := float64(v.Load[h.Instance]) / float64(n); share < bestShare {
-			best, bestShare = h.Instance, share
+		preferred := v.Prefer != nil && v.Prefer(h.Instance)
+		if bestPreferred && !preferred {
+			continue
+		}
+		if share := float64(v.Load[h.Instance]) / float64(n); share < bestShare || (preferred && !bestPreferred) {
+			best, bestShare, bestPreferred = h.Instance, share, preferred
 		}
 	}
 	return best, best != ""

@@ -37,3 +37,33 @@ func TestAdmitNamesTheInstanceWithTheMostRoom(t *testing.T) {
 
 	assert.Equal(t, domain.Admission{OK: true}, dispatch.View{Agent: "pay"}.Admit(0), "no heartbeats: by task id")
 }
+
+// TestAdmitPrefersTheInstancesNamedWhileTheyHaveRoom: with Prefer, a
+// dispatch goes to a preferred instance that may take it even when another
+// is less loaded, to the least loaded of several preferred ones, and to the
+// others only once every preferred one is full, avoided or unhealthy.
+func TestAdmitPrefersTheInstancesNamedWhileTheyHaveRoom(t *testing.T) {
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	instance := func(name, health string, capacity int) protocol.AgentHeartbeat {
+		return protocol.AgentHeartbeat{Agent: "pay", Instance: name, Health: health, Capacity: capacity, At: at}
+	}
+	local := map[string]bool{"here-1": true, "here-2": true}
+	v := dispatch.View{Agent: "pay", Instances: []protocol.AgentHeartbeat{instance("there", protocol.HealthHealthy, 8),
+		instance("here-1", protocol.HealthHealthy, 4), instance("here-2", protocol.HealthHealthy, 4)},
+		Load: map[string]int{"here-1": 2, "here-2": 1}, Prefer: func(i string) bool { return local[i] }}
+	assert.Equal(t, domain.Admission{OK: true, Instance: "here-2"}, v.Admit(0), "the least loaded preferred one, not the idle one elsewhere")
+
+	v.Load["here-2"] = 4
+	assert.Equal(t, domain.Admission{OK: true, Instance: "here-1"}, v.Admit(0), "here-2 is full")
+
+	v.Avoid = map[string]time.Time{"here-1": at}
+	assert.Equal(t, domain.Admission{OK: true, Instance: "there"}, v.Admit(0), "every preferred one is full or avoided")
+
+	v.Avoid = nil
+	v.Instances[1].Health = protocol.HealthUnhealthy
+	assert.Equal(t, domain.Admission{OK: true, Instance: "there"}, v.Admit(0), "here-1 is unhealthy, here-2 full")
+
+	v.Prefer = nil
+	v.Instances[1].Health = protocol.HealthHealthy
+	assert.Equal(t, domain.Admission{OK: true, Instance: "there"}, v.Admit(0), "without Prefer, the least loaded")
+}
