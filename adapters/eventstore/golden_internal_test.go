@@ -44,6 +44,10 @@ var goldenRecorded = map[string]domain.RecordedEvent{
 		ID: "f1e2d3c4-b5a6-4978-8a6b-5c4d3e2f1a0b", Stream: "$ce-task", Type: "$>",
 		Revision: 0, Position: 9800, Recorded: time.Unix(1764115201, 0).UTC(), Data: []byte("3@task-o-1"),
 	},
+	"orphan link": {
+		ID: "11111111-2222-4333-8444-555555555555", Stream: "$ce-task", Type: "$>",
+		Revision: 1, Position: 9900, Recorded: time.Unix(1764115203, 0).UTC(), Data: []byte("0@task-gone"),
+	},
 	"system": {
 		ID: "11111111-2222-4333-8444-555555555555", Stream: "$$task-o-1", Type: "$metadata",
 		Revision: 0, Position: 9500, Recorded: time.Unix(1764115202, 0).UTC(), Data: []byte(`{"$maxAge":3600}`),
@@ -65,6 +69,7 @@ var goldenReadResp = map[string]leanExpected{
 	"read_event_string_uuid":        {kind: respEvent, record: "foreign", prepare: 5120},
 	"read_event_legacy_transaction": {kind: respEvent, record: "legacy", prepare: 6000},
 	"read_event_resolved_link":      {kind: respEvent, record: "link", prepare: 9800},
+	"read_event_link_to_deleted":    {kind: respEvent, record: "orphan link", prepare: 9900},
 	"read_event_system":             {kind: respEvent, record: "system", prepare: 9500},
 	"read_event_no_position":        {kind: respEvent, record: "saga", prepare: 4096},
 	"read_event_future_fields":      {kind: respEvent, record: "saga", prepare: 4096},

@@ -28,11 +28,11 @@ func goldenFrame(t *testing.T, version, name string) *esdbwire.Encoded {
 // TestSubscribeAllOverKurrentDBsFrames replays, as a subscription to $all,
 // the answers KurrentDB of each version sends (as its protos encode them):
 // ids in both forms, a legacy transaction's event, a checkpoint, a server's
-// own event, a resolved link, fell-behind and caught-up as each version
-// has them, and for a newer server fields and kinds of answer this client
-// does not know. Both paths deliver exactly the three events, once each,
-// and the caught-up signal; after a drop they resume after the link, the
-// last record in $all.
+// own event, a resolved link, a link whose target is gone, fell-behind and
+// caught-up as each version has them, and for a newer server fields and
+// kinds of answer this client does not know. Both paths deliver exactly the
+// three events, once each, and the caught-up signal; after a drop they
+// resume after the last link, the last record in $all.
 func TestSubscribeAllOverKurrentDBsFrames(t *testing.T) {
 	for _, version := range []string{"23.10", "24.10", "25.1", "future"} {
 		checkpoint, fellBehind, caughtUp, first := "read_checkpoint_timestamp", "read_fell_behind_all", "read_caught_up_all", "read_event_structured"
@@ -44,7 +44,7 @@ func TestSubscribeAllOverKurrentDBsFrames(t *testing.T) {
 			first, extra = "read_event_future_fields", []string{"read_future_kind"}
 		}
 		script := append(append([]string{"read_confirmation"}, extra...), first, "read_event_string_uuid",
-			"read_event_legacy_transaction", checkpoint, "read_event_system", "read_event_resolved_link", fellBehind, caughtUp)
+			"read_event_legacy_transaction", checkpoint, "read_event_system", "read_event_resolved_link", "read_event_link_to_deleted", fellBehind, caughtUp)
 		for path, suffix := range paths {
 			t.Run(version+"/"+string(path), func(t *testing.T) {
 				fake := &scriptedStreams{read: func(n int, _ *streams.ReadReq, srv streams.Streams_ReadServer) error {
@@ -88,8 +88,8 @@ func TestSubscribeAllOverKurrentDBsFrames(t *testing.T) {
 				reqs := fake.readRequests()
 				require.Len(t, reqs, 2, "one subscription dropped, one resumed")
 				pos := reqs[1].GetOptions().GetAll().GetPosition()
-				assert.Equal(t, uint64(9800), pos.GetCommitPosition(), "resumed after the link")
-				assert.Equal(t, uint64(9800), pos.GetPreparePosition())
+				assert.Equal(t, uint64(9900), pos.GetCommitPosition(), "resumed after the last link")
+				assert.Equal(t, uint64(9900), pos.GetPreparePosition())
 			})
 		}
 	}
