@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"sync/atomic"
+	"time"
 
 	"github.com/EventStore/EventStore-Client-Go/v4/protos/shared"
 	"github.com/EventStore/EventStore-Client-Go/v4/protos/streams"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sagaengine/saga/adapters/esdbserver/eslog"
+	"github.com/sagaengine/saga/adapters/esdbwire"
 )
 
 // pageSize is how many events one read of the store fetches.
@@ -329,7 +331,13 @@ func (r *reader) confirm() error {
 	}})
 }
 
-var caughtUp = &streams.ReadResp{Content: &streams.ReadResp_CaughtUp_{CaughtUp: &streams.ReadResp_CaughtUp{}}}
+// caughtUp tells the client its subscription has caught up, as KurrentDB
+// 24.10 and later do: with the server's time, which KurrentDB-Client-Go
+// waits for, and the checkpoint c names.
+func (r *reader) caughtUp(c esdbwire.CaughtUp) error {
+	c.Time = time.Now()
+	return r.srv.SendMsg(&esdbwire.Encoded{B: c.Encode()})
+}
 
 // idle lets go of the encoder's buffer while the reader waits for new
 // events, so that many idle subscriptions hold no buffers.
@@ -384,7 +392,10 @@ func (r *reader) subscribeStream(name string, o *streams.ReadReq_Options_StreamO
 		}
 		if !live {
 			live = true
-			if err := r.srv.Send(caughtUp); err != nil {
+			// The last revision sent, or the one the client subscribed
+			// after; none from the start of an empty stream.
+			c := esdbwire.CaughtUp{Revision: next - 1, HasRevision: next > 0}
+			if err := r.caughtUp(c); err != nil {
 				return err
 			}
 		}
@@ -409,7 +420,13 @@ func (r *reader) subscribeAll(o *streams.ReadReq_Options_AllOptions, filter *esl
 	case o.GetPosition() != nil:
 		from.Position = o.GetPosition().GetCommitPosition() + 1
 	}
-	var examined, last uint64
+	var examined uint64
+	// last is the last position examined, or the one the client subscribed
+	// after; 0 (none) from the start of an empty log.
+	var last uint64
+	if from.Position > 0 {
+		last = from.Position - 1
+	}
 	return followAll(r.srv.Context(), r.store, from, r.limits(pageSize, filter), filter, func(page eslog.Page) error {
 		// The events are copied out when they are encoded.
 		if err := r.send(page.Events); err != nil {
@@ -426,7 +443,9 @@ func (r *reader) subscribeAll(o *streams.ReadReq_Options_AllOptions, filter *esl
 			}}})
 		}
 		return nil
-	}, func() error { return r.srv.Send(caughtUp) }, func(changed <-chan struct{}) error {
+	}, func() error {
+		return r.caughtUp(esdbwire.CaughtUp{Commit: last, Prepare: last, HasPosition: last > 0})
+	}, func(changed <-chan struct{}) error {
 		r.idle()
 		return r.wait(changed)
 	})

@@ -3,6 +3,8 @@ package esdbwire
 import (
 	"bytes"
 	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -35,6 +37,18 @@ func FuzzBatchRequestDecode(f *testing.F) {
 		}
 		f.Add(b)
 		f.Add(append(b, b...))
+	}
+	// The requests as KurrentDB's own protos encode them, every version.
+	golden, err := filepath.Glob(filepath.Join("testdata", "kurrentdb", "golden", "*", "batch_req_*.bin"))
+	if err != nil || len(golden) == 0 {
+		f.Fatalf("golden requests: %v (%d)", err, len(golden))
+	}
+	for _, name := range golden {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var m streams.BatchAppendReq

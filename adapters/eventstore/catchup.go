@@ -78,7 +78,12 @@ func systemEvent(e *domain.RecordedEvent) bool {
 type readRespKind int
 
 const (
-	respOther readRespKind = iota // checkpoints, fell-behind and the rest: skipped
+	// respOther is skipped: fell-behind, stream positions, kinds unknown to
+	// this reader, and checkpoints. A checkpoint does not move the resume
+	// position: up to 23.10 a filtered subscription's checkpoint may name a
+	// record it has not yet examined (24.10 fixed it), and resuming after it
+	// would skip that record.
+	respOther readRespKind = iota
 	respConfirmation
 	respEvent
 	respCaughtUp
@@ -86,7 +91,9 @@ const (
 
 // readResp is a ReadResp decoded straight into what SubscribeAll delivers.
 type readResp struct {
-	kind    readRespKind
+	kind readRespKind
+	// event is the record at this place in $all: for a resolved link, the
+	// link, not its target (recorded, and delivered, at its own place).
 	event   domain.RecordedEvent
 	prepare uint64
 }
@@ -122,7 +129,9 @@ const (
 	fieldReadRespEvent        = 1
 	fieldReadRespConfirmation = 2
 	fieldReadRespCaughtUp     = 8
+	fieldReadRespLastContent  = 9 // fell_behind, the last member of the content oneof
 	fieldReadEventEvent       = 1
+	fieldReadEventLink        = 2
 	fieldRecordedID           = 1
 	fieldRecordedStream       = 2
 	fieldRecordedRevision     = 3
@@ -175,12 +184,17 @@ func fields(b []byte, each func(num protowire.Number, typ protowire.Type, v []by
 // decodeReadResp decodes a ReadResp as the official client and fromRecorded
 // together would: the event's id, stream, type, revision, commit position,
 // creation time, data (copied) and saga's metadata (decoded from JSON,
-// empty when it is not saga's).
+// empty when it is not saga's). Fields this reader does not know, beside
+// the content or within it, are skipped: they change nothing it reads.
 func decodeReadResp(b []byte, r *readResp) error {
 	*r = readResp{}
 	return fields(b, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
+		if num > fieldReadRespLastContent {
+			return nil // not a member of the content oneof this reader knows
+		}
+		r.kind = respOther
 		if typ != protowire.BytesType {
-			return nil
+			return nil // first_stream_position, last_stream_position
 		}
 		switch num {
 		case fieldReadRespConfirmation:
@@ -189,20 +203,27 @@ func decodeReadResp(b []byte, r *readResp) error {
 			r.kind = respCaughtUp
 		case fieldReadRespEvent:
 			r.kind = respEvent
-			found := false
-			err := fields(v, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
-				if num != fieldReadEventEvent || typ != protowire.BytesType {
-					return nil // the link and the position
+			var event, link []byte
+			hasEvent, hasLink := false, false
+			if err := fields(v, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
+				switch {
+				case num == fieldReadEventEvent && typ == protowire.BytesType:
+					event, hasEvent = v, true
+				case num == fieldReadEventLink && typ == protowire.BytesType:
+					link, hasLink = v, true
 				}
-				found = true
-				return decodeRecorded(v, &r.event, &r.prepare)
-			})
-			if err == nil && !found {
-				err = errors.Wrap(errMalformed, "event without its recorded event")
+				return nil // the position, repeated from the record
+			}); err != nil {
+				return err
 			}
-			return err
-		default:
-			r.kind = respOther
+			switch {
+			case hasLink:
+				return decodeRecorded(link, &r.event, &r.prepare)
+			case hasEvent:
+				return decodeRecorded(event, &r.event, &r.prepare)
+			default:
+				return errors.Wrap(errMalformed, "event without its recorded event")
+			}
 		}
 		return nil
 	})

@@ -488,13 +488,15 @@ func (s *Store) follow(sub *esdb.Subscription, handle func(domain.SubscriptionIt
 		case ev.SubscriptionDropped != nil:
 			return errors.Wrap(ev.SubscriptionDropped.Error, "subscription dropped")
 		case ev.EventAppeared != nil:
-			rec := fromRecorded(ev.EventAppeared.Event)
+			// The record at this place in $all: for a resolved link, the link.
+			original := ev.EventAppeared.OriginalEvent()
+			rec := fromRecorded(original)
 			if !systemEvent(&rec) {
 				if err := handle(domain.SubscriptionItem{Event: &rec}); err != nil {
 					return handlerError{err}
 				}
 			}
-			*after = allPosition{commit: rec.Position, prepare: ev.EventAppeared.Event.Position.Prepare, set: true}
+			*after = allPosition{commit: rec.Position, prepare: original.Position.Prepare, set: true}
 		case ev.CaughtUp != nil:
 			if err := handle(domain.SubscriptionItem{CaughtUp: true}); err != nil {
 				return handlerError{err}

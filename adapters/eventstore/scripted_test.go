@@ -14,6 +14,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/sagaengine/saga/adapters/esdbwire"
 )
 
 // scriptedStreams is a fake KurrentDB Streams service whose answers a test
@@ -59,7 +61,9 @@ func startScripted(t *testing.T, fake streams.StreamsServer) string {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	srv := grpc.NewServer()
+	// saga's codec, protobuf's bytes: a script may also send frames as
+	// they are (esdbwire.Encoded).
+	srv := grpc.NewServer(grpc.ForceServerCodec(esdbwire.NewCodec()))
 	streams.RegisterStreamsServer(srv, fake)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)

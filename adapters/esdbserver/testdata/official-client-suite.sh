@@ -14,6 +14,13 @@
 # a copy of the suite so that createDatabase returns a client of the embedded
 # server. It prints the suite's verbose output to $OUT (default
 # ./official-suite.log) and a summary of its subtests.
+#
+# SKIP is go test's -skip (e.g. /Rebalance, the cluster's tests). When
+# EXPECT_FAIL is set (to the names of the tests expected to fail, separated
+# by spaces; empty for none) the script checks the outcome and exits 1 if a
+# test not named there failed, a test named there passed (remove it from
+# the list), the binary panicked or nothing ran; CI runs it so
+# (.ci/run). Without EXPECT_FAIL it only reports.
 set -euo pipefail
 pattern=${1:-TestPersistentSubscriptions}
 module=${2:-}
@@ -31,9 +38,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# summarize counts the tests that have no subtests, by outcome.
+# summarize counts the tests that have no subtests, by outcome, and in
+# check mode (EXPECT_FAIL set) fails on an unexpected outcome.
 summarize() {
-	python3 - "$out" "$pattern" <<'PY'
+	python3 - "$out" "$pattern" "${EXPECT_FAIL-}" "${EXPECT_FAIL+check}" <<'PY'
 import re, sys
 lines = open(sys.argv[1], errors="replace").read().splitlines()
 res = {}
@@ -52,6 +60,21 @@ if any(l.startswith("panic:") for l in lines):
 if not res:
     print("  no test ran; the log's tail:")
     print("\n".join(lines[-15:]))
+if sys.argv[4] == "check":
+    expected = set(sys.argv[3].split())
+    failed = {n for n, r in leaves.items() if r == "FAIL"}
+    bad = False
+    for n in sorted(failed - expected):
+        print("  unexpected failure:", n)
+        bad = True
+    for n in sorted(expected - failed):
+        print("  expected to fail but", "passed" if leaves.get(n) == "PASS" else "did not fail (%s)" % leaves.get(n, "not run"),
+              "- remove it from EXPECT_FAIL:", n)
+        bad = True
+    if not res or any(l.startswith("panic:") for l in lines):
+        bad = True
+    if bad:
+        sys.exit(1)
 PY
 }
 
@@ -62,7 +85,9 @@ else
 fi
 cp -r "$dir" "$work/client"
 chmod -R u+w "$work/client"
+started=$SECONDS
 (cd "$root" && go build -o "$work/sagad" ./cmd/sagad)
+echo "sagad built in $((SECONDS - started)) s" >&2
 # serve [sagad eventstore flags...] starts a server on a free port and sets
 # addr to its address.
 serve() {
@@ -88,11 +113,13 @@ if [ -f "$work/client/test/client_fixture_test.go" ]; then
 	serve -tls-cert "$work/client/certs/node1/node.crt" -tls-key "$work/client/certs/node1/node.key"
 	secure=$addr
 	sed -i "s/localhost:2114/$insecure/; s/localhost:2115/$secure/" "$pkg/client_fixture_test.go"
+	started=$SECONDS
 	set +e
-	(cd "$pkg" && go test -run "$pattern" -count=1 -v -timeout 15m . >"$out" 2>&1)
+	(cd "$pkg" && go test -run "$pattern" -skip "${SKIP:-^$}" -count=1 -v -timeout 15m . >"$out" 2>&1)
 	set -e
+	echo "suite built and ran in $((SECONDS - started)) s" >&2
 	summarize
-	exit 0
+	exit
 fi
 
 pkg=$work/client/esdb
@@ -118,8 +145,10 @@ open(p, 'w').write(s)
 PY
 serve
 endpoint=$addr
+started=$SECONDS
 set +e
 (cd "$pkg" && SAGA_SUITE_ENDPOINT="$endpoint" SAGA_SUITE_SCHEME=esdb EVENTSTORE_INSECURE=true \
-	go test -run "$pattern" -count=1 -v -timeout 15m . >"$out" 2>&1)
+	go test -run "$pattern" -skip "${SKIP:-^$}" -count=1 -v -timeout 15m . >"$out" 2>&1)
 set -e
+echo "suite built and ran in $((SECONDS - started)) s" >&2
 summarize
