@@ -15,12 +15,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/EventStore/EventStore-Client-Go/v4/esdb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sagaengine/saga/adapters/demo"
+	"github.com/sagaengine/saga/adapters/engine"
 	"github.com/sagaengine/saga/adapters/esdbserver"
 	"github.com/sagaengine/saga/adapters/eventstore"
 	"github.com/sagaengine/saga/adapters/kafka"
@@ -285,4 +287,35 @@ func TestRetentionBoundsDiskAndMemory(t *testing.T) {
 	assert.LessOrEqual(t, last.broker, first.broker*3/2, "the broker's disk stops growing once records age out")
 	assert.LessOrEqual(t, last.heap, first.heap*3/2+16<<20, "the live heap stops growing")
 	assert.Zero(t, last.held, "the publisher holds no finished task")
+}
+
+// TestAFinishedTaskGetsItsWorkflowsRetention: in a whole saga, a task of a
+// workflow that keeps finished tasks for an hour ends with a $maxAge of
+// that hour, and the time it ran, on its stream, as any client reads it.
+func TestAFinishedTaskGetsItsWorkflowsRetention(t *testing.T) {
+	kept := fastWorkflow(5 * time.Second)
+	kept.Retention = domain.Retention{FinishedTasks: time.Hour}
+	s := startSystem(t, engine.Config{Workflows: []*domain.Workflow{kept}})
+	conf, err := esdb.ParseConnectionString(s.app.EventStoreURL)
+	require.NoError(t, err)
+	client, err := esdb.NewClient(conf)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = client.Close() })
+	// maxAge is the $maxAge of a task's stream; nil for none, or while the
+	// stream has no metadata yet.
+	maxAge := func(id string) *time.Duration {
+		meta, err := client.GetStreamMetadata(ctx(t, 10*time.Second), domain.TaskStream(id), esdb.ReadStreamOptions{})
+		if err != nil {
+			return nil
+		}
+		return meta.MaxAge()
+	}
+
+	s.publish("kept-1", []byte(`{"orderId":"kept-1"}`))
+	s.awaitTerminal([]string{"kept-1"}, 30*time.Second)
+	require.Eventually(t, func() bool { return maxAge("kept-1") != nil }, 30*time.Second, 20*time.Millisecond,
+		"the finished task's stream gets its workflow's retention")
+	age := *maxAge("kept-1")
+	assert.GreaterOrEqual(t, age, time.Hour)
+	assert.Less(t, age, time.Hour+time.Minute, "an hour and the few seconds the task ran")
 }
