@@ -263,7 +263,8 @@ func (c *console) task(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	switch {
-	case errors.Is(err, domain.ErrTaskExpired) || err != nil && view.State.Terminal() && len(recorded) == 0:
+	case errors.Is(err, domain.ErrTaskExpired) || errors.Is(err, domain.ErrTaskNotFound) && view.State.Terminal():
+		// The view keeps the row of a task whose events expired.
 		d.Error = "the event history has expired: the task finished longer ago than its workflow's retention of finished tasks"
 	case err != nil:
 		d.Error = "the event history cannot be read: " + err.Error()
