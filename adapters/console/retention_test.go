@@ -21,7 +21,9 @@ type expiredTask struct {
 	left []domain.RecordedEvent
 }
 
-func (e expiredTask) ReadStream(context.Context, string) ([]domain.RecordedEvent, error) { return e.left, nil }
+func (e expiredTask) ReadStream(context.Context, string) ([]domain.RecordedEvent, error) {
+	return e.left, nil
+}
 
 // TestTaskPageSaysTheHistoryExpired: the page of a finished task whose
 // events expired (none left, or only the last ones) shows the task as the
