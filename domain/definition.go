@@ -221,7 +221,7 @@ func parseList[T any](p *defParser, path string, v any, what string, item func(s
 }
 
 func (p *defParser) workflow(doc any) *Workflow {
-	m := p.object("", doc, "name", "description", "trigger", "priority", "defaults", "steps")
+	m := p.object("", doc, "name", "description", "trigger", "priority", "retention", "defaults", "steps")
 	w := &Workflow{}
 	if m == nil {
 		return w
@@ -237,6 +237,9 @@ func (p *defParser) workflow(doc any) *Workflow {
 	}
 	if v, ok := m["priority"]; ok {
 		w.Priority = Priority(p.str("priority", v))
+	}
+	if v, ok := m["retention"]; ok {
+		w.Retention = p.retention("retention", v)
 	}
 	defaults := documentedDefaults()
 	if v, ok := m["defaults"]; ok {
@@ -423,6 +426,7 @@ func (w *Workflow) Validate() error {
 		add("name", "%q must be 1 to 100 letters, digits, _ or - and start with a letter or digit", truncate(w.Name))
 	}
 	validateTrigger(w.Trigger, add)
+	validateRetention(w.Retention, add)
 	if _, err := ParsePriority(string(w.Priority)); err != nil {
 		add("priority", "%q is not high, normal or low", truncate(string(w.Priority)))
 	}
@@ -614,6 +618,7 @@ func (w *Workflow) MarshalDefinition() ([]byte, error) {
 		// to one written before priorities.
 		doc["priority"] = string(p)
 	}
+	retentionDoc(doc, w.Retention)
 	steps := make([]any, 0, len(w.Steps))
 	for _, s := range w.Steps {
 		step := map[string]any{"name": s.Name, "agent": s.Agent, "budget": s.Budget.String(), "attempts": s.MaxAttempts,

@@ -48,7 +48,10 @@ type Workflow struct {
 	// Priority is the priority of tasks whose message names none; empty
 	// means PriorityNormal.
 	Priority Priority
-	Steps    []StepDefinition
+	// Retention says how long the event store keeps the workflow's
+	// finished tasks; the zero value keeps them forever.
+	Retention Retention
+	Steps     []StepDefinition
 }
 
 // DefaultTriggerTopic is the topic of a trigger that names none: saga's

@@ -104,5 +104,10 @@ func (p *StatusPublisher) Validate() error {
 	c.Require(p.Logger != nil, "Logger")
 	c.Require(p.Name != "", "Name")
 	c.NotNegative(int64(p.CheckpointEvery), "CheckpointEvery")
+	if r := p.Retention; r != nil {
+		c.Require(r.Workflows != nil, "Retention.Workflows")
+		c.Require(r.Limits != nil, "Retention.Limits")
+		c.NotNegative(int64(r.Concurrency), "Retention.Concurrency")
+	}
 	return c.Err()
 }

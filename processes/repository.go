@@ -40,8 +40,11 @@ func NewTaskRepository(store EventStore) *TaskRepository {
 func (r *TaskRepository) Unreadable() int64 { return r.unreadable.Load() }
 
 // Load reads and folds a task's stream with domain.FoldRecorded. A task
-// never submitted comes back with Exists false and no error. A stream with
-// an unreadable event is an error (domain.ErrUnreadableEvent), counted.
+// never submitted, or whose every event expired, comes back with Exists
+// false and no error; one whose first events expired (its workflow's
+// retention) is domain.ErrTaskExpired, which is also ErrTaskNotFound. A
+// stream with an unreadable event is an error (domain.ErrUnreadableEvent),
+// counted.
 func (r *TaskRepository) Load(ctx context.Context, id string) (*domain.Task, error) {
 	return r.loadUntil(ctx, id, -1)
 }
@@ -55,6 +58,9 @@ func (r *TaskRepository) loadUntil(ctx context.Context, id string, until int64) 
 	recorded, err := r.Store.ReadStream(ctx, domain.TaskStream(id))
 	if err != nil {
 		return nil, errors.Wrapf(err, "read task %s", id)
+	}
+	if domain.HistoryExpired(recorded) {
+		return nil, domain.TaskExpiredError(id, recorded[0].Revision)
 	}
 	if until >= 0 {
 		n := 0

@@ -27,6 +27,10 @@ import (
 // The supervisor raises alerts; the publisher resolves them because
 // leaving Error is one event, and the publisher is what turns every event
 // into messages from a checkpoint.
+//
+// With Retention it also gives each task that finishes the $maxAge its
+// workflow's retention asks for, and waits for those limits before its
+// checkpoint passes the task's end, as it waits for the statuses.
 type StatusPublisher struct {
 	Store       EventStore
 	Checkpoints Checkpoints
@@ -34,7 +38,10 @@ type StatusPublisher struct {
 	// Alerts, when set, receives a resolved alert for every task that
 	// leaves Error.
 	Alerts Alerts
-	Logger *slog.Logger
+	// Retention, when set, limits the streams of the tasks that finish
+	// as their workflows' retention says.
+	Retention *FinishedTaskRetention
+	Logger    *slog.Logger
 	// Name keys the checkpoint; publishers with one name share it.
 	Name string
 	// CheckpointEvery bounds the time between checkpoints. Default
@@ -93,6 +100,11 @@ func (p *StatusPublisher) Run(ctx context.Context) error {
 
 func (p *StatusPublisher) round(ctx context.Context) error {
 	p.tasks = map[string]*domain.Task{}
+	if p.Retention != nil {
+		// Limits a failed round started are set again from the
+		// checkpoint.
+		_ = p.Retention.Wait()
+	}
 	from := domain.FromStart()
 	position, ok, err := p.Checkpoints.LoadCheckpoint(ctx, p.Name)
 	if err != nil {
@@ -115,6 +127,11 @@ func (p *StatusPublisher) round(ctx context.Context) error {
 		}
 		if err := p.Sink.Flush(ctx); err != nil {
 			return errors.Mark(errors.Wrap(err, "flush statuses"), errFlush)
+		}
+		if p.Retention != nil {
+			if err := p.Retention.Wait(); err != nil {
+				return errors.Wrap(err, "limit the streams of finished tasks")
+			}
 		}
 		p.forgetFinishedReplyTopics()
 		if err := p.Checkpoints.SaveCheckpoint(ctx, p.Name, pending); err != nil {
@@ -154,6 +171,11 @@ func (p *StatusPublisher) publish(ctx context.Context, e domain.RecordedEvent) e
 		if t, err = p.load(ctx, id, e.Revision); errors.Is(err, domain.ErrUnreadableEvent) {
 			p.unreadable(id, err)
 			return nil
+		} else if errors.Is(err, domain.ErrTaskExpired) {
+			// A finished task whose history the retention dropped while
+			// the publisher was behind: its statuses went out before.
+			p.skipped.Add(1)
+			return nil
 		} else if err != nil {
 			return err
 		}
@@ -162,6 +184,7 @@ func (p *StatusPublisher) publish(ctx context.Context, e domain.RecordedEvent) e
 		t = domain.NewTask(id)
 	}
 	wasError, failedStep := t.State == domain.StateError, t.FailedStep
+	wasFinished := finished(t)
 	ev, err := t.ApplyRecorded(&e)
 	switch {
 	case err != nil:
@@ -190,7 +213,13 @@ func (p *StatusPublisher) publish(ctx context.Context, e domain.RecordedEvent) e
 		p.Sink.PublishStatus(ctx, st)
 		p.published.Add(1)
 	}
-	if t.State == domain.StateProcessed || t.State == domain.StateCompensated {
+	if finished(t) && !wasFinished && p.Retention != nil {
+		if err := p.Retention.Finished(ctx, t, e.Recorded); err != nil {
+			// The round restarts from the checkpoint, before this event.
+			return err
+		}
+	}
+	if finished(t) {
 		delete(p.tasks, id)
 		if t.ReplyTo != "" {
 			if p.finished == nil {
@@ -202,6 +231,12 @@ func (p *StatusPublisher) publish(ctx context.Context, e domain.RecordedEvent) e
 		p.tasks[id] = t
 	}
 	return nil
+}
+
+// finished reports whether a task reached a final state: Processed or
+// Compensated, not Error, which waits for an operator.
+func finished(t *domain.Task) bool {
+	return t.State == domain.StateProcessed || t.State == domain.StateCompensated
 }
 
 // forgetFinishedReplyTopics tells a ReplyTopicForgetter sink, once every

@@ -64,10 +64,14 @@ type cutSummary struct {
 }
 
 // BuildAudit replays a task's recorded events up to cut, with the one fold
-// of stored events: an event it cannot read fails the audit.
+// of stored events: an event it cannot read fails the audit, and a history
+// whose start expired (its workflow's retention) is domain.ErrTaskExpired.
 func BuildAudit(taskID string, recorded []domain.RecordedEvent, cut Cut) (*Audit, error) {
 	if len(recorded) == 0 {
 		return nil, errors.Wrapf(domain.ErrTaskNotFound, "%q", taskID)
+	}
+	if domain.HistoryExpired(recorded) {
+		return nil, domain.TaskExpiredError(taskID, recorded[0].Revision)
 	}
 	a := &Audit{TaskID: taskID, Events: len(recorded)}
 	state := domain.NewTask(taskID)

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cockroachdb/errors"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sagaengine/saga/adapters/httpapi"
@@ -261,7 +262,11 @@ func (c *console) task(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, domain.ErrTaskExpired) || errors.Is(err, domain.ErrTaskNotFound) && view.State.Terminal():
+		// The view keeps the row of a task whose events expired.
+		d.Error = "the event history has expired: the task finished longer ago than its workflow's retention of finished tasks"
+	case err != nil:
 		d.Error = "the event history cannot be read: " + err.Error()
 	}
 	c.render(w, r, "task.html", "Task "+id, d)

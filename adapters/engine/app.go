@@ -734,7 +734,9 @@ func (a *App) startStatus(ctx context.Context) error {
 	}
 	statuses := a.newProducer("status")
 	a.Status = &processes.StatusPublisher{Store: a.followers.Register("status"), Checkpoints: a.Store, Sink: statuses, Alerts: statuses,
-		Logger: a.logger, Name: processes.DefaultStatusCheckpoint}
+		Logger: a.logger, Name: processes.DefaultStatusCheckpoint,
+		// Each finished task's stream gets its workflow's retention.
+		Retention: &processes.FinishedTaskRetention{Workflows: a.Workflows, Limits: a.Store, Logger: a.logger}}
 	a.run("status publisher", func() error { return a.Status.Run(ctx) })
 	return nil
 }

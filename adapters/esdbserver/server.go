@@ -68,6 +68,9 @@ type Config struct {
 	MaxAppendSize int
 	// SegmentSize is the size of a log segment file. Default 256 MiB.
 	SegmentSize uint64
+	// Now is the store's clock: events' created times and $maxAge go by
+	// it. Default time.Now; tests inject one to let hours pass.
+	Now func() time.Time
 	// MaxSearchWindow bounds how many events one page of a filtered $all
 	// read or subscription examines before it sends what it found; a
 	// subscription sends a checkpoint at least this often, whatever window
@@ -184,7 +187,7 @@ func Start(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	store, err := eslog.Open(eslog.Options{
-		Dir: cfg.DataDir, SegmentSize: cfg.SegmentSize, MaxEventSize: cfg.MaxEventSize, Logger: cfg.Logger,
+		Dir: cfg.DataDir, SegmentSize: cfg.SegmentSize, MaxEventSize: cfg.MaxEventSize, Logger: cfg.Logger, Now: cfg.Now,
 		IndexMemtableEntries: cfg.IndexMemtableEntries, IndexCacheStreams: cfg.IndexCacheStreams,
 	})
 	if err != nil {

@@ -67,6 +67,7 @@ func TestSchemaMatchesTheParser(t *testing.T) {
 	}{
 		{"", `{"zz":1}`},
 		{"trigger", `{"trigger":{"zz":1}}`},
+		{"retention", `{"retention":{"zz":1}}`},
 		{"defaults", `{"defaults":{"zz":1}}`},
 		{"backoff", `{"defaults":{"backoff":{"zz":1}}}`},
 		{"step", `{"steps":[{"zz":1}]}`},

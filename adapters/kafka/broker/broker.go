@@ -404,19 +404,25 @@ func (b *Broker) startRetention(r Retention, logger *slog.Logger) {
 // topics idle that long (as seen by the passes so far). The broker runs
 // passes by itself; this is for tests and tools.
 func (b *Broker) RetainOnce(ctx context.Context, r Retention) (int64, error) {
+	return b.RetainOnceAt(ctx, r, time.Now())
+}
+
+// RetainOnceAt runs RetainOnce as if it were now: records' ages and reply
+// topics' idleness go by now, so that a test can let hours pass.
+func (b *Broker) RetainOnceAt(ctx context.Context, r Retention, now time.Time) (int64, error) {
 	client, err := b.internalClient()
 	if err != nil {
 		return 0, errors.Wrap(err, "kafka client for retention")
 	}
 	defer client.Close()
 	adm := kadm.NewClient(client)
-	removed, err := applyRetention(ctx, adm, r, time.Now(), b.partitionBytes, b.logger)
+	removed, err := applyRetention(ctx, adm, r, now, b.partitionBytes, b.logger)
 	if err != nil || r.IdleReplyTopicAfter <= 0 {
 		return removed, err
 	}
 	b.idleMu.Lock()
 	defer b.idleMu.Unlock()
-	_, err = b.deleteIdleReplyTopics(ctx, client, &b.idle, r.IdleReplyTopicAfter, time.Now())
+	_, err = b.deleteIdleReplyTopics(ctx, client, &b.idle, r.IdleReplyTopicAfter, now)
 	return removed, errors.Wrap(err, "delete idle reply topics")
 }
 
