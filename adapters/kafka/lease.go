@@ -98,8 +98,9 @@ const LeaseSessionTimeout = 6 * time.Second
 // its group requests before it joins the group again as a new member. A
 // member in the group is answered at every heartbeat (every second), and a
 // join waits at most the rebalance timeout (LeaseSessionTimeout), which
-// began before the answer that told the member to join.
-const LeaseRejoinAfter = LeaseSessionTimeout
+// began before the answer that told the member to join; a heartbeat
+// interval more leaves room for the round trips.
+const LeaseRejoinAfter = LeaseSessionTimeout + leaseHeartbeatInterval
 
 // LeaseValidity is how long after its last answered group request a leader
 // counts itself leader: a second less than LeaseSessionTimeout, with
