@@ -41,8 +41,8 @@ const LeaseTopic = "saga.supervisor.lease"
 // request it answered), or it dropped the member from a rebalance without
 // answering its join, as the embedded broker does to a member whose
 // session runs out while it waits in a rebalance. Without this, such a
-// member would wait for its join's answer until the client gave up, a
-// minute later, out of the election all the while: a standby that never
+// member would wait for its join's answer until the client gave up, 70 s
+// later, out of the election all the while: a standby that never
 // takes the lease.
 //
 // Its lifecycle is explicit: NewLease sets it up (the topic, the client)
