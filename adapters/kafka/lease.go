@@ -35,6 +35,16 @@ const LeaseTopic = "saga.supervisor.lease"
 // long as the two machines' clocks run at about the same rate, not only
 // when they agree.
 //
+// A member whose group requests go unanswered for LeaseRejoinAfter joins
+// again as a new member, with a new client: by then the coordinator has
+// expired its session (it does so LeaseSessionTimeout after the last
+// request it answered), or it dropped the member from a rebalance without
+// answering its join, as the embedded broker does to a member whose
+// session runs out while it waits in a rebalance. Without this, such a
+// member would wait for its join's answer until the client gave up, 70 s
+// later, out of the election all the while: a standby that never
+// takes the lease.
+//
 // Its lifecycle is explicit: NewLease sets it up (the topic, the client)
 // under a context that only bounds the set-up; Run takes part in the
 // election until its own context ends, then leaves it. In between, the
@@ -70,8 +80,13 @@ type Lease struct {
 	lapsed, probation atomic.Bool
 	// warned notes that the lapse was logged.
 	warned atomic.Bool
-	logger *slog.Logger
-	group  string
+	// started is when (unix nanoseconds) the newest client was made;
+	// unanswered notes that the member joined again for want of answers
+	// and has had none since (so that an outage logs it once).
+	started    atomic.Int64
+	unanswered atomic.Bool
+	logger     *slog.Logger
+	group      string
 }
 
 // LeaseSessionTimeout is the lease's group session timeout: how long the
@@ -79,10 +94,21 @@ type Lease struct {
 // another member.
 const LeaseSessionTimeout = 6 * time.Second
 
+// LeaseRejoinAfter is how long a member goes without an answer to any of
+// its group requests before it joins the group again as a new member. A
+// member in the group is answered at every heartbeat (every second), and a
+// join waits at most the rebalance timeout (LeaseSessionTimeout), which
+// began before the answer that told the member to join; a heartbeat
+// interval more leaves room for the round trips.
+const LeaseRejoinAfter = LeaseSessionTimeout + leaseHeartbeatInterval
+
 // LeaseValidity is how long after its last answered group request a leader
 // counts itself leader: a second less than LeaseSessionTimeout, with
 // heartbeats every second.
-const LeaseValidity = LeaseSessionTimeout - time.Second
+const LeaseValidity = LeaseSessionTimeout - leaseHeartbeatInterval
+
+// leaseHeartbeatInterval is how often a member heartbeats.
+const leaseHeartbeatInterval = time.Second
 
 // renewals notes the requests that renew a member's group session, for the
 // client numbered gen.
@@ -111,6 +137,7 @@ func (r renewals) OnBrokerE2E(_ kgo.BrokerMetadata, key int16, e2e kgo.BrokerE2E
 	}
 	sent := time.Now().Add(-e2e.DurationE2E()).UnixNano()
 	storeLater(&r.l.answered, sent)
+	r.l.unanswered.Store(false)
 	if r.l.lapsed.Load() || time.Since(time.Unix(0, r.l.renewed.Load())) >= LeaseValidity {
 		r.l.lapsed.Store(true)
 		if !r.l.probation.Swap(true) {
@@ -187,7 +214,10 @@ func NewLease(ctx context.Context, brokers []string, group string, logger *slog.
 			kgo.ConsumerGroup(group),
 			kgo.ConsumeTopics(LeaseTopic),
 			kgo.SessionTimeout(LeaseSessionTimeout),
-			kgo.HeartbeatInterval(time.Second),
+			// The members do nothing on a revoke and join again at once:
+			// a rebalance need not wait the default minute for one.
+			kgo.RebalanceTimeout(LeaseSessionTimeout),
+			kgo.HeartbeatInterval(leaseHeartbeatInterval),
 			kgo.WithHooks(renewals{l, gen}),
 			kgo.OnPartitionsAssigned(func(_ context.Context, cl *kgo.Client, m map[string][]int32) { set(cl, m, true) }),
 			kgo.OnPartitionsRevoked(func(_ context.Context, cl *kgo.Client, m map[string][]int32) { set(cl, m, false) }),
@@ -207,6 +237,7 @@ func NewLease(ctx context.Context, brokers []string, group string, logger *slog.
 // come at once, see it kept.
 func (l *Lease) newClient() error {
 	gen := l.clients.Add(1)
+	l.started.Store(time.Now().UnixNano())
 	l.renewed.Store(0)
 	l.lapsed.Store(false)
 	l.probation.Store(false)
@@ -226,6 +257,9 @@ func (l *Lease) Run(ctx context.Context) error {
 		return errors.New("lease: Run called twice")
 	}
 	defer l.Close()
+	watching, stop := context.WithCancel(ctx)
+	defer stop()
+	go l.watch(watching)
 	for {
 		l.mu.Lock()
 		c, closing := l.client, l.closing
@@ -249,6 +283,54 @@ func (l *Lease) Run(ctx context.Context) error {
 		case <-l.wake:
 		}
 	}
+}
+
+// watch joins the group again with a new client whenever the member's
+// group requests have gone unanswered for LeaseRejoinAfter, until ctx
+// ends.
+func (l *Lease) watch(ctx context.Context) {
+	tick := time.NewTicker(leaseHeartbeatInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			l.rejoinIfUnanswered()
+		}
+	}
+}
+
+// rejoinIfUnanswered replaces the member's client with a new one, which
+// joins as a new member, when no group request of the member's has been
+// answered for LeaseRejoinAfter. The member stops leading at once.
+func (l *Lease) rejoinIfUnanswered() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.client == nil || l.closing {
+		return // stood down, or leaving
+	}
+	silent := time.Since(time.Unix(0, max(l.answered.Load(), l.started.Load())))
+	if silent < LeaseRejoinAfter {
+		return
+	}
+	old := l.client
+	if err := l.newClient(); err != nil {
+		l.logger.Error("supervisor lease: cannot join again", "group", l.group, "err", err.Error())
+		return
+	}
+	if !l.unanswered.Swap(true) {
+		l.logger.Warn("supervisor lease: no group request answered; joining the group again as a new member",
+			"group", l.group, "since_last_answer", silent.Round(time.Millisecond).String())
+	}
+	if l.leader.Swap(false) {
+		l.logger.Info("supervisor lease changed", "group", l.group, "leader", false, "tenure", l.tenure.Load())
+	}
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+	go old.Close()
 }
 
 // Tenure numbers this member's holdings of the lease: it grows each time

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sagaengine/saga/adapters/kafka"
@@ -188,4 +189,119 @@ func TestALeaseStandsDownAndAgain(t *testing.T) {
 	assert.Zero(t, overlaps, "both members counted themselves leader at once")
 	assert.IsIncreasing(t, generations, "the group's generation grows from one leader to the next")
 	t.Logf("handed over in %s; generations %v", handedOver.Round(time.Millisecond), generations)
+}
+
+// TestAMemberDroppedFromARebalanceJoinsAgain kills a third member of the
+// election (its process dies: it stays in the group, silent, until its
+// session times out) and starts a new one (the process restarted), so
+// that the two members left wait in a rebalance for the dead one. The
+// group coordinator expires a member waiting in that rebalance by its own
+// session, without answering its join: kfake, the embedded broker, does
+// (a member waiting in JoinGroup keeps its session timer, and a
+// SIGSTOPped broker fires every timer at once on SIGCONT); here the dead
+// member's session is longer than theirs, so it happens every time. The
+// members left must notice and join again, so that the election goes on:
+// once the dead member has expired, all three are in the group, one
+// leads, and when it stands down another takes over at once. A member
+// that waited for its join's answer instead (for the client's rebalance
+// timeout plus its request overhead: 70 seconds) stood out of the
+// election all that time.
+func TestAMemberDroppedFromARebalanceJoinsAgain(t *testing.T) {
+	logger := slog.New(slog.DiscardHandler)
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, kafka.LeaseTopic))
+	require.NoError(t, err)
+	t.Cleanup(cluster.Close)
+	const group = "lease-rebalance"
+	start := func() *kafka.Lease {
+		setup, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		l, err := kafka.NewLease(setup, cluster.ListenAddrs(), group, logger)
+		require.NoError(t, err)
+		ctx, stop := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = l.Run(ctx) }()
+		t.Cleanup(func() { stop(); <-done })
+		return l
+	}
+	a, b := start(), start()
+	require.Eventually(t, func() bool { return a.IsLeader() != b.IsLeader() }, 30*time.Second, 10*time.Millisecond, "one member leads")
+
+	// The member to kill, with a session longer than the lease's.
+	deadSession := kafka.LeaseSessionTimeout + 4*time.Second
+	dead, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.ConsumerGroup(group),
+		kgo.ConsumeTopics(kafka.LeaseTopic), kgo.SessionTimeout(deadSession), kgo.HeartbeatInterval(time.Second))
+	require.NoError(t, err)
+	polling, stopPolling := context.WithCancel(context.Background())
+	go func() {
+		for polling.Err() == nil {
+			dead.PollFetches(polling)
+		}
+	}()
+	require.Eventually(t, func() bool {
+		_, g := dead.GroupMetadata()
+		return g > 0 && kafka.LeaseGeneration(a) == g && kafka.LeaseGeneration(b) == g
+	}, 30*time.Second, 10*time.Millisecond, "the third member joins")
+	deadID, _ := dead.GroupMetadata()
+	// kill -9: nothing it sends reaches the coordinator any more.
+	for _, key := range []kmsg.Key{kmsg.Heartbeat, kmsg.JoinGroup, kmsg.SyncGroup, kmsg.LeaveGroup, kmsg.OffsetCommit} {
+		cluster.ControlKey(int16(key), func(req kmsg.Request) (kmsg.Response, error, bool) {
+			cluster.KeepControl()
+			var member string
+			switch r := req.(type) {
+			case *kmsg.HeartbeatRequest:
+				member = r.MemberID
+			case *kmsg.JoinGroupRequest:
+				member = r.MemberID
+			case *kmsg.SyncGroupRequest:
+				member = r.MemberID
+			case *kmsg.LeaveGroupRequest:
+				for _, m := range r.Members {
+					member = m.MemberID
+				}
+			case *kmsg.OffsetCommitRequest:
+				member = r.MemberID
+			}
+			return nil, nil, member == deadID
+		})
+	}
+	stopPolling()
+	go dead.Close()
+	killed := time.Now()
+
+	restarted := start()
+	members := []*kafka.Lease{a, b, restarted}
+	// Once the dead member expired, the three live ones are in one
+	// generation, and exactly one leads.
+	require.Eventually(t, func() bool {
+		g := kafka.LeaseGeneration(a)
+		leaders := 0
+		for _, m := range members {
+			if kafka.LeaseGeneration(m) != g {
+				return false
+			}
+			if m.IsLeader() {
+				leaders++
+			}
+		}
+		return leaders == 1
+	}, deadSession+kafka.LeaseRejoinAfter, 10*time.Millisecond, "every live member is back in the election")
+	t.Logf("all three in one generation %s after the kill", time.Since(killed).Round(time.Millisecond))
+
+	var leader *kafka.Lease
+	for _, m := range members {
+		if m.IsLeader() {
+			leader = m
+		}
+	}
+	handover := time.Now()
+	leader.StandDown()
+	require.Eventually(t, func() bool {
+		for _, m := range members {
+			if m != leader && m.IsLeader() {
+				return true
+			}
+		}
+		return false
+	}, kafka.LeaseSessionTimeout, 10*time.Millisecond, "another member takes the lease when the leader stands down")
+	t.Logf("handed over in %s", time.Since(handover).Round(time.Millisecond))
 }
