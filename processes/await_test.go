@@ -43,13 +43,18 @@ type awaitRig struct {
 
 func newAwaitRig(t *testing.T, schedulers int) *awaitRig {
 	store := embeddedStore(t)
+	return newAwaitRigOn(t, store, store, schedulers, 2)
+}
+
+// newAwaitRigOn is newAwaitRig on a given store, with shards a scheduler.
+func newAwaitRigOn(t *testing.T, store processes.EventStore, limits processes.StreamLimiter, schedulers, shards int) *awaitRig {
 	wf := awaitFlow(t)
-	inbox := &processes.AwaitInbox{Store: store, Limits: store, Clock: processes.SystemClock}
+	inbox := &processes.AwaitInbox{Store: store, Limits: limits, Clock: processes.SystemClock}
 	r := &awaitRig{t: t, store: store, wf: wf}
 	var first *processes.Scheduler
 	for i := range schedulers {
 		s := &processes.Scheduler{Store: store, Commands: &agent{}, DeadLetters: dropLetters{}, Workflows: workflows{"pay": wf},
-			Actor: fmt.Sprintf("scheduler/%d", i), Clock: processes.SystemClock, Logger: quiet(), Shards: 2, AwaitInbox: inbox}
+			Actor: fmt.Sprintf("scheduler/%d", i), Clock: processes.SystemClock, Logger: quiet(), Shards: shards, AwaitInbox: inbox}
 		run(t, s.Run)
 		<-s.Ready()
 		if first == nil {
