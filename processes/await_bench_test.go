@@ -63,7 +63,7 @@ func makeWaiting(t *testing.T, r *awaitRig, store *benchStore, n int, heap bool)
 	runtime.GC()
 	var before runtime.MemStats
 	runtime.ReadMemStats(&before)
-	marks := store.inboxAppends.Load()
+	marks, goroutines := store.inboxAppends.Load(), runtime.NumGoroutine()
 	began := time.Now()
 	var wg sync.WaitGroup
 	ids := make(chan int)
@@ -83,6 +83,10 @@ func makeWaiting(t *testing.T, r *awaitRig, store *benchStore, n int, heap bool)
 	wg.Wait()
 	require.Eventually(t, func() bool { return store.inboxAppends.Load()-marks >= int64(n) }, 5*time.Minute, 50*time.Millisecond,
 		"the marks of every waiting task")
+	// The goroutines that put the marks go on to read their inboxes: the
+	// heap is measured once they are done.
+	require.Eventually(t, func() bool { return runtime.NumGoroutine() <= goroutines+16 }, time.Minute, 50*time.Millisecond,
+		"the goroutines that put the marks end")
 	t.Logf("%d tasks waiting after %s", n, time.Since(began).Round(time.Millisecond))
 	if !heap {
 		return
