@@ -153,9 +153,11 @@ type Correlator interface {
 	Correlate(ctx context.Context, taskID string, e domain.AwaitedEvent, source string) (bool, error)
 }
 
-// AwaitWorkflows lists the registered workflows (Registry.List).
+// AwaitWorkflows lists every version of the registered workflows
+// (Registry.AllVersions): a task of an older version waits for what its
+// version's await says, on its topic.
 type AwaitWorkflows interface {
-	List(ctx context.Context) ([]*domain.Workflow, error)
+	AllVersions(ctx context.Context) ([]*domain.Workflow, error)
 }
 
 // Awaiter consumes the topics await steps read: it puts each event of a
@@ -182,11 +184,11 @@ func (a *Awaiter) Stats() AwaiterStats {
 	return AwaiterStats{a.kept.Load(), a.completed.Load(), a.ignored.Load()}
 }
 
-// Topics lists the topics the registered workflows' await steps read,
-// sorted: the consumer reads them from the moment a workflow is
-// registered.
+// Topics lists the topics the registered workflows' await steps read, in
+// any of their versions, sorted: the consumer reads them from the moment
+// a workflow is registered.
 func (a *Awaiter) Topics(ctx context.Context) ([]string, error) {
-	all, err := a.Workflows.List(ctx)
+	all, err := a.Workflows.AllVersions(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -206,9 +208,11 @@ func (a *Awaiter) Topics(ctx context.Context) ([]string, error) {
 // only when the event could not be kept, so that the consumer retries it.
 // An event no await wants (another type, no correlation value, not JSON)
 // is passed over: the topic is the application's, and carries other
-// events too.
+// events too. The await steps of every version are asked, so that a task
+// of an older version is still found; the body is read once for each way
+// of reading it (type field and correlation pointer).
 func (a *Awaiter) HandleEvent(ctx context.Context, msg Inbound) error {
-	all, err := a.Workflows.List(ctx)
+	all, err := a.Workflows.AllVersions(ctx)
 	if err != nil {
 		return err
 	}
@@ -217,6 +221,12 @@ func (a *Awaiter) HandleEvent(ctx context.Context, msg Inbound) error {
 		max = DefaultMaxOrderSize
 	}
 	ceType := msg.Headers[protocol.HeaderType]
+	type reading struct{ typeField, correlate string }
+	type read struct {
+		typ, value string
+		ok         bool
+	}
+	var reads map[reading]read
 	var events []domain.AwaitedEvent
 	for _, w := range all {
 		for _, s := range w.Steps {
@@ -224,8 +234,17 @@ func (a *Awaiter) HandleEvent(ctx context.Context, msg Inbound) error {
 			if aw == nil || aw.Topic != msg.Topic {
 				continue
 			}
-			typ, value, ok := aw.Read(msg.Value, ceType, max)
-			if !ok || !aw.Wants(typ) {
+			how := reading{aw.TypeField, aw.Correlate}
+			r, done := reads[how]
+			if !done {
+				r.typ, r.value, r.ok = aw.Read(msg.Value, ceType, max)
+				if reads == nil {
+					reads = map[reading]read{}
+				}
+				reads[how] = r
+			}
+			typ, value := r.typ, r.value
+			if !r.ok || !aw.Wants(typ) {
 				continue
 			}
 			e := domain.AwaitedEvent{Topic: msg.Topic, Type: typ, Value: value, Body: json.RawMessage(msg.Value)}

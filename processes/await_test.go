@@ -14,7 +14,7 @@ import (
 	"github.com/sagaengine/saga/processes"
 )
 
-func (w workflows) List(context.Context) ([]*domain.Workflow, error) {
+func (w workflows) AllVersions(context.Context) ([]*domain.Workflow, error) {
 	out := make([]*domain.Workflow, 0, len(w))
 	for _, wf := range w {
 		out = append(out, wf)
