@@ -344,8 +344,9 @@ func (sh *shard) correlate(ctx context.Context, id string, e domain.AwaitedEvent
 // append, only the correlation of the events beside it, in case the
 // instance that put it stopped before it correlated them. A mark is put
 // anew when it is missing (a crash came between StepAwaiting and its
-// mark, or the inbox's bound dropped it) or is older than half the
-// inbox's retention, so that a long wait is never dropped by it.
+// mark, or the inbox's bound dropped it before this instance knew of it)
+// or is older than half the inbox's retention, so that a wait longer than
+// the retention keeps a mark as long as resumes come within it.
 
 // awaitMark is a mark of a waiting step known to be in its inbox since at
 // (or being put there).
@@ -466,8 +467,13 @@ func (s *Scheduler) awaitResumed(ctx context.Context, taskID string, e domain.St
 		return
 	}
 	fresh := s.markFresh()
-	i := slices.IndexFunc(entries, func(m AwaitInboxEntry) bool { return m.TaskID == taskID && m.Step == e.Step && m.At.After(fresh) })
-	if i < 0 {
+	i := -1 // the newest mark of the task's step
+	for j := len(entries) - 1; j >= 0 && i < 0; j-- {
+		if entries[j].TaskID == taskID && entries[j].Step == e.Step {
+			i = j
+		}
+	}
+	if i < 0 || !entries[i].At.After(fresh) {
 		if s.enqueue(ctx, s.shardOf(taskID), awaitMarkJob{taskID: taskID, step: e.Step, attempt: e.Attempt, at: s.Clock.Now()}) == nil {
 			s.awaitStarted(ctx, taskID, e)
 		}

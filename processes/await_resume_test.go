@@ -116,3 +116,32 @@ func TestAwaitResumePutsNoMarkAgain(t *testing.T) {
 		"the resume notes the marks it found: %v", c.Held())
 	assert.Equal(t, n-1, a.Held()["awaits"], "the marks of finished tasks are forgotten")
 }
+
+// TestAwaitResumeRenewsAnAgingMark resumes a task whose mark was put more
+// than half the inbox's retention ago: the resume puts it again, so that a
+// wait longer than the retention is not forgotten by its inbox.
+func TestAwaitResumeRenewsAnAgingMark(t *testing.T) {
+	store := embeddedStore(t)
+	wf := awaitFlow(t)
+	scheduler := func(actor string, counted *inboxCountingStore, clock processes.Clock) *processes.Scheduler {
+		s := &processes.Scheduler{Store: store, Commands: &agent{}, DeadLetters: dropLetters{}, Workflows: workflows{"pay": wf},
+			Actor: actor, Clock: clock, Logger: quiet(), Shards: 2,
+			AwaitInbox: &processes.AwaitInbox{Store: counted, Limits: store, Clock: clock, Retention: time.Hour}}
+		run(t, s.Run)
+		<-s.Ready()
+		return s
+	}
+	r := &awaitRig{t: t, store: store, wf: wf}
+	inA := &inboxCountingStore{EventStore: store}
+	scheduler("scheduler/a", inA, processes.SystemClock)
+	r.submit("o-long", "L-1")
+	require.Eventually(t, func() bool { return inA.appends.Load() == 1 }, 10*time.Second, 5*time.Millisecond, "the mark")
+
+	inB, inC := &inboxCountingStore{EventStore: store}, &inboxCountingStore{EventStore: store}
+	b := scheduler("scheduler/b", inB, processes.ClockFunc(func() time.Time { return time.Now().Add(20 * time.Minute) }))
+	c := scheduler("scheduler/c", inC, processes.ClockFunc(func() time.Time { return time.Now().Add(40 * time.Minute) }))
+	require.Eventually(t, func() bool { return inC.appends.Load() == 1 }, 10*time.Second, 5*time.Millisecond,
+		"40 minutes on, the mark is past half the retention: put again")
+	require.Eventually(t, func() bool { return b.Held()["awaits"] == 1 && c.Held()["awaits"] == 1 }, 10*time.Second, 5*time.Millisecond)
+	assert.Zero(t, inB.appends.Load(), "20 minutes on, the mark is fresh")
+}
