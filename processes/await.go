@@ -119,6 +119,14 @@ func (in *AwaitInbox) Put(ctx context.Context, topic, value string, entry AwaitI
 			return nil, errors.Wrapf(err, "limit await inbox %s", stream)
 		}
 	}
+	return in.Read(ctx, topic, value)
+}
+
+// Read returns the entries the inbox of topic and value holds, oldest
+// first, within its bounds.
+func (in *AwaitInbox) Read(ctx context.Context, topic, value string) ([]AwaitInboxEntry, error) {
+	stream := AwaitInboxStream(topic, value)
+	max, retention := in.bounds()
 	recorded, err := in.Store.ReadStream(ctx, stream)
 	if err != nil {
 		return nil, errors.Wrapf(err, "read await inbox %s", stream)
@@ -145,9 +153,11 @@ type Correlator interface {
 	Correlate(ctx context.Context, taskID string, e domain.AwaitedEvent, source string) (bool, error)
 }
 
-// AwaitWorkflows lists the registered workflows (Registry.List).
+// AwaitWorkflows lists every version of the registered workflows
+// (Registry.AllVersions): a task of an older version waits for what its
+// version's await says, on its topic.
 type AwaitWorkflows interface {
-	List(ctx context.Context) ([]*domain.Workflow, error)
+	AllVersions(ctx context.Context) ([]*domain.Workflow, error)
 }
 
 // Awaiter consumes the topics await steps read: it puts each event of a
@@ -174,11 +184,11 @@ func (a *Awaiter) Stats() AwaiterStats {
 	return AwaiterStats{a.kept.Load(), a.completed.Load(), a.ignored.Load()}
 }
 
-// Topics lists the topics the registered workflows' await steps read,
-// sorted: the consumer reads them from the moment a workflow is
-// registered.
+// Topics lists the topics the registered workflows' await steps read, in
+// any of their versions, sorted: the consumer reads them from the moment
+// a workflow is registered.
 func (a *Awaiter) Topics(ctx context.Context) ([]string, error) {
-	all, err := a.Workflows.List(ctx)
+	all, err := a.Workflows.AllVersions(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -198,9 +208,11 @@ func (a *Awaiter) Topics(ctx context.Context) ([]string, error) {
 // only when the event could not be kept, so that the consumer retries it.
 // An event no await wants (another type, no correlation value, not JSON)
 // is passed over: the topic is the application's, and carries other
-// events too.
+// events too. The await steps of every version are asked, so that a task
+// of an older version is still found; the body is read once for each way
+// of reading it (type field and correlation pointer).
 func (a *Awaiter) HandleEvent(ctx context.Context, msg Inbound) error {
-	all, err := a.Workflows.List(ctx)
+	all, err := a.Workflows.AllVersions(ctx)
 	if err != nil {
 		return err
 	}
@@ -209,6 +221,12 @@ func (a *Awaiter) HandleEvent(ctx context.Context, msg Inbound) error {
 		max = DefaultMaxOrderSize
 	}
 	ceType := msg.Headers[protocol.HeaderType]
+	type reading struct{ typeField, correlate string }
+	type read struct {
+		typ, value string
+		ok         bool
+	}
+	var reads map[reading]read
 	var events []domain.AwaitedEvent
 	for _, w := range all {
 		for _, s := range w.Steps {
@@ -216,8 +234,17 @@ func (a *Awaiter) HandleEvent(ctx context.Context, msg Inbound) error {
 			if aw == nil || aw.Topic != msg.Topic {
 				continue
 			}
-			typ, value, ok := aw.Read(msg.Value, ceType, max)
-			if !ok || !aw.Wants(typ) {
+			how := reading{aw.TypeField, aw.Correlate}
+			r, done := reads[how]
+			if !done {
+				r.typ, r.value, r.ok = aw.Read(msg.Value, ceType, max)
+				if reads == nil {
+					reads = map[reading]read{}
+				}
+				reads[how] = r
+			}
+			typ, value := r.typ, r.value
+			if !r.ok || !aw.Wants(typ) {
 				continue
 			}
 			e := domain.AwaitedEvent{Topic: msg.Topic, Type: typ, Value: value, Body: json.RawMessage(msg.Value)}
@@ -309,11 +336,109 @@ func (sh *shard) correlate(ctx context.Context, id string, e domain.AwaitedEvent
 	return err == nil, err
 }
 
-// awaitStarted puts the mark of a task that began to wait into its
-// inbox, and correlates the events that came before it, oldest first,
-// until one takes the step. It runs off the shard's goroutine; an error
-// is logged, and the step times out at its deadline if nothing else
-// completes it.
+// A mark is put once per wait, not at every resume: each shard remembers
+// the marks of its waiting steps that it knows are in their inboxes
+// (awaitMark), those its instance put and those it read there, and a
+// resume (a start, a rebalance) puts only the marks it does not know of.
+// It reads the inbox of those first: a mark already there costs no
+// append, only the correlation of the events beside it, in case the
+// instance that put it stopped before it correlated them. A mark is put
+// anew when it is missing (a crash came between StepAwaiting and its
+// mark, or the inbox's bound dropped it before this instance knew of it)
+// or is older than half the inbox's retention, so that a wait longer than
+// the retention keeps a mark as long as resumes come within it.
+
+// awaitMark is a mark of a waiting step known to be in its inbox since at
+// (or being put there).
+type awaitMark struct {
+	step    string
+	attempt int
+	at      time.Time
+}
+
+// awaitMarkJob notes on the shard that the mark of a waiting step is in
+// its inbox (put or read there), or, with gone, that putting it failed.
+type awaitMarkJob struct {
+	taskID, step string
+	attempt      int
+	at           time.Time
+	gone         bool
+}
+
+func (j awaitMarkJob) do(_ context.Context, sh *shard) {
+	if j.gone {
+		sh.forgetMark(j.taskID, j.step, j.attempt)
+		return
+	}
+	if t := sh.tasks[j.taskID]; t != nil && awaitsAt(t, j.step, j.attempt) {
+		sh.noteMark(j.taskID, awaitMark{step: j.step, attempt: j.attempt, at: j.at})
+	}
+}
+
+// awaitsAt reports whether the task's step waits for an event in attempt.
+func awaitsAt(t *domain.Task, step string, attempt int) bool {
+	s := t.Step(step)
+	return s != nil && s.State == domain.StepStateAwaiting && s.Awaiting != nil && s.Attempt == attempt
+}
+
+// noteMark remembers a mark known to be in its inbox, in place of an
+// older one of the same step.
+func (sh *shard) noteMark(taskID string, m awaitMark) {
+	marks := slices.DeleteFunc(sh.marks[taskID], func(o awaitMark) bool { return o.step == m.step })
+	sh.marks[taskID] = append(marks, m)
+}
+
+// forgetMark forgets the mark of a step in attempt, whose put failed.
+func (sh *shard) forgetMark(taskID, step string, attempt int) {
+	marks, ok := sh.marks[taskID]
+	if !ok {
+		return
+	}
+	marks = slices.DeleteFunc(marks, func(o awaitMark) bool { return o.step == step && o.attempt == attempt })
+	if len(marks) == 0 {
+		delete(sh.marks, taskID)
+		return
+	}
+	sh.marks[taskID] = marks
+}
+
+// keepMarks forgets the marks of the task's steps that no longer wait (the
+// task moved on, or finished): the shard's marks follow the steps waiting,
+// not the tasks that ever waited.
+func (sh *shard) keepMarks(t *domain.Task) {
+	marks, ok := sh.marks[t.ID]
+	if !ok {
+		return
+	}
+	marks = slices.DeleteFunc(marks, func(m awaitMark) bool { return t.State.Terminal() || !awaitsAt(t, m.step, m.attempt) })
+	if len(marks) == 0 {
+		delete(sh.marks, t.ID)
+		return
+	}
+	sh.marks[t.ID] = marks
+}
+
+// markKnown reports whether the shard knows the mark of the task's step in
+// attempt to be in its inbox, put after fresh.
+func (sh *shard) markKnown(taskID, step string, attempt int, fresh time.Time) bool {
+	return slices.ContainsFunc(sh.marks[taskID], func(m awaitMark) bool {
+		return m.step == step && m.attempt == attempt && m.at.After(fresh)
+	})
+}
+
+// markFresh is the time after which a mark is fresh: put less than half
+// the inbox's retention ago.
+func (s *Scheduler) markFresh() time.Time {
+	_, retention := s.AwaitInbox.bounds()
+	return s.Clock.Now().Add(-retention / 2)
+}
+
+// awaitStarted puts the mark of a task that began to wait into its inbox,
+// and correlates the events that came before it (correlateEarly). It runs
+// off the shard's goroutine, which noted the mark before (noteMark); a
+// failure to put it is logged and noted, so that the next resume puts it
+// again, and the step times out at its deadline if nothing else completes
+// it.
 func (s *Scheduler) awaitStarted(ctx context.Context, taskID string, e domain.StepAwaiting) {
 	if s.AwaitInbox == nil || ctx == nil {
 		return
@@ -323,8 +448,45 @@ func (s *Scheduler) awaitStarted(ctx context.Context, taskID string, e domain.St
 		if ctx.Err() == nil {
 			s.Logger.Error("await: cannot record a waiting task in its inbox", "task_id", taskID, "step", e.Step, "err", err.Error())
 		}
+		_ = s.enqueue(ctx, s.shardOf(taskID), awaitMarkJob{taskID: taskID, step: e.Step, attempt: e.Attempt, gone: true})
 		return
 	}
+	s.correlateEarly(ctx, taskID, e, entries)
+}
+
+// awaitResumed makes sure, at a resume, that the mark of a waiting step is
+// in its inbox: it reads the inbox, and puts the mark (awaitStarted) only
+// when no fresh one of the task's step is there. Either way it correlates
+// the events the inbox holds.
+func (s *Scheduler) awaitResumed(ctx context.Context, taskID string, e domain.StepAwaiting) {
+	entries, err := s.AwaitInbox.Read(ctx, e.Topic, e.Value)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.Logger.Error("await: cannot read the inbox of a waiting task", "task_id", taskID, "step", e.Step, "err", err.Error())
+		}
+		return
+	}
+	fresh := s.markFresh()
+	i := -1 // the newest mark of the task's step
+	for j := len(entries) - 1; j >= 0 && i < 0; j-- {
+		if entries[j].TaskID == taskID && entries[j].Step == e.Step {
+			i = j
+		}
+	}
+	if i < 0 || !entries[i].At.After(fresh) {
+		if s.enqueue(ctx, s.shardOf(taskID), awaitMarkJob{taskID: taskID, step: e.Step, attempt: e.Attempt, at: s.Clock.Now()}) == nil {
+			s.awaitStarted(ctx, taskID, e)
+		}
+		return
+	}
+	if s.enqueue(ctx, s.shardOf(taskID), awaitMarkJob{taskID: taskID, step: e.Step, attempt: e.Attempt, at: entries[i].At}) == nil {
+		s.correlateEarly(ctx, taskID, e, entries)
+	}
+}
+
+// correlateEarly correlates the events among a waiting task's inbox
+// entries, oldest first, until one takes the step.
+func (s *Scheduler) correlateEarly(ctx context.Context, taskID string, e domain.StepAwaiting, entries []AwaitInboxEntry) {
 	for _, entry := range entries {
 		if entry.Type == "" {
 			continue
@@ -342,13 +504,28 @@ func (s *Scheduler) awaitStarted(ctx context.Context, taskID string, e domain.St
 	}
 }
 
-// resumeAwaits puts again the marks of the task's steps that wait, in
-// case a crash came between StepAwaiting and its mark.
+// startAwait notes the mark of a step that began to wait and puts it off
+// the shard's goroutine (awaitStarted).
+func (sh *shard) startAwait(t *domain.Task, e domain.StepAwaiting) {
+	if sh.s.AwaitInbox == nil {
+		return
+	}
+	sh.noteMark(t.ID, awaitMark{step: e.Step, attempt: e.Attempt, at: sh.s.Clock.Now()})
+	go sh.s.awaitStarted(sh.s.runCtx, t.ID, e)
+}
+
+// resumeAwaits makes sure the marks of the task's waiting steps are in
+// their inboxes (awaitResumed), but for those the shard knows are.
 func (sh *shard) resumeAwaits(t *domain.Task) {
+	if sh.s.AwaitInbox == nil {
+		return
+	}
+	fresh := sh.s.markFresh()
 	for _, s := range t.Steps {
-		if s.Awaiting != nil && s.State == domain.StepStateAwaiting {
-			go sh.s.awaitStarted(sh.s.runCtx, t.ID, domain.StepAwaiting{TaskID: t.ID, Step: s.Name, Attempt: s.Attempt,
-				Topic: s.Awaiting.Topic, Value: s.Awaiting.Value, Until: s.Awaiting.Until})
+		if s.Awaiting == nil || s.State != domain.StepStateAwaiting || sh.markKnown(t.ID, s.Name, s.Attempt, fresh) {
+			continue
 		}
+		go sh.s.awaitResumed(sh.s.runCtx, t.ID, domain.StepAwaiting{TaskID: t.ID, Step: s.Name, Attempt: s.Attempt,
+			Topic: s.Awaiting.Topic, Value: s.Awaiting.Value, Until: s.Awaiting.Until})
 	}
 }

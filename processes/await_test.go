@@ -14,7 +14,7 @@ import (
 	"github.com/sagaengine/saga/processes"
 )
 
-func (w workflows) List(context.Context) ([]*domain.Workflow, error) {
+func (w workflows) AllVersions(context.Context) ([]*domain.Workflow, error) {
 	out := make([]*domain.Workflow, 0, len(w))
 	for _, wf := range w {
 		out = append(out, wf)
@@ -43,13 +43,18 @@ type awaitRig struct {
 
 func newAwaitRig(t *testing.T, schedulers int) *awaitRig {
 	store := embeddedStore(t)
+	return newAwaitRigOn(t, store, store, schedulers, 2)
+}
+
+// newAwaitRigOn is newAwaitRig on a given store, with shards a scheduler.
+func newAwaitRigOn(t *testing.T, store processes.EventStore, limits processes.StreamLimiter, schedulers, shards int) *awaitRig {
 	wf := awaitFlow(t)
-	inbox := &processes.AwaitInbox{Store: store, Limits: store, Clock: processes.SystemClock}
+	inbox := &processes.AwaitInbox{Store: store, Limits: limits, Clock: processes.SystemClock}
 	r := &awaitRig{t: t, store: store, wf: wf}
 	var first *processes.Scheduler
 	for i := range schedulers {
 		s := &processes.Scheduler{Store: store, Commands: &agent{}, DeadLetters: dropLetters{}, Workflows: workflows{"pay": wf},
-			Actor: fmt.Sprintf("scheduler/%d", i), Clock: processes.SystemClock, Logger: quiet(), Shards: 2, AwaitInbox: inbox}
+			Actor: fmt.Sprintf("scheduler/%d", i), Clock: processes.SystemClock, Logger: quiet(), Shards: shards, AwaitInbox: inbox}
 		run(t, s.Run)
 		<-s.Ready()
 		if first == nil {

@@ -189,10 +189,13 @@ type shard struct {
 	roomFreedSignal chan struct{}
 	roomWokenMu     sync.Mutex
 	roomWoken       map[string]struct{}
+	// marks are the marks of waiting await steps known to be in their
+	// inboxes, by task (awaitMark).
+	marks map[string][]awaitMark
 
 	// held are the sizes of the maps above as of the shard's last turn,
 	// for Held: the maps are the shard goroutine's alone.
-	held struct{ tasks, finished, wakes, unread atomic.Int64 }
+	held struct{ tasks, finished, wakes, unread, marks atomic.Int64 }
 }
 
 // job is work handed to a shard's goroutine, the only one that touches
@@ -281,7 +284,8 @@ func (s *Scheduler) setup() {
 		s.tracer = tracing.Tracer(s.Tracing)
 		for i := 0; i < n; i++ {
 			s.shards = append(s.shards, &shard{s: s, inbox: make(chan job, inboxSize), tasks: map[string]*domain.Task{}, done: map[string]int64{}, doneOrder: &doneOrder{},
-				unread: map[string]struct{}{}, roomFreedSignal: make(chan struct{}, 1), roomWoken: map[string]struct{}{}})
+				unread: map[string]struct{}{}, roomFreedSignal: make(chan struct{}, 1), roomWoken: map[string]struct{}{},
+				marks: map[string][]awaitMark{}})
 		}
 		s.capacity = newCapacity(s.Agents, s.Clock, s.PriorityAging)
 		s.capacity.prefer = s.PreferInstance
@@ -486,16 +490,19 @@ func (s *Scheduler) watchRoom(ctx context.Context) {
 
 // Held is what the scheduler holds in memory, by structure: unfinished
 // tasks, finished ones remembered (at most maxDone a shard), retry wakes,
-// unreadable tasks, and the attempts in flight (stored, or held while
-// appended), waiting for room and avoided instances that dispatch tracks.
+// unreadable tasks, tasks whose waiting await steps have their marks known
+// to be in their inboxes ("awaits"), and the attempts in flight (stored,
+// or held while appended), waiting for room and avoided instances that
+// dispatch tracks.
 func (s *Scheduler) Held() Held {
 	s.setup()
-	h := Held{"tasks": 0, "finished": 0, "wakes": 0, "unsure": 0}
+	h := Held{"tasks": 0, "finished": 0, "wakes": 0, "unsure": 0, "awaits": 0}
 	for _, sh := range s.shards {
 		h["tasks"] += int(sh.held.tasks.Load())
 		h["finished"] += int(sh.held.finished.Load())
 		h["wakes"] += int(sh.held.wakes.Load())
 		h["unsure"] += int(sh.held.unread.Load())
+		h["awaits"] += int(sh.held.marks.Load())
 	}
 	s.capacity.mu.Lock()
 	h["inflight"] = len(s.capacity.inflight)
@@ -641,6 +648,7 @@ func (sh *shard) run(ctx context.Context) {
 		sh.held.finished.Store(int64(len(sh.done)))
 		sh.held.wakes.Store(int64(len(sh.wakes)))
 		sh.held.unread.Store(int64(len(sh.unread)))
+		sh.held.marks.Store(int64(len(sh.marks)))
 		select {
 		case <-ctx.Done():
 			return
@@ -940,6 +948,7 @@ func (sh *shard) compensateSpan(ctx context.Context, t *domain.Task) (context.Co
 // is terminal; it reports whether the task still needs decisions.
 func (sh *shard) putTask(t *domain.Task) bool {
 	sh.s.capacity.track(t)
+	sh.keepMarks(t)
 	if t.State.Terminal() {
 		delete(sh.tasks, t.ID)
 		sh.rememberFinished(t)
@@ -983,6 +992,7 @@ func (sh *shard) unreadable(id string, err error) {
 	sh.s.Logger.Error("task cannot be read", "task_id", id, "err", err.Error())
 	if errors.Is(err, domain.ErrUnreadableEvent) {
 		delete(sh.tasks, id)
+		delete(sh.marks, id)
 	}
 	sh.unread[id] = struct{}{}
 }
@@ -996,6 +1006,7 @@ func (sh *shard) putReadTask(t *domain.Task) {
 		// Never submitted (a reply naming an unknown task, say): no state
 		// is kept for it, so nothing can later decide for it.
 		delete(sh.tasks, t.ID)
+		delete(sh.marks, t.ID)
 		return
 	}
 	if sh.putTask(t) {
@@ -1155,7 +1166,7 @@ func (sh *shard) carryOut(ctx context.Context, t *domain.Task, events []domain.E
 			sh.send(ctx, t, domain.InFlightAttempt{Step: d.Step, Agent: d.Agent, Instance: d.Instance, Compensation: true, Attempt: d.Attempt,
 				CompleteBy: d.CompleteBy})
 		case domain.StepAwaiting:
-			go sh.s.awaitStarted(sh.s.runCtx, t.ID, d)
+			sh.startAwait(t, d)
 		}
 	}
 	if kept {

@@ -251,6 +251,32 @@ func (r *Registry) List(ctx context.Context) ([]*domain.Workflow, error) {
 	return out, nil
 }
 
+// AllVersions returns every version of every registered workflow, by name
+// and then oldest first: tasks of older versions still run, and an await
+// step of one waits on what its own version says.
+func (r *Registry) AllVersions(ctx context.Context) ([]*domain.Workflow, error) {
+	names, err := r.Names(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	var out []*domain.Workflow
+	for _, name := range names {
+		// The newest version brings the cached ones up to date.
+		newest, err := r.Workflow(ctx, name, 0)
+		if err != nil {
+			return nil, err
+		}
+		r.mu.Lock()
+		versions := r.versions[name]
+		r.mu.Unlock()
+		if len(versions) < newest.Version {
+			versions = []*domain.Workflow{newest}
+		}
+		out = append(out, versions[:min(newest.Version, len(versions))]...)
+	}
+	return out, nil
+}
+
 // Select chooses the workflow a message starts: the one a saga-shaped order
 // names (in its workflow and workflowVersion fields), else the one whose
 // trigger matches the topic and event type. A trigger with a typeField
