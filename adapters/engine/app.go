@@ -130,6 +130,10 @@ type Config struct {
 	// agents role): inventory, payment and shipping, the agents of the demo
 	// workflow, and no others.
 	DemoAgents bool
+	// DemoKeyRetention is how long the demo services keep an idempotency
+	// key and its answer, in this process's memory; zero means
+	// demo.DefaultKeyRetention.
+	DemoKeyRetention time.Duration
 	// ExternalAgents are agents that run elsewhere: no demo agent for them.
 	ExternalAgents []string
 	// Agents are Go step handlers to run (with the agents role), by agent
@@ -941,6 +945,7 @@ func (a *App) startAgents(ctx context.Context) error {
 		url, external := a.cfg.DemoServiceURLs[agentName]
 		if !external {
 			svc := demo.NewService(agentName, a.logger)
+			svc.KeyRetention = a.cfg.DemoKeyRetention
 			if faults := a.cfg.Faults[agentName]; len(faults) > 0 {
 				svc.SetFaults(faults...)
 				for _, f := range faults {

@@ -32,6 +32,14 @@ import (
 // faultFlags collects repeated --fault AGENT=MODE[:RATE] flags.
 type faultFlags map[string][]demo.Fault
 
+// DefaultDemoKeyRetention is how long sagad's demo services keep an
+// idempotency key: longer than every retry of the demo workflow (three
+// attempts of 5 s), short enough that the keys, held in sagad's own heap,
+// stay bounded under load (about 60 MB at 1,000 orders/s for the three
+// services). The demo package's default, a day, is a real service's, which
+// keeps them on its own machine.
+const DefaultDemoKeyRetention = 2 * time.Minute
+
 func (f faultFlags) String() string { return "" }
 
 func (f faultFlags) Set(spec string) error {
@@ -126,6 +134,7 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	maxTopics := fs.Int("kafka-max-topics", 0, "the embedded Kafka creates at most this many topics in all (each holds file descriptors while it exists); at it, a new topic takes the place of the oldest reply topic saga created for statuses (10 s old at least; never one its caller created), and when there is none a topic a client names is refused and /readyz says so. 0: derived from the fd limit (RLIMIT_NOFILE), -1: no cap")
 	idleReplyTopics := fs.Duration("kafka-idle-reply-topic-after", broker.DefaultIdleReplyTopicAfter, "the embedded Kafka deletes a reply topic (reply.*, saga.reply.*) that received nothing for this long and that no consumer group has left to read (0: keep them)")
 	demoAgents := fs.Bool("demo-agents", true, "run the demo remote services and their agents")
+	demoKeyRetention := fs.Duration("demo-key-retention", DefaultDemoKeyRetention, "how long the demo services keep an idempotency key and its answer; they keep them in this process's memory, about 170 bytes a key (a real service keeps them for a day, elsewhere)")
 	preferLocalAgents := fs.Bool("prefer-local-agents", envBool("SAGA_PREFER_LOCAL_AGENTS"), "with the scheduler and agents roles in one process, route each command to an agent instance of this process while one has room, and to instances elsewhere only once those are full or unhealthy; off: to the least loaded instance anywhere [$SAGA_PREFER_LOCAL_AGENTS]")
 	commandsThroughKafka := fs.Bool("commands-through-kafka", envBool("SAGA_COMMANDS_THROUGH_KAFKA"), "send every command and reply through Kafka; off: a command the scheduler routes to an agent instance of this process is handed to it directly, and its reply comes back so, with no Kafka hop [$SAGA_COMMANDS_THROUGH_KAFKA]")
 	rolesFlag := fs.String("roles", envOr("SAGA_ROLES", "all"), "parts to run, comma-separated: submitter, scheduler, supervisor, agents, api, status, or all (those six); broker alone runs only the embedded Kafka broker (no event store: 'sagad eventstore' runs that alone). An empty or unknown role is refused [$SAGA_ROLES]")
@@ -193,6 +202,9 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	if *defaultCapacity < 1 || *defaultHangAfter <= 0 {
 		return errors.New("--agent-capacity-default must be at least 1 and --agent-hang-after-default positive")
 	}
+	if *demoKeyRetention <= 0 {
+		return errors.New("--demo-key-retention must be positive")
+	}
 	if *shutdownTimeout <= 0 {
 		return errors.New("--shutdown-timeout must be positive")
 	}
@@ -220,7 +232,7 @@ func runAll(ctx context.Context, args []string, logger *slog.Logger) error {
 	a, err := engine.Start(engine.Config{
 		DataDir: *data, KafkaBrokers: kafka.SplitBrokers(*brokers), KafkaListen: *kafkaListen, EventStoreMaxAppendSize: *esMaxAppend,
 		EventStoreURL: esConnection, EventStoreListen: *esListen, HTTPListen: *httpListen, HTTPAllowedHosts: kafka.SplitBrokers(*httpAllowedHosts), MetricsListen: *metricsListen,
-		Partitions: int32(*partitions), Instance: *instance, DemoAgents: *demoAgents, Faults: faults, Logger: logger,
+		Partitions: int32(*partitions), Instance: *instance, DemoAgents: *demoAgents, DemoKeyRetention: *demoKeyRetention, Faults: faults, Logger: logger,
 		Roles: roles, ShutdownTimeout: *shutdownTimeout, SupervisorInterval: *supervisorInterval, SupervisorStoreTimeout: *supervisorStoreTimeout, CheckpointEvery: *checkpointEvery, KafkaFsync: *kafkaFsync, DemoServiceURLs: services, CommandsThroughKafka: *commandsThroughKafka, PreferLocalAgents: *preferLocalAgents,
 		WorkflowDirs: workflowDirs, HTTPAgents: httpAgents, HTTPAgentAllow: splitList(strings.Join(httpAgentAllow, ",")), SecretsDir: *secretsDir, KafkaSyncTopics: append([]string{}, kafka.SplitBrokers(*kafkaSyncTopics)...),
 		ReplyTopicPattern: *replyTopics, APITokensFile: *apiTokens, APITLSCert: *apiCert, APITLSKey: *apiKey,
