@@ -384,6 +384,9 @@ func TaskEventTypes() []string {
 
 // DecodeEvent decodes a stored event by its wire name.
 func DecodeEvent(eventType string, data []byte) (Event, error) {
+	if e, ok := decodeEventJSON(eventType, data); ok {
+		return e, nil
+	}
 	decode, ok := decoders[eventType]
 	if !ok {
 		return nil, errors.Wrapf(ErrUnknownEventType, "%q", eventType)
@@ -400,6 +403,9 @@ func decodeAs[T Event](data []byte) (Event, error) {
 
 // EncodeEvent encodes an event for the store.
 func EncodeEvent(e Event) ([]byte, error) {
+	if b, ok := appendEventJSON(nil, e); ok {
+		return b, nil
+	}
 	b, err := json.Marshal(e)
 	return b, errors.Wrapf(err, "encode %s", e.EventType())
 }
