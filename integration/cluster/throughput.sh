@@ -47,7 +47,7 @@ start() {
   fi
   "$work/sagad" "$@" >"$work/$name.log" 2>&1 & pids+=($!); names+=("$name")
 }
-stop() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
+stop() { kill ${sampler:-} "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
 trap stop EXIT
 store=127.0.0.1:$(port); kafka=127.0.0.1:$(port)
 ready=()
@@ -121,7 +121,7 @@ if [ "$nwin" -gt 1 ]; then
 fi
 if [ -n "${SAGA_PROFILE:-}" ]; then
   for nd in "${debug[@]}"; do
-    for n in 1 "$nwin"; do
+    for n in $(printf "%s\n" 1 "$nwin" | sort -u); do
       echo "== ${nd%%=*} window $n"; go tool pprof -top -nodecount=25 "$work/sagad" "$work/${nd%%=*}.w$n.pprof" 2>/dev/null | sed -n '4,30p'
       echo "== ${nd%%=*} heap at the end of window $n (in use)"; go tool pprof -top -sample_index=inuse_space -nodecount=12 "$work/sagad" "$work/${nd%%=*}.w$n.heap" 2>/dev/null | sed -n '4,18p'
     done
