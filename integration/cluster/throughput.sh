@@ -19,10 +19,14 @@
 # Example: integration/cluster/throughput.sh split 64 60s
 # Nothing else should run on the machine meanwhile. SAGA_BIN=DIR uses the
 # sagad and sagabench already built in DIR (build them before taking the
-# machine); SAGA_PROFILE=1 also saves each process's CPU profile of the
-# run (NODE.pprof, from --debug-listen) and prints its top functions.
+# machine); SAGA_PROFILE=1 also saves each process's CPU profile of every
+# window and its heap at the window's end (NODE.wN.pprof, NODE.wN.heap,
+# from --debug-listen) and prints the first and last windows' top functions.
 # SAGA_WINDOW=1m reports a long run window by window (sustained runs: the
-# steady line compares the first and last full windows).
+# steady line compares the first and last full windows), with each
+# process's CPU ms per order window by window; the machine line is
+# sagabench's one-thread calibration before and after the run, to tell a
+# slower host from a slower saga.
 set -euo pipefail
 mode=${1:?split, split6, paired or all}; conc=${2:-64}; dur=${3:-60s}
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -33,7 +37,7 @@ else
   go build -o "$work/sagad" "$root/cmd/sagad"
   go build -o "$work/sagabench" "$root/cmd/sagabench"
 fi
-pids=(); names=(); debug=(); profilers=()
+pids=(); names=(); debug=()
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 start() {
   local name=$1; shift
@@ -43,7 +47,7 @@ start() {
   fi
   "$work/sagad" "$@" >"$work/$name.log" 2>&1 & pids+=($!); names+=("$name")
 }
-stop() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
+stop() { kill ${sampler:-} "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
 trap stop EXIT
 store=127.0.0.1:$(port); kafka=127.0.0.1:$(port)
 ready=()
@@ -76,23 +80,51 @@ for h in "${ready[@]}"; do
   for i in $(seq 240); do curl -sf -o /dev/null "http://$h/readyz" && break; sleep 0.5; done
 done
 cpu() { for i in "${!pids[@]}"; do awk -v n="${names[$i]}" '{print n, $14+$15}' "/proc/${pids[$i]}/stat"; done | sort; }
-cpu >"$work/cpu0"
-secs=${dur%s}
-if [ -n "${SAGA_PROFILE:-}" ]; then
-  for nd in "${debug[@]}"; do
-    curl -sf -o "$work/${nd%%=*}.pprof" "http://${nd#*=}/debug/pprof/profile?seconds=$((secs > 10 ? secs - 5 : secs))" & profilers+=($!)
+secs() { case $1 in *m) echo $((${1%m} * 60)) ;; *s) echo "${1%s}" ;; *) echo "$1" ;; esac; }
+win=${SAGA_WINDOW:-$dur}; wsecs=$(secs "$win"); nwin=$(($(secs "$dur") / wsecs))
+# Every window: each process's CPU (and with SAGA_PROFILE, a CPU profile of
+# the window and a heap profile at its end), to tell a cost per order that
+# grows over the run from a machine that slows down (sagabench's one-thread
+# calibration before and after the run tells the latter).
+sample() {
+  for n in $(seq "$nwin"); do
+    if [ -n "${SAGA_PROFILE:-}" ]; then
+      for nd in "${debug[@]}"; do
+        curl -sf -o "$work/${nd%%=*}.w$n.pprof" "http://${nd#*=}/debug/pprof/profile?seconds=$((wsecs > 10 ? wsecs - 5 : wsecs))" &
+      done
+    fi
+    sleep "$wsecs"; cpu >"$work/cpu.w$n"
+    if [ -n "${SAGA_PROFILE:-}" ]; then
+      for nd in "${debug[@]}"; do curl -sf -o "$work/${nd%%=*}.w$n.heap" "http://${nd#*=}/debug/pprof/heap" & done
+    fi
   done
-fi
-"$work/sagabench" --kafka-brokers "$kafka" --concurrency "$conc" --duration "$dur" --window "${SAGA_WINDOW:-$dur}" --json "$work/bench.json" >"$work/bench.log" 2>&1
+  wait
+}
+cpu >"$work/cpu0"; cp "$work/cpu0" "$work/cpu.w0"
+sample & sampler=$!
+"$work/sagabench" --kafka-brokers "$kafka" --concurrency "$conc" --duration "$dur" --window "$win" --json "$work/bench.json" >"$work/bench.log" 2>&1
 cpu >"$work/cpu1"
+wait "$sampler" || true
 jq -r '"\(.ordersPerSecond|floor) orders/s, p50 \(.latencyMillis.p50) ms, p99 \(.latencyMillis.p99) ms, \(.orders) orders"' "$work/bench.json"
-grep -E "^  (window|steady|last/first)" "$work/bench.log" || true
+grep -E "^  (window|steady|last/first|machine)" "$work/bench.log" || true
 orders=$(jq .orders "$work/bench.json"); hz=$(getconf CLK_TCK)
 join "$work/cpu0" "$work/cpu1" | awk -v o="$orders" -v hz="$hz" '{d=($3-$2)/hz; t+=d; printf "  %-10s %6.1f s CPU  %.3f ms/order\n", $1, d, d*1000/o} END {printf "  %-10s %6.1f s CPU  %.3f ms/order\n", "total", t, t*1000/o}'
+if [ "$nwin" -gt 1 ]; then
+  # CPU ms per order of each process, window by window (sagabench's windows
+  # start after its calibration, about a second later than these).
+  echo "  CPU ms/order by window:"
+  for n in $(seq "$nwin"); do
+    [ -f "$work/cpu.w$n" ] || continue
+    o=$(jq ".windows[$((n - 1))].orders // 0" "$work/bench.json")
+    join "$work/cpu.w$((n - 1))" "$work/cpu.w$n" | awk -v o="$o" -v hz="$hz" -v n="$n" '{d=($3-$2)/hz; t+=d; s=s sprintf(" %s %.3f", $1, o ? d*1000/o : 0)} END {printf "    w%d %6d orders:%s  total %.3f\n", n, o, s, o ? t*1000/o : 0}'
+  done
+fi
 if [ -n "${SAGA_PROFILE:-}" ]; then
-  wait "${profilers[@]}" || true
   for nd in "${debug[@]}"; do
-    echo "== ${nd%%=*}"; go tool pprof -top -nodecount=25 "$work/sagad" "$work/${nd%%=*}.pprof" 2>/dev/null | sed -n '4,30p'
+    for n in $(printf "%s\n" 1 "$nwin" | sort -u); do
+      echo "== ${nd%%=*} window $n"; go tool pprof -top -nodecount=25 "$work/sagad" "$work/${nd%%=*}.w$n.pprof" 2>/dev/null | sed -n '4,30p'
+      echo "== ${nd%%=*} heap at the end of window $n (in use)"; go tool pprof -top -sample_index=inuse_space -nodecount=12 "$work/sagad" "$work/${nd%%=*}.w$n.heap" 2>/dev/null | sed -n '4,18p'
+    done
   done >"$work/profiles.txt"
 fi
 [ -n "${SAGA_PROFILE:-}" ] && echo "profiles in $work/profiles.txt"
