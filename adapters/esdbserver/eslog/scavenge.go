@@ -368,7 +368,14 @@ func (v *scavenger) segment(ctx context.Context, seg *segment, res *ScavengeResu
 			keep = append(keep, [2]uint64{pos, sc.pos})
 		}
 	}
-	if removed == 0 {
+	// A gap too short for a skip frame stays (it cannot happen with whole
+	// frames, but the format needs it).
+	keep = mergeShortGaps(keep, seg.base, end)
+	s.log.mu.RLock()
+	compacted := seg.cmap != nil || s.log.sparse
+	s.log.mu.RUnlock()
+	whole := len(keep) == 1 && keep[0] == [2]uint64{seg.base, end}
+	if removed == 0 && (compacted || whole) {
 		return nil
 	}
 	samples, err := s.samplesIn(seg.base, end)
@@ -382,6 +389,26 @@ func (v *scavenger) segment(ctx context.Context, seg *segment, res *ScavengeResu
 	res.EventsRemoved += events
 	res.BytesRemoved += removed
 	return nil
+}
+
+// mergeShortGaps joins the ranges of keep, in [lo, hi), that less than a
+// skip frame separates, and extends the first and last to lo and hi if
+// that close.
+func mergeShortGaps(keep [][2]uint64, lo, hi uint64) [][2]uint64 {
+	var out [][2]uint64
+	for _, k := range keep {
+		if n := len(out); n > 0 && k[0]-out[n-1][1] < skipFrameSize {
+			out[n-1][1] = k[1]
+			continue
+		} else if n == 0 && k[0]-lo < skipFrameSize {
+			k[0] = lo
+		}
+		out = append(out, k)
+	}
+	if n := len(out); n > 0 && hi-out[n-1][1] < skipFrameSize {
+		out[n-1][1] = hi
+	}
+	return out
 }
 
 // sampleRef is a sample of the position file: its index and position.
@@ -444,10 +471,11 @@ func (s *Store) repointSamples(moves []sampleRef) error {
 }
 
 // rewrite replaces seg's file by one that holds only the frames in keep
-// (absolute ranges, in order) at their offsets, with a skip frame at the
-// start of each removed run. Before the new file replaces the old one,
-// repoint is given the samples inside removed runs, moved to their run's
-// start.
+// (absolute ranges, in order): a compacted segment (see compact.go), or,
+// for tests of older stores, a sparse one with the kept frames at their
+// offsets and a skip frame at the start of each removed run. Before the new
+// file replaces the old one, repoint is given the samples inside removed
+// runs, moved to their run's start.
 func (l *segmentLog) rewrite(seg *segment, keep [][2]uint64, samples []sampleRef, repoint func([]sampleRef) error) error {
 	path := filepath.Join(l.dir, segmentName(seg.base))
 	tmp := path + scavengeSuffix
@@ -462,26 +490,88 @@ func (l *segmentLog) rewrite(seg *segment, keep [][2]uint64, samples []sampleRef
 			_ = os.Remove(tmp)
 		}
 	}()
-	write := func(b []byte, at uint64) error {
-		if _, err := l.io.writeAt(f, b, int64(at-seg.base)); err != nil {
-			return errors.Wrapf(err, "write %s", tmp)
-		}
-		return nil
-	}
 	var moves []sampleRef
-	skip := func(lo, hi uint64) error {
+	gap := func(lo, hi uint64) {
 		for _, sm := range samples {
 			if sm.pos > lo && sm.pos < hi {
 				moves = append(moves, sampleRef{index: sm.index, pos: lo})
 			}
 		}
-		return write(encodeSkip(hi-lo), lo)
 	}
 	end := seg.base + seg.size
 	cursor := seg.base
 	for _, k := range keep {
 		if cursor < k[0] {
-			if err := skip(cursor, k[0]); err != nil {
+			gap(cursor, k[0])
+		}
+		cursor = k[1]
+	}
+	if cursor < end {
+		gap(cursor, end)
+	}
+	var m *compactMap
+	if l.sparse {
+		err = l.writeSparse(f, seg, keep)
+	} else {
+		err = l.writeCompacted(f, seg, keep)
+		if err == nil {
+			var info os.FileInfo
+			if info, err = f.Stat(); err == nil {
+				m, err = readCompactMap(f, info.Size())
+			}
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if err := l.io.sync(f); err != nil {
+		return errors.Wrapf(err, "sync %s", tmp)
+	}
+	if err := l.markScavenged(); err != nil {
+		return err
+	}
+	if err := repoint(moves); err != nil {
+		return err
+	}
+	if l.crashAt != nil {
+		if err := l.crashAt("before rename", tmp); err != nil {
+			return err
+		}
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return errors.Wrapf(err, "rename %s", tmp)
+	}
+	done = true
+	if l.crashAt != nil {
+		if err := l.crashAt("after rename", tmp); err != nil {
+			_ = f.Close()
+			return err
+		}
+	}
+	if err := syncDir(l.dir); err != nil {
+		// The rename happened: serve the new file all the same.
+		l.swap(seg, f, m)
+		return err
+	}
+	l.swap(seg, f, m)
+	return nil
+}
+
+// writeSparse writes to f the sparse form of seg that scavenges wrote
+// before segments were compacted: the frames in keep at their offsets, a
+// skip frame at the start of each removed run and a hole after it.
+func (l *segmentLog) writeSparse(f *os.File, seg *segment, keep [][2]uint64) error {
+	write := func(b []byte, at uint64) error {
+		if _, err := l.io.writeAt(f, b, int64(at-seg.base)); err != nil {
+			return errors.Wrapf(err, "write %s", f.Name())
+		}
+		return nil
+	}
+	end := seg.base + seg.size
+	cursor := seg.base
+	for _, k := range keep {
+		if cursor < k[0] {
+			if err := write(encodeSkip(k[0]-cursor), cursor); err != nil {
 				return err
 			}
 		}
@@ -499,41 +589,19 @@ func (l *segmentLog) rewrite(seg *segment, keep [][2]uint64, samples []sampleRef
 		cursor = k[1]
 	}
 	if cursor < end {
-		if err := skip(cursor, end); err != nil {
+		if err := write(encodeSkip(end-cursor), cursor); err != nil {
 			return err
 		}
 	}
-	if err := f.Truncate(int64(seg.size)); err != nil {
-		return errors.Wrapf(err, "size %s", tmp)
-	}
-	if err := l.io.sync(f); err != nil {
-		return errors.Wrapf(err, "sync %s", tmp)
-	}
-	if err := l.markScavenged(); err != nil {
-		return err
-	}
-	if err := repoint(moves); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return errors.Wrapf(err, "rename %s", tmp)
-	}
-	done = true
-	if err := syncDir(l.dir); err != nil {
-		// The rename happened: serve the new file all the same.
-		l.swap(seg, f)
-		return err
-	}
-	l.swap(seg, f)
-	return nil
+	return errors.Wrapf(f.Truncate(int64(seg.size)), "size %s", f.Name())
 }
 
 // swap makes readers use f for seg and closes the old file; a read under
 // way on it reads again (see readAt and frameAt).
-func (l *segmentLog) swap(seg *segment, f *os.File) {
+func (l *segmentLog) swap(seg *segment, f *os.File, m *compactMap) {
 	l.mu.Lock()
 	old := seg.file
-	seg.file = f
+	seg.file, seg.cmap = f, m
 	l.mu.Unlock()
 	l.gen.Add(1)
 	_ = old.Close()

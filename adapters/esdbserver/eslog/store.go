@@ -36,6 +36,10 @@ type Options struct {
 	closeAsCrash bool
 	// verifiedLog replaces the constant verifiedLog in tests.
 	verifiedLog uint64
+	// scavengeSparse and scavengeCrashAt set the log's sparse and crashAt
+	// (see segmentLog), for tests.
+	scavengeSparse  bool
+	scavengeCrashAt func(step, tmp string) error
 	// Logger receives what open repairs, such as a cut torn tail. Default
 	// slog.Default().
 	Logger *slog.Logger
@@ -246,6 +250,7 @@ func Open(opts Options) (*Store, error) {
 		return nil, err
 	}
 	s.lock, s.log = lock, log
+	log.sparse, log.crashAt = opts.scavengeSparse, opts.scavengeCrashAt
 	if err := s.recover(); err != nil {
 		s.closeIndexFiles()
 		_ = log.close()
