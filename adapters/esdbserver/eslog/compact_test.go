@@ -347,9 +347,9 @@ func TestCompactionAgainstAModel(t *testing.T) {
 			defer func() { s.Close() }()
 			ctx := context.Background()
 			type stream struct {
-				events    []allEvent
-				tomb      bool
-				capped    bool // $maxCount 2
+				events []allEvent
+				tomb   bool
+				capped bool // $maxCount 2
 			}
 			streams := map[string]*stream{}
 			var order []string
