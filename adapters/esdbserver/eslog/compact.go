@@ -163,24 +163,30 @@ func (r segmentReader) ReadAt(p []byte, off int64) (int, error) {
 }
 
 // writeCompacted writes to f the compacted form of seg holding only the
-// logical ranges in keep (absolute, in order, not touching), read from l.
-func (l *segmentLog) writeCompacted(f *os.File, seg *segment, keep [][2]uint64) error {
+// pieces in keep (absolute, in order, not touching), read from l.
+func (l *segmentLog) writeCompacted(f *os.File, seg *segment, keep []piece) error {
 	runs := make([]compactRun, 0, len(keep))
 	for _, k := range keep {
-		runs = append(runs, compactRun{off: k[0] - seg.base, len: k[1] - k[0]})
+		runs = append(runs, compactRun{off: k.lo - seg.base, len: k.hi - k.lo})
 	}
 	hdr := encodeCompactHeader(seg.size, runs)
 	if _, err := l.io.writeAt(f, hdr, 0); err != nil {
 		return errors.Wrapf(err, "write %s", f.Name())
 	}
 	for i, k := range keep {
-		for at := k[0]; at < k[1]; {
-			n := min(k[1]-at, maxScanRead)
+		if k.data != nil {
+			if _, err := l.io.writeAt(f, k.data, int64(runs[i].phys)); err != nil {
+				return errors.Wrapf(err, "write %s", f.Name())
+			}
+			continue
+		}
+		for at := k.lo; at < k.hi; {
+			n := min(k.hi-at, maxScanRead)
 			b, err := l.readAt(at, int(n))
 			if err != nil {
 				return err
 			}
-			if _, err := l.io.writeAt(f, b, int64(runs[i].phys+at-k[0])); err != nil {
+			if _, err := l.io.writeAt(f, b, int64(runs[i].phys+at-k.lo)); err != nil {
 				return errors.Wrapf(err, "write %s", f.Name())
 			}
 			at += n

@@ -1,6 +1,7 @@
 package eslog_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,7 +11,9 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -246,6 +249,13 @@ func TestOldSparseSegmentsOpenAndCompact(t *testing.T) {
 	require.NoError(t, err)
 	require.Positive(t, res.SegmentsRewritten)
 	require.NoError(t, s.Close())
+	// The old scavenge kept a soft-deleted stream's last event whole.
+	var kept []allEvent
+	for _, e := range before {
+		if !scavengeable(e.key) || slices.Contains([]string{"gone-0@49", "gone-1@49", "gone-2@49", "gone-3@49", "gone-4@49"}, e.key) {
+			kept = append(kept, e)
+		}
+	}
 	want := survivors(before)
 
 	s, err = eslog.Open(scavengeOpts(dir))
@@ -254,10 +264,11 @@ func TestOldSparseSegmentsOpenAndCompact(t *testing.T) {
 	ok, _ := eslog.SegmentCompacted(s, 0)
 	require.False(t, ok, "the old scavenge wrote a sparse segment")
 	got := readAllEvents(t, s)
-	require.Equal(t, want, got[:len(want)])
+	require.Equal(t, kept, got[:len(kept)])
+	checkReadsFromEveryPosition(t, s, kept, startsAround(before), "sparse")
 	res, err = s.Scavenge(context.Background())
 	require.NoError(t, err)
-	assert.Zero(t, res.EventsRemoved)
+	assert.Equal(t, int64(5), res.EventsRemoved, "the soft-deleted streams' last events become stubs")
 	assert.Positive(t, res.SegmentsRewritten, "the sparse segments are compacted")
 	ok, size := eslog.SegmentCompacted(s, 0)
 	assert.True(t, ok)
@@ -433,4 +444,102 @@ func TestCompactionAgainstAModel(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestExpiredStreamKeepsItsRevisionAsAStub: streams of three events, then
+// a $maxAge, expire; a scavenge leaves of each a stub of its last event
+// (and its metadata), which no read returns, so the log keeps little per
+// stream, and the streams' revisions go on: an append expecting the last
+// revision succeeds with the next one and an append expecting no stream
+// fails, as KurrentDB answers, right away, after a restart and after the
+// index is rebuilt from the log.
+func TestExpiredStreamKeepsItsRevisionAsAStub(t *testing.T) {
+	dir := t.TempDir()
+	var now atomic.Int64
+	now.Store(time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	opts := scavengeOpts(dir)
+	opts.Now = func() time.Time { return time.Unix(0, now.Load()) }
+	s, err := eslog.Open(opts)
+	require.NoError(t, err)
+	ctx := context.Background()
+	const streams = 300
+	event := func(i int) []eslog.ProposedEvent {
+		e := bigEvent(i)
+		e.Type, e.ContentType = "TaskStepRecorded", "application/json"
+		e.Data, e.Metadata = bytes.Repeat([]byte("d"), 300), bytes.Repeat([]byte("m"), 100)
+		return []eslog.ProposedEvent{e}
+	}
+	for rev := range 3 {
+		for i := range streams {
+			_, err := s.Append(ctx, fmt.Sprintf("task-%03d", i), eslog.Any, event(rev*streams+i))
+			require.NoError(t, err)
+		}
+	}
+	for i := range streams {
+		setMeta(t, s, fmt.Sprintf("task-%03d", i), `{"$maxAge":3600}`)
+	}
+	now.Add(int64(2 * time.Hour))
+	_, err = s.Append(ctx, "other", eslog.Any, []eslog.ProposedEvent{bigEvent(9999)})
+	require.NoError(t, err)
+	written := segmentBytes(t, dir)
+	res, err := s.Scavenge(ctx)
+	require.NoError(t, err)
+	kept := segmentBytes(t, dir)
+	t.Logf("%+v; segment files %d -> %d bytes, %d a stream", res, written, kept, (kept-(4<<10))/streams)
+	assert.Equal(t, int64(3*streams), res.EventsRemoved)
+	// A stub is about 35 bytes and a metadata frame about 90 here: the
+	// last event whole would add 440.
+	assert.Less(t, kept, int64(4<<10+200*streams), "an expired stream keeps a stub and its metadata")
+
+	check := func(s *eslog.Store, i int, when string) {
+		t.Helper()
+		name := fmt.Sprintf("task-%03d", i)
+		assert.Equal(t, int64(2), s.StreamRevision(name), "%s: %s", when, name)
+		page, err := s.ReadStream(name, eslog.Backwards, 0, true, 10)
+		require.NoError(t, err, when)
+		assert.Empty(t, page.Events, when)
+		_, err = s.Append(ctx, name, eslog.NoStreamExpected, event(100000+i))
+		var wrong *eslog.WrongExpectedVersionError
+		require.ErrorAs(t, err, &wrong, "%s: %s", when, name)
+		assert.Equal(t, int64(2), wrong.Current, when)
+		r, err := s.Append(ctx, name, eslog.Revision(2), event(200000+i))
+		require.NoError(t, err, "%s: %s", when, name)
+		assert.Equal(t, int64(3), r.Revision, when)
+		page, err = s.ReadStream(name, eslog.Forwards, 0, false, 10)
+		require.NoError(t, err, when)
+		require.Len(t, page.Events, 1, when)
+		assert.Equal(t, uint64(3), page.Events[0].Revision, when)
+	}
+	for _, e := range readAllEvents(t, s) {
+		assert.False(t, strings.HasPrefix(e.key, "task-"), "%s: a stub is not an event of $all", e.key)
+	}
+	check(s, 0, "after scavenge")
+	require.NoError(t, s.Close())
+	s, err = eslog.Open(opts)
+	require.NoError(t, err)
+	check(s, 1, "after a restart")
+	res, err = s.Scavenge(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, res.EventsRemoved, "a stub stays while it is its stream's last event")
+	require.NoError(t, s.Close())
+	require.NoError(t, os.RemoveAll(filepath.Join(dir, "index")))
+	s, err = eslog.Open(opts)
+	require.NoError(t, err)
+	defer s.Close()
+	check(s, 2, "after the index is rebuilt")
+	for i := 3; i < streams; i += 37 {
+		check(s, i, "after the index is rebuilt")
+	}
+}
+
+// segmentBytes is the size of the segment files, holes included.
+func segmentBytes(t *testing.T, dir string) int64 {
+	t.Helper()
+	var total int64
+	for _, p := range segments(t, dir) {
+		info, err := os.Stat(p)
+		require.NoError(t, err)
+		total += info.Size()
+	}
+	return total
 }

@@ -301,35 +301,79 @@ func (v *scavenger) fate(stream string) (*streamFate, error) {
 	return &f, nil
 }
 
-// dead reports whether every event of the append frame body is dead, and
-// how many events it holds.
-func (v *scavenger) dead(pos uint64, body []byte) (bool, int, error) {
+// verdict is what a scavenge does with one frame.
+type verdict int
+
+const (
+	keepFrame verdict = iota
+	removeFrame
+	// stubFrame replaces the frame by a stub of its last event (kindStub).
+	stubFrame
+)
+
+// judge tells what to do with the frame at pos and returns it decoded if
+// it is an append frame. An append frame is removed when every event in it
+// is dead, and replaced by a stub when every event is dead but for being
+// its stream's last (a $$ stream's last event, its metadata, is kept
+// whole); a stub frame is removed when its stream is tombstoned or has
+// newer events. Tombstone frames are kept.
+func (v *scavenger) judge(pos uint64, body []byte) (verdict, appendFrame, error) {
 	d := decoder{b: body}
-	if pos == v.protect || d.byte() != kindAppend {
-		return false, 0, nil
+	var f appendFrame
+	if pos == v.protect {
+		return keepFrame, f, nil
 	}
-	f, err := decodeAppend(&d)
-	if err != nil {
-		return false, 0, errors.Wrapf(ErrCorrupt, "append frame at %d: %v", pos, err)
+	switch d.byte() {
+	case kindAppend:
+		var err error
+		if f, err = decodeAppend(&d); err != nil {
+			return keepFrame, f, errors.Wrapf(ErrCorrupt, "append frame at %d: %v", pos, err)
+		}
+	case kindStub:
+		stream, rev, _, err := decodeStub(&d)
+		if err != nil {
+			return keepFrame, f, errors.Wrapf(ErrCorrupt, "stub frame at %d: %v", pos, err)
+		}
+		fate, err := v.fate(stream)
+		if err != nil {
+			return keepFrame, f, err
+		}
+		if fate.tombstoned || int64(rev) != fate.last {
+			return removeFrame, f, nil
+		}
+		return keepFrame, f, nil
+	default:
+		return keepFrame, f, nil
 	}
 	fate, err := v.fate(f.stream)
 	if err != nil {
-		return false, 0, err
+		return keepFrame, f, err
 	}
 	if fate.tombstoned {
-		return true, len(f.events), nil
+		return removeFrame, f, nil
 	}
+	last := false
 	for i := range f.events {
 		rev := f.firstRevision + uint64(i)
 		old := fate.minCreated > 0 && f.created < fate.minCreated && !v.broken[f.stream]
-		if int64(rev) == fate.last || (rev >= fate.first && !old) {
+		if rev >= fate.first && !old {
 			if fate.minCreated > 0 {
 				v.broken[f.stream] = true
 			}
-			return false, 0, nil
+			return keepFrame, f, nil
 		}
+		last = last || int64(rev) == fate.last
 	}
-	return true, len(f.events), nil
+	if !last {
+		return removeFrame, f, nil
+	}
+	if fate.minCreated > 0 {
+		v.broken[f.stream] = true
+	}
+	if v.s.log.sparse || isMetadataStream(f.stream) {
+		return keepFrame, f, nil
+	}
+	return stubFrame, f, nil
 }
 
 // segment rewrites seg without its dead frames, if it has any.
@@ -338,8 +382,15 @@ func (v *scavenger) segment(ctx context.Context, seg *segment, res *ScavengeResu
 	v.fates = map[string]*streamFate{}
 	end := seg.base + seg.size
 	sc := frameScanner{log: s.log, pos: seg.base, limit: end}
-	var keep [][2]uint64
+	var keep []piece
 	var removed, events int64
+	add := func(p piece) {
+		if k := len(keep); k > 0 && keep[k-1].hi == p.lo && keep[k-1].data == nil && p.data == nil {
+			keep[k-1].hi = p.hi
+		} else {
+			keep = append(keep, p)
+		}
+	}
 	for n := 0; ; n++ {
 		if n%checkEvery == 0 {
 			if err := s.stopped(ctx); err != nil {
@@ -353,20 +404,27 @@ func (v *scavenger) segment(ctx context.Context, seg *segment, res *ScavengeResu
 		if !ok {
 			break
 		}
-		dead, count, err := v.dead(pos, body)
+		verdict, f, err := v.judge(pos, body)
 		if err != nil {
 			return err
 		}
-		if dead {
+		switch verdict {
+		case removeFrame:
 			removed += int64(sc.pos - pos)
-			events += int64(count)
+			events += int64(len(f.events))
 			continue
+		case stubFrame:
+			// The stub takes the frame's start; a skip frame the rest.
+			last := f.firstRevision + uint64(len(f.events)) - 1
+			stub := encodeStub(f.stream, last, f.created)
+			if uint64(len(stub))+skipFrameSize <= sc.pos-pos {
+				add(piece{lo: pos, hi: pos + uint64(len(stub)), data: stub})
+				removed += int64(sc.pos-pos) - int64(len(stub))
+				events += int64(len(f.events))
+				continue
+			}
 		}
-		if k := len(keep); k > 0 && keep[k-1][1] == pos {
-			keep[k-1][1] = sc.pos
-		} else {
-			keep = append(keep, [2]uint64{pos, sc.pos})
-		}
+		add(piece{lo: pos, hi: sc.pos})
 	}
 	// A gap too short for a skip frame stays (it cannot happen with whole
 	// frames, but the format needs it).
@@ -374,7 +432,7 @@ func (v *scavenger) segment(ctx context.Context, seg *segment, res *ScavengeResu
 	s.log.mu.RLock()
 	compacted := seg.cmap != nil || s.log.sparse
 	s.log.mu.RUnlock()
-	whole := len(keep) == 1 && keep[0] == [2]uint64{seg.base, end}
+	whole := len(keep) == 1 && keep[0].lo == seg.base && keep[0].hi == end && keep[0].data == nil
 	if removed == 0 && (compacted || whole) {
 		return nil
 	}
@@ -391,22 +449,32 @@ func (v *scavenger) segment(ctx context.Context, seg *segment, res *ScavengeResu
 	return nil
 }
 
-// mergeShortGaps joins the ranges of keep, in [lo, hi), that less than a
+// piece is a range of a segment's logical bytes that a scavenge keeps:
+// the bytes there, or data instead when set (a stub).
+type piece struct {
+	lo, hi uint64
+	data   []byte
+}
+
+// mergeShortGaps joins the pieces of keep, in [lo, hi), that less than a
 // skip frame separates, and extends the first and last to lo and hi if
-// that close.
-func mergeShortGaps(keep [][2]uint64, lo, hi uint64) [][2]uint64 {
-	var out [][2]uint64
+// that close. Gaps are whole frames, never that short, and a stub is cut
+// only where a skip frame fits after it, so this is a safeguard.
+func mergeShortGaps(keep []piece, lo, hi uint64) []piece {
+	var out []piece
 	for _, k := range keep {
-		if n := len(out); n > 0 && k[0]-out[n-1][1] < skipFrameSize {
-			out[n-1][1] = k[1]
+		n := len(out)
+		switch {
+		case n > 0 && k.lo-out[n-1].hi < skipFrameSize && out[n-1].data == nil && k.data == nil:
+			out[n-1].hi = k.hi
 			continue
-		} else if n == 0 && k[0]-lo < skipFrameSize {
-			k[0] = lo
+		case n == 0 && k.lo-lo < skipFrameSize && k.data == nil:
+			k.lo = lo
 		}
 		out = append(out, k)
 	}
-	if n := len(out); n > 0 && hi-out[n-1][1] < skipFrameSize {
-		out[n-1][1] = hi
+	if n := len(out); n > 0 && hi-out[n-1].hi < skipFrameSize && out[n-1].data == nil {
+		out[n-1].hi = hi
 	}
 	return out
 }
@@ -476,7 +544,7 @@ func (s *Store) repointSamples(moves []sampleRef) error {
 // offsets and a skip frame at the start of each removed run. Before the new
 // file replaces the old one, repoint is given the samples inside removed
 // runs, moved to their run's start.
-func (l *segmentLog) rewrite(seg *segment, keep [][2]uint64, samples []sampleRef, repoint func([]sampleRef) error) error {
+func (l *segmentLog) rewrite(seg *segment, keep []piece, samples []sampleRef, repoint func([]sampleRef) error) error {
 	path := filepath.Join(l.dir, segmentName(seg.base))
 	tmp := path + scavengeSuffix
 	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
@@ -501,10 +569,10 @@ func (l *segmentLog) rewrite(seg *segment, keep [][2]uint64, samples []sampleRef
 	end := seg.base + seg.size
 	cursor := seg.base
 	for _, k := range keep {
-		if cursor < k[0] {
-			gap(cursor, k[0])
+		if cursor < k.lo {
+			gap(cursor, k.lo)
 		}
-		cursor = k[1]
+		cursor = k.hi
 	}
 	if cursor < end {
 		gap(cursor, end)
@@ -560,7 +628,7 @@ func (l *segmentLog) rewrite(seg *segment, keep [][2]uint64, samples []sampleRef
 // writeSparse writes to f the sparse form of seg that scavenges wrote
 // before segments were compacted: the frames in keep at their offsets, a
 // skip frame at the start of each removed run and a hole after it.
-func (l *segmentLog) writeSparse(f *os.File, seg *segment, keep [][2]uint64) error {
+func (l *segmentLog) writeSparse(f *os.File, seg *segment, keep []piece) error {
 	write := func(b []byte, at uint64) error {
 		if _, err := l.io.writeAt(f, b, int64(at-seg.base)); err != nil {
 			return errors.Wrapf(err, "write %s", f.Name())
@@ -570,13 +638,20 @@ func (l *segmentLog) writeSparse(f *os.File, seg *segment, keep [][2]uint64) err
 	end := seg.base + seg.size
 	cursor := seg.base
 	for _, k := range keep {
-		if cursor < k[0] {
-			if err := write(encodeSkip(k[0]-cursor), cursor); err != nil {
+		if cursor < k.lo {
+			if err := write(encodeSkip(k.lo-cursor), cursor); err != nil {
 				return err
 			}
 		}
-		for at := k[0]; at < k[1]; {
-			n := min(k[1]-at, maxScanRead)
+		if k.data != nil {
+			if err := write(k.data, k.lo); err != nil {
+				return err
+			}
+			cursor = k.hi
+			continue
+		}
+		for at := k.lo; at < k.hi; {
+			n := min(k.hi-at, maxScanRead)
 			b, err := l.readAt(at, int(n))
 			if err != nil {
 				return err
@@ -586,7 +661,7 @@ func (l *segmentLog) writeSparse(f *os.File, seg *segment, keep [][2]uint64) err
 			}
 			at += n
 		}
-		cursor = k[1]
+		cursor = k.hi
 	}
 	if cursor < end {
 		if err := write(encodeSkip(end-cursor), cursor); err != nil {

@@ -880,6 +880,20 @@ func (s *Store) applyFrame(pos uint64, body []byte, sum uint32) error {
 				target.meta = parseMeta(meta)
 			}
 		}
+	case kindStub:
+		stream, rev, _, err := decodeStub(&d)
+		if err != nil {
+			return errors.Wrapf(ErrCorrupt, "stub frame at %d: %v", pos, err)
+		}
+		st, err := s.state(stream)
+		if err != nil {
+			return err
+		}
+		if int64(rev) <= st.last {
+			return errors.Wrapf(ErrCorrupt, "frame at %d writes %s@%d, expected past @%d", pos, stream, rev, st.last)
+		}
+		s.mem.addEvents(stream, rev, 1, pos)
+		st.last = int64(rev)
 	case kindTombstone:
 		name := d.bytes()
 		if d.err != nil {
