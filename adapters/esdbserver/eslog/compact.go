@@ -194,3 +194,30 @@ func (l *segmentLog) writeCompacted(f *os.File, seg *segment, keep []piece) erro
 	}
 	return nil
 }
+
+// removed reports whether pos, a frame start, is in a gap of a compacted
+// segment: the frame there was removed by scavenge.
+func (l *segmentLog) removed(pos uint64) bool {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	i := sort.Search(len(l.segs), func(i int) bool { return l.segs[i].base > pos }) - 1
+	if i < 0 || l.segs[i].cmap == nil {
+		return false
+	}
+	m, off := l.segs[i].cmap, pos-l.segs[i].base
+	j := sort.Search(len(m.runs), func(j int) bool { return m.runs[j].off+m.runs[j].len > off })
+	return j == len(m.runs) || m.runs[j].off > off
+}
+
+// withoutRemoved yields the index entries of next but those of frames that
+// scavenge removed from compacted segments, which no read can use.
+func (l *segmentLog) withoutRemoved(next func() (ientry, bool, error)) func() (ientry, bool, error) {
+	return func() (ientry, bool, error) {
+		for {
+			e, ok, err := next()
+			if err != nil || !ok || !l.removed(e.pos) {
+				return e, ok, err
+			}
+		}
+	}
+}

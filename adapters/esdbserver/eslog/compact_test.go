@@ -543,3 +543,53 @@ func segmentBytes(t *testing.T, dir string) int64 {
 	}
 	return total
 }
+
+// TestIndexMergeDropsEntriesOfRemovedFrames: once scavenge has compacted
+// the segments of tombstoned streams, index merges drop their entries, so
+// the index does not keep an entry for every event ever written; reads and
+// a restart are as before.
+func TestIndexMergeDropsEntriesOfRemovedFrames(t *testing.T) {
+	dir := t.TempDir()
+	s, err := eslog.Open(scavengeOpts(dir))
+	require.NoError(t, err)
+	ctx := context.Background()
+	small := func(i int) []eslog.ProposedEvent {
+		e := bigEvent(i)
+		e.Data = e.Data[:100]
+		return []eslog.ProposedEvent{e}
+	}
+	written := 0
+	for round := range 8 {
+		for i := range 200 {
+			_, err := s.Append(ctx, fmt.Sprintf("tmp-%d-%d", round, i%20), eslog.Any, small(written))
+			require.NoError(t, err)
+			written++
+		}
+		for i := range 20 {
+			_, err := s.Tombstone(ctx, fmt.Sprintf("tmp-%d-%d", round, i), eslog.Any)
+			require.NoError(t, err)
+		}
+		_, err := s.Append(ctx, "keep", eslog.Any, small(written))
+		require.NoError(t, err)
+		_, err = s.Scavenge(ctx)
+		require.NoError(t, err)
+	}
+	entries := eslog.IndexEntries(s)
+	t.Logf("%d events and %d tombstones written; the index tables hold %d entries", written+8, 160, entries)
+	assert.Less(t, entries, written/2, "merges dropped most entries of removed events")
+	check := func(s *eslog.Store, when string) {
+		page, err := s.ReadStream("keep", eslog.Forwards, 0, false, 100)
+		require.NoError(t, err, when)
+		assert.Len(t, page.Events, 8, when)
+		_, err = s.ReadStream("tmp-3-4", eslog.Forwards, 0, false, 100)
+		assert.ErrorIs(t, err, eslog.ErrStreamDeleted, when)
+		_, err = s.Append(ctx, "tmp-0-0", eslog.Any, small(0))
+		assert.ErrorIs(t, err, eslog.ErrStreamDeleted, when)
+	}
+	check(s, "after the merges")
+	require.NoError(t, s.Close())
+	s, err = eslog.Open(scavengeOpts(dir))
+	require.NoError(t, err)
+	defer s.Close()
+	check(s, "after a restart")
+}

@@ -102,3 +102,14 @@ func SegmentCompacted(s *Store, base uint64) (bool, int64) {
 	}
 	return false, -1
 }
+
+// IndexEntries returns how many entries the index tables hold.
+func IndexEntries(s *Store) int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	n := 0
+	for _, t := range s.tables {
+		n += t.count
+	}
+	return n
+}
