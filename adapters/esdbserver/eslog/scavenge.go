@@ -14,7 +14,7 @@ import (
 )
 
 // Scavenge reclaims the disk space of events that no read returns any more,
-// as EventStoreDB's scavenge does, without changing any position:
+// as KurrentDB's scavenge does, without changing any position:
 //
 //   - It looks only at closed segments (never the one being written) that
 //     the index checkpoint covers, so that open never replays from inside
@@ -24,22 +24,23 @@ import (
 //   - An append frame is removed when every event in it is dead: its stream
 //     is tombstoned, or the event is below $tb or $maxCount (including a
 //     soft delete), or older than $maxAge with every older event of its
-//     stream removed too. A stream's last event is always kept unless the
-//     stream is tombstoned, so that its revisions continue after a soft
-//     delete. Tombstone frames are kept.
-//   - A run of removed frames becomes a skip frame, followed by a hole: the
-//     skip frame gives the length of the run, so readers and open jump over
-//     it. The samples (the frame starts a $all read may start from) inside
-//     the run are moved to its start, in the position file, before the
-//     segment is replaced. The rest of the run is never written, so the file
-//     is sparse and its blocks are freed where the file system supports
-//     holes.
+//     stream removed too. A frame whose events are all dead but that holds
+//     its stream's last event becomes a stub (kindStub) unless the stream
+//     is tombstoned, so that its revisions continue; a $$ stream's last
+//     event is kept whole. Tombstone frames are kept.
+//   - The segment is rewritten compacted (see compact.go): the kept frames
+//     packed after a position map, each removed run reading as a skip frame
+//     followed by zeros, so no position changes. The samples (the frame
+//     starts a $all read may start from) inside a run are moved to its
+//     start, in the position file, before the segment is replaced.
+//     Segments that older versions rewrote sparse (skip frames and holes)
+//     read the same way and are compacted by the next scavenge.
 //   - The segment is rewritten beside the original (<segment>.scavenge),
 //     synced, renamed over it and the directory synced: a crash at any point
 //     leaves either the old segment or the new one, and open deletes a left
 //     over .scavenge file. The first rewrite also creates the SCAVENGED
 //     marker, which tells open that index entries may point at removed
-//     frames (they read as not found).
+//     frames (they read as not found); index merges drop those entries.
 //   - Readers go on meanwhile: a read that meets the replaced file reads it
 //     again (see segmentLog.frameAt and frameScanner.resync).
 const (
@@ -63,10 +64,10 @@ var errGone = errors.New("frame removed by scavenge")
 // ScavengeResult tells what a scavenge did.
 type ScavengeResult struct {
 	// SegmentsScanned counts the closed segments looked at, and
-	// SegmentsRewritten those that had frames to remove.
+	// SegmentsRewritten those that had frames to remove or were sparse.
 	SegmentsScanned, SegmentsRewritten int
-	// EventsRemoved counts the events removed, and BytesRemoved the bytes of
-	// their frames.
+	// EventsRemoved counts the events removed (those left as a stub too),
+	// and BytesRemoved the bytes of their frames less the stubs'.
 	EventsRemoved, BytesRemoved int64
 }
 
