@@ -102,7 +102,7 @@ type retentionFigures struct {
 	held int
 }
 
-// TestRetentionBoundsDiskAndMemory runs steady load for three simulated
+// TestRetentionBoundsDiskAndMemory runs steady load for four simulated
 // hours (issue 27: "Under steady load with a 1 h retention of finished
 // tasks, over a simulated 3 h (clock injected), the event store's and the
 // broker's disk and the process's memory stay within a bound"). Each
@@ -120,15 +120,19 @@ type retentionFigures struct {
 // little a test writes fills and closes some, and the store's index
 // memtable and stream cache are small so that they reach their bounds.
 //
-// It asserts that the broker's disk, the live heap and the event store's
-// live bytes (its log less what scavenges removed) after hour 3 are within
-// half again of what they were after hour 1, and logs the figures of each
-// hour. The event store's disk is logged, not asserted: a scavenge frees
-// whole 4 KiB blocks of the removed frames only, and every expired stream
-// keeps its last event and its metadata between its dead frames (as
-// KurrentDB keeps them), so the dead runs of small task streams are too
-// short to free a block (docs/eventstore.md, Scavenge). The live bytes
-// still grow by those kept frames, about 600 bytes per task.
+// It asserts that, at every hour after the first, the event store's disk
+// (segments and index, in allocated blocks) is within 1.5 times what it
+// was after hour 1, its live bytes (the segment files' sizes: compacted
+// segments hold only what scavenge kept) within 1.25 times, and the
+// broker's disk and the live heap within half again; it logs the figures
+// of each hour. The store cannot stay flat: each expired task stream keeps,
+// as in KurrentDB, its revision and its metadata (docs/eventstore.md,
+// Scavenge): about 165 bytes in the log (a stub of its last event and its
+// $metadata event) and its index entries until a merge drops those of
+// removed events, some 350 bytes a task in all, which is +0.2 MB a
+// simulated hour on 1.9 MB: 1.33 to 1.39 times after hour 4 in runs here
+// (the load and the scavenges are at fixed simulated times; when the index
+// worker's merges land varies a little).
 // SAGA_RETENTION_TASKS_PER_MINUTE sets the load (default 10, 1,800 tasks in
 // all).
 func TestRetentionBoundsDiskAndMemory(t *testing.T) {
@@ -138,7 +142,7 @@ func TestRetentionBoundsDiskAndMemory(t *testing.T) {
 	}
 	const (
 		retention    = time.Hour
-		hours        = 3
+		hours        = 4
 		scavengeEach = 10 // simulated minutes
 	)
 	ctx := ctx(t, 10*time.Minute)
@@ -236,7 +240,6 @@ func TestRetentionBoundsDiskAndMemory(t *testing.T) {
 		return recs
 	}
 
-	var scavenged int64
 	measure := func() retentionFigures {
 		runtime.GC()
 		var m runtime.MemStats
@@ -249,7 +252,7 @@ func TestRetentionBoundsDiskAndMemory(t *testing.T) {
 			require.NoError(t, err)
 			written += info.Size()
 		}
-		return retentionFigures{store: diskBytes(t, storeDir), live: written - scavenged, broker: diskBytes(t, brokerDir), heap: m.HeapAlloc,
+		return retentionFigures{store: diskBytes(t, storeDir), live: written, broker: diskBytes(t, brokerDir), heap: m.HeapAlloc,
 			held: publisher.Held()["tasks"]}
 	}
 	var hourly []retentionFigures
@@ -264,9 +267,8 @@ func TestRetentionBoundsDiskAndMemory(t *testing.T) {
 		require.Eventually(t, func() bool { return limits.Limited() == int64(tasks) }, time.Minute, 5*time.Millisecond,
 			"the publisher limits every finished task's stream")
 		if minute%scavengeEach == 0 {
-			sr, err := srv.Store().Scavenge(ctx)
+			_, err := srv.Store().Scavenge(ctx)
 			require.NoError(t, err)
-			scavenged += sr.BytesRemoved
 			_, err = b.RetainOnceAt(ctx, brokerRetention, clock.now())
 			require.NoError(t, err)
 		}
@@ -283,7 +285,10 @@ func TestRetentionBoundsDiskAndMemory(t *testing.T) {
 	t.Logf("after hour 1, per simulated hour: event store %+d bytes on disk, %+d live; broker %+d bytes; live heap %+d bytes",
 		perHour(first.store, last.store), perHour(first.live, last.live), perHour(first.broker, last.broker), perHour(int64(first.heap), int64(last.heap)))
 
-	assert.LessOrEqual(t, last.live, first.live*3/2, "the event store's live bytes stop growing but for each expired stream's last event and metadata")
+	for i, f := range hourly[1:] {
+		assert.LessOrEqual(t, f.store, first.store*3/2, "hour %d: the event store's disk stays within 1.5 times hour 1's", i+2)
+		assert.LessOrEqual(t, f.live, first.live*125/100, "hour %d: the event store's live bytes grow only by each expired stream's stub and metadata", i+2)
+	}
 	assert.LessOrEqual(t, last.broker, first.broker*3/2, "the broker's disk stops growing once records age out")
 	assert.LessOrEqual(t, last.heap, first.heap*3/2+16<<20, "the live heap stops growing")
 	assert.Zero(t, last.held, "the publisher holds no finished task")

@@ -438,7 +438,8 @@ func (s *Store) commitIndex(c checkpoint, tables, drop []*table, flushed bool) e
 
 // mergeTables merges the two newest tables while the older is no bigger
 // than the newer, like a binary counter: there are O(log n) tables and each
-// entry is rewritten O(log n) times.
+// entry is rewritten O(log n) times. A merge drops the entries of frames
+// that scavenge removed from compacted segments.
 func (s *Store) mergeTables() error {
 	for {
 		s.mu.RLock()
@@ -450,7 +451,7 @@ func (s *Store) mergeTables() error {
 		}
 		a, b := tables[n-2], tables[n-1]
 		c := s.ckpt
-		m, err := writeTable(s.idxDir, c.nextSeq, mergeIterators(a.iterator(), b.iterator()))
+		m, err := writeTable(s.idxDir, c.nextSeq, s.log.withoutRemoved(mergeIterators(a.iterator(), b.iterator())))
 		if err != nil {
 			return errors.Wrapf(err, "merge index tables %s and %s", a.path, b.path)
 		}

@@ -15,6 +15,14 @@ const (
 
 	kindAppend    byte = 1
 	kindTombstone byte = 2
+	// kindStub is what scavenge leaves of a stream's last event when that
+	// event is dead (expired or truncated) but the stream is not
+	// tombstoned: the stream, the revision and the created time, so that
+	// the index and a replay know the stream's last revision. No read
+	// returns it, from the stream or from $all. Its body: the kind, the
+	// stream as an append frame has it, the revision (uvarint) and the
+	// created time (uint64).
+	kindStub byte = 4
 )
 
 // maxFrameSize bounds a frame's body so that a corrupt length cannot make the
@@ -57,6 +65,27 @@ func encodeAppend(buf []byte, stream string, firstRevision uint64, created int64
 		buf = appendEvent(buf, &events[i])
 	}
 	return sealFrame(buf, start), offsets
+}
+
+// encodeStub returns a stub frame (see kindStub).
+func encodeStub(stream string, rev uint64, created int64) []byte {
+	buf := make([]byte, frameHeaderSize)
+	buf = append(buf, kindStub)
+	buf = appendString(buf, stream)
+	buf = binary.AppendUvarint(buf, rev)
+	buf = binary.LittleEndian.AppendUint64(buf, uint64(created))
+	return sealFrame(buf, 0)
+}
+
+// decodeStub decodes a stub frame's body after its kind.
+func decodeStub(d *decoder) (stream string, rev uint64, created int64, err error) {
+	stream = string(d.bytes())
+	rev = d.uvarint()
+	created = int64(d.uint64())
+	if d.err == nil && d.off != len(d.b) {
+		d.fail()
+	}
+	return stream, rev, created, d.err
 }
 
 // encodeTombstone appends one tombstone frame to buf.

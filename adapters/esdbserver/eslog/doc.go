@@ -13,7 +13,9 @@
 // open, a bad frame (short, impossible length, wrong checksum) at the end of
 // the newest segment with no valid frame after it is a torn write: it is cut
 // and its bytes kept in <segment>.torn-<offset>. Any other bad frame is
-// damage to acknowledged data and open fails with ErrCorrupt.
+// damage to acknowledged data and open fails with ErrCorrupt. Scavenge
+// rewrites closed segments compacted, with a position map that keeps every
+// position valid (see Scavenge and compact.go).
 //
 // Readers never see an event before it is durable, and they read the
 // committed log by position, so a reader that follows the log (a

@@ -69,3 +69,47 @@ func ScanPausing(s *Store, after int, pause func()) ([]string, error) {
 		}
 	}
 }
+
+// ScavengingSparse returns opts with scavenge writing the sparse segments
+// (skip frames and holes) of older versions instead of compacted ones.
+func ScavengingSparse(opts Options) Options {
+	opts.scavengeSparse = true
+	return opts
+}
+
+// ScavengeCrashingAt returns opts with crashAt called at each step of a
+// segment's replacement ("before rename", "after rename") with the path
+// of the new file; an error it returns stops the scavenge there, as a crash
+// would (but for the new file, which is removed if not renamed yet).
+func ScavengeCrashingAt(opts Options, crashAt func(step, tmp string) error) Options {
+	opts.scavengeCrashAt = crashAt
+	return opts
+}
+
+// SegmentCompacted reports whether the segment starting at base is a
+// compacted one, and its file's size.
+func SegmentCompacted(s *Store, base uint64) (bool, int64) {
+	s.log.mu.RLock()
+	defer s.log.mu.RUnlock()
+	for _, seg := range s.log.segs {
+		if seg.base == base {
+			info, err := seg.file.Stat()
+			if err != nil {
+				return seg.cmap != nil, -1
+			}
+			return seg.cmap != nil, info.Size()
+		}
+	}
+	return false, -1
+}
+
+// IndexEntries returns how many entries the index tables hold.
+func IndexEntries(s *Store) int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	n := 0
+	for _, t := range s.tables {
+		n += t.count
+	}
+	return n
+}

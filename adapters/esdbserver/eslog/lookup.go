@@ -125,6 +125,9 @@ func (s *Store) frameIs(pos uint64, kind byte, name string) (bool, error) {
 	}
 	d := decoder{b: body}
 	k := d.byte()
+	if k == kindStub && kind == kindAppend {
+		k = kindAppend // a stub stands for its stream's last event
+	}
 	if k != kind {
 		return false, nil
 	}

@@ -14,7 +14,7 @@ import (
 )
 
 // Scavenge reclaims the disk space of events that no read returns any more,
-// as EventStoreDB's scavenge does, without changing any position:
+// as KurrentDB's scavenge does, without changing any position:
 //
 //   - It looks only at closed segments (never the one being written) that
 //     the index checkpoint covers, so that open never replays from inside
@@ -24,22 +24,23 @@ import (
 //   - An append frame is removed when every event in it is dead: its stream
 //     is tombstoned, or the event is below $tb or $maxCount (including a
 //     soft delete), or older than $maxAge with every older event of its
-//     stream removed too. A stream's last event is always kept unless the
-//     stream is tombstoned, so that its revisions continue after a soft
-//     delete. Tombstone frames are kept.
-//   - A run of removed frames becomes a skip frame, followed by a hole: the
-//     skip frame gives the length of the run, so readers and open jump over
-//     it. The samples (the frame starts a $all read may start from) inside
-//     the run are moved to its start, in the position file, before the
-//     segment is replaced. The rest of the run is never written, so the file
-//     is sparse and its blocks are freed where the file system supports
-//     holes.
+//     stream removed too. A frame whose events are all dead but that holds
+//     its stream's last event becomes a stub (kindStub) unless the stream
+//     is tombstoned, so that its revisions continue; a $$ stream's last
+//     event is kept whole. Tombstone frames are kept.
+//   - The segment is rewritten compacted (see compact.go): the kept frames
+//     packed after a position map, each removed run reading as a skip frame
+//     followed by zeros, so no position changes. The samples (the frame
+//     starts a $all read may start from) inside a run are moved to its
+//     start, in the position file, before the segment is replaced.
+//     Segments that older versions rewrote sparse (skip frames and holes)
+//     read the same way and are compacted by the next scavenge.
 //   - The segment is rewritten beside the original (<segment>.scavenge),
 //     synced, renamed over it and the directory synced: a crash at any point
 //     leaves either the old segment or the new one, and open deletes a left
 //     over .scavenge file. The first rewrite also creates the SCAVENGED
 //     marker, which tells open that index entries may point at removed
-//     frames (they read as not found).
+//     frames (they read as not found); index merges drop those entries.
 //   - Readers go on meanwhile: a read that meets the replaced file reads it
 //     again (see segmentLog.frameAt and frameScanner.resync).
 const (
@@ -63,10 +64,10 @@ var errGone = errors.New("frame removed by scavenge")
 // ScavengeResult tells what a scavenge did.
 type ScavengeResult struct {
 	// SegmentsScanned counts the closed segments looked at, and
-	// SegmentsRewritten those that had frames to remove.
+	// SegmentsRewritten those that had frames to remove or were sparse.
 	SegmentsScanned, SegmentsRewritten int
-	// EventsRemoved counts the events removed, and BytesRemoved the bytes of
-	// their frames.
+	// EventsRemoved counts the events removed (those left as a stub too),
+	// and BytesRemoved the bytes of their frames less the stubs'.
 	EventsRemoved, BytesRemoved int64
 }
 
@@ -301,35 +302,79 @@ func (v *scavenger) fate(stream string) (*streamFate, error) {
 	return &f, nil
 }
 
-// dead reports whether every event of the append frame body is dead, and
-// how many events it holds.
-func (v *scavenger) dead(pos uint64, body []byte) (bool, int, error) {
+// verdict is what a scavenge does with one frame.
+type verdict int
+
+const (
+	keepFrame verdict = iota
+	removeFrame
+	// stubFrame replaces the frame by a stub of its last event (kindStub).
+	stubFrame
+)
+
+// judge tells what to do with the frame at pos and returns it decoded if
+// it is an append frame. An append frame is removed when every event in it
+// is dead, and replaced by a stub when every event is dead but for being
+// its stream's last (a $$ stream's last event, its metadata, is kept
+// whole); a stub frame is removed when its stream is tombstoned or has
+// newer events. Tombstone frames are kept.
+func (v *scavenger) judge(pos uint64, body []byte) (verdict, appendFrame, error) {
 	d := decoder{b: body}
-	if pos == v.protect || d.byte() != kindAppend {
-		return false, 0, nil
+	var f appendFrame
+	if pos == v.protect {
+		return keepFrame, f, nil
 	}
-	f, err := decodeAppend(&d)
-	if err != nil {
-		return false, 0, errors.Wrapf(ErrCorrupt, "append frame at %d: %v", pos, err)
+	switch d.byte() {
+	case kindAppend:
+		var err error
+		if f, err = decodeAppend(&d); err != nil {
+			return keepFrame, f, errors.Wrapf(ErrCorrupt, "append frame at %d: %v", pos, err)
+		}
+	case kindStub:
+		stream, rev, _, err := decodeStub(&d)
+		if err != nil {
+			return keepFrame, f, errors.Wrapf(ErrCorrupt, "stub frame at %d: %v", pos, err)
+		}
+		fate, err := v.fate(stream)
+		if err != nil {
+			return keepFrame, f, err
+		}
+		if fate.tombstoned || int64(rev) != fate.last {
+			return removeFrame, f, nil
+		}
+		return keepFrame, f, nil
+	default:
+		return keepFrame, f, nil
 	}
 	fate, err := v.fate(f.stream)
 	if err != nil {
-		return false, 0, err
+		return keepFrame, f, err
 	}
 	if fate.tombstoned {
-		return true, len(f.events), nil
+		return removeFrame, f, nil
 	}
+	last := false
 	for i := range f.events {
 		rev := f.firstRevision + uint64(i)
 		old := fate.minCreated > 0 && f.created < fate.minCreated && !v.broken[f.stream]
-		if int64(rev) == fate.last || (rev >= fate.first && !old) {
+		if rev >= fate.first && !old {
 			if fate.minCreated > 0 {
 				v.broken[f.stream] = true
 			}
-			return false, 0, nil
+			return keepFrame, f, nil
 		}
+		last = last || int64(rev) == fate.last
 	}
-	return true, len(f.events), nil
+	if !last {
+		return removeFrame, f, nil
+	}
+	if fate.minCreated > 0 {
+		v.broken[f.stream] = true
+	}
+	if v.s.log.sparse || isMetadataStream(f.stream) {
+		return keepFrame, f, nil
+	}
+	return stubFrame, f, nil
 }
 
 // segment rewrites seg without its dead frames, if it has any.
@@ -338,8 +383,15 @@ func (v *scavenger) segment(ctx context.Context, seg *segment, res *ScavengeResu
 	v.fates = map[string]*streamFate{}
 	end := seg.base + seg.size
 	sc := frameScanner{log: s.log, pos: seg.base, limit: end}
-	var keep [][2]uint64
+	var keep []piece
 	var removed, events int64
+	add := func(p piece) {
+		if k := len(keep); k > 0 && keep[k-1].hi == p.lo && keep[k-1].data == nil && p.data == nil {
+			keep[k-1].hi = p.hi
+		} else {
+			keep = append(keep, p)
+		}
+	}
 	for n := 0; ; n++ {
 		if n%checkEvery == 0 {
 			if err := s.stopped(ctx); err != nil {
@@ -353,22 +405,36 @@ func (v *scavenger) segment(ctx context.Context, seg *segment, res *ScavengeResu
 		if !ok {
 			break
 		}
-		dead, count, err := v.dead(pos, body)
+		verdict, f, err := v.judge(pos, body)
 		if err != nil {
 			return err
 		}
-		if dead {
+		switch verdict {
+		case removeFrame:
 			removed += int64(sc.pos - pos)
-			events += int64(count)
+			events += int64(len(f.events))
 			continue
+		case stubFrame:
+			// The stub takes the frame's start; a skip frame the rest.
+			last := f.firstRevision + uint64(len(f.events)) - 1
+			stub := encodeStub(f.stream, last, f.created)
+			if uint64(len(stub))+skipFrameSize <= sc.pos-pos {
+				add(piece{lo: pos, hi: pos + uint64(len(stub)), data: stub})
+				removed += int64(sc.pos-pos) - int64(len(stub))
+				events += int64(len(f.events))
+				continue
+			}
 		}
-		if k := len(keep); k > 0 && keep[k-1][1] == pos {
-			keep[k-1][1] = sc.pos
-		} else {
-			keep = append(keep, [2]uint64{pos, sc.pos})
-		}
+		add(piece{lo: pos, hi: sc.pos})
 	}
-	if removed == 0 {
+	// A gap too short for a skip frame stays (it cannot happen with whole
+	// frames, but the format needs it).
+	keep = mergeShortGaps(keep, seg.base, end)
+	s.log.mu.RLock()
+	compacted := seg.cmap != nil || s.log.sparse
+	s.log.mu.RUnlock()
+	whole := len(keep) == 1 && keep[0].lo == seg.base && keep[0].hi == end && keep[0].data == nil
+	if removed == 0 && (compacted || whole) {
 		return nil
 	}
 	samples, err := s.samplesIn(seg.base, end)
@@ -382,6 +448,36 @@ func (v *scavenger) segment(ctx context.Context, seg *segment, res *ScavengeResu
 	res.EventsRemoved += events
 	res.BytesRemoved += removed
 	return nil
+}
+
+// piece is a range of a segment's logical bytes that a scavenge keeps:
+// the bytes there, or data instead when set (a stub).
+type piece struct {
+	lo, hi uint64
+	data   []byte
+}
+
+// mergeShortGaps joins the pieces of keep, in [lo, hi), that less than a
+// skip frame separates, and extends the first and last to lo and hi if
+// that close. Gaps are whole frames, never that short, and a stub is cut
+// only where a skip frame fits after it, so this is a safeguard.
+func mergeShortGaps(keep []piece, lo, hi uint64) []piece {
+	var out []piece
+	for _, k := range keep {
+		n := len(out)
+		switch {
+		case n > 0 && k.lo-out[n-1].hi < skipFrameSize && out[n-1].data == nil && k.data == nil:
+			out[n-1].hi = k.hi
+			continue
+		case n == 0 && k.lo-lo < skipFrameSize && k.data == nil:
+			k.lo = lo
+		}
+		out = append(out, k)
+	}
+	if n := len(out); n > 0 && hi-out[n-1].hi < skipFrameSize && out[n-1].data == nil {
+		out[n-1].hi = hi
+	}
+	return out
 }
 
 // sampleRef is a sample of the position file: its index and position.
@@ -444,11 +540,12 @@ func (s *Store) repointSamples(moves []sampleRef) error {
 }
 
 // rewrite replaces seg's file by one that holds only the frames in keep
-// (absolute ranges, in order) at their offsets, with a skip frame at the
-// start of each removed run. Before the new file replaces the old one,
-// repoint is given the samples inside removed runs, moved to their run's
-// start.
-func (l *segmentLog) rewrite(seg *segment, keep [][2]uint64, samples []sampleRef, repoint func([]sampleRef) error) error {
+// (absolute ranges, in order): a compacted segment (see compact.go), or,
+// for tests of older stores, a sparse one with the kept frames at their
+// offsets and a skip frame at the start of each removed run. Before the new
+// file replaces the old one, repoint is given the samples inside removed
+// runs, moved to their run's start.
+func (l *segmentLog) rewrite(seg *segment, keep []piece, samples []sampleRef, repoint func([]sampleRef) error) error {
 	path := filepath.Join(l.dir, segmentName(seg.base))
 	tmp := path + scavengeSuffix
 	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
@@ -462,49 +559,39 @@ func (l *segmentLog) rewrite(seg *segment, keep [][2]uint64, samples []sampleRef
 			_ = os.Remove(tmp)
 		}
 	}()
-	write := func(b []byte, at uint64) error {
-		if _, err := l.io.writeAt(f, b, int64(at-seg.base)); err != nil {
-			return errors.Wrapf(err, "write %s", tmp)
-		}
-		return nil
-	}
 	var moves []sampleRef
-	skip := func(lo, hi uint64) error {
+	gap := func(lo, hi uint64) {
 		for _, sm := range samples {
 			if sm.pos > lo && sm.pos < hi {
 				moves = append(moves, sampleRef{index: sm.index, pos: lo})
 			}
 		}
-		return write(encodeSkip(hi-lo), lo)
 	}
 	end := seg.base + seg.size
 	cursor := seg.base
 	for _, k := range keep {
-		if cursor < k[0] {
-			if err := skip(cursor, k[0]); err != nil {
-				return err
-			}
+		if cursor < k.lo {
+			gap(cursor, k.lo)
 		}
-		for at := k[0]; at < k[1]; {
-			n := min(k[1]-at, maxScanRead)
-			b, err := l.readAt(at, int(n))
-			if err != nil {
-				return err
-			}
-			if err := write(b, at); err != nil {
-				return err
-			}
-			at += n
-		}
-		cursor = k[1]
+		cursor = k.hi
 	}
 	if cursor < end {
-		if err := skip(cursor, end); err != nil {
-			return err
+		gap(cursor, end)
+	}
+	var m *compactMap
+	if l.sparse {
+		err = l.writeSparse(f, seg, keep)
+	} else {
+		err = l.writeCompacted(f, seg, keep)
+		if err == nil {
+			var info os.FileInfo
+			if info, err = f.Stat(); err == nil {
+				m, err = readCompactMap(f, info.Size())
+			}
 		}
 	}
-	if err := f.Truncate(int64(seg.size)); err != nil {
-		return errors.Wrapf(err, "size %s", tmp)
+	if err != nil {
+		return err
 	}
 	if err := l.io.sync(f); err != nil {
 		return errors.Wrapf(err, "sync %s", tmp)
@@ -515,25 +602,82 @@ func (l *segmentLog) rewrite(seg *segment, keep [][2]uint64, samples []sampleRef
 	if err := repoint(moves); err != nil {
 		return err
 	}
+	if l.crashAt != nil {
+		if err := l.crashAt("before rename", tmp); err != nil {
+			return err
+		}
+	}
 	if err := os.Rename(tmp, path); err != nil {
 		return errors.Wrapf(err, "rename %s", tmp)
 	}
 	done = true
+	if l.crashAt != nil {
+		if err := l.crashAt("after rename", tmp); err != nil {
+			_ = f.Close()
+			return err
+		}
+	}
 	if err := syncDir(l.dir); err != nil {
 		// The rename happened: serve the new file all the same.
-		l.swap(seg, f)
+		l.swap(seg, f, m)
 		return err
 	}
-	l.swap(seg, f)
+	l.swap(seg, f, m)
 	return nil
+}
+
+// writeSparse writes to f the sparse form of seg that scavenges wrote
+// before segments were compacted: the frames in keep at their offsets, a
+// skip frame at the start of each removed run and a hole after it.
+func (l *segmentLog) writeSparse(f *os.File, seg *segment, keep []piece) error {
+	write := func(b []byte, at uint64) error {
+		if _, err := l.io.writeAt(f, b, int64(at-seg.base)); err != nil {
+			return errors.Wrapf(err, "write %s", f.Name())
+		}
+		return nil
+	}
+	end := seg.base + seg.size
+	cursor := seg.base
+	for _, k := range keep {
+		if cursor < k.lo {
+			if err := write(encodeSkip(k.lo-cursor), cursor); err != nil {
+				return err
+			}
+		}
+		if k.data != nil {
+			if err := write(k.data, k.lo); err != nil {
+				return err
+			}
+			cursor = k.hi
+			continue
+		}
+		for at := k.lo; at < k.hi; {
+			n := min(k.hi-at, maxScanRead)
+			b, err := l.readAt(at, int(n))
+			if err != nil {
+				return err
+			}
+			if err := write(b, at); err != nil {
+				return err
+			}
+			at += n
+		}
+		cursor = k.hi
+	}
+	if cursor < end {
+		if err := write(encodeSkip(end-cursor), cursor); err != nil {
+			return err
+		}
+	}
+	return errors.Wrapf(f.Truncate(int64(seg.size)), "size %s", f.Name())
 }
 
 // swap makes readers use f for seg and closes the old file; a read under
 // way on it reads again (see readAt and frameAt).
-func (l *segmentLog) swap(seg *segment, f *os.File) {
+func (l *segmentLog) swap(seg *segment, f *os.File, m *compactMap) {
 	l.mu.Lock()
 	old := seg.file
-	seg.file = f
+	seg.file, seg.cmap = f, m
 	l.mu.Unlock()
 	l.gen.Add(1)
 	_ = old.Close()

@@ -27,6 +27,9 @@ type segment struct {
 	base uint64
 	size uint64
 	file *os.File
+	// cmap is the position map of a compacted segment (see compact.go), nil
+	// for a plain one; it changes with file, under segmentLog.mu.
+	cmap *compactMap
 	// skipped is set when a scan met a skip frame in it.
 	skipped bool
 }
@@ -47,6 +50,12 @@ type segmentLog struct {
 	// skipped is set once the log is known to hold skip frames, where
 	// scavenge removed events: a stream's revisions may then have gaps.
 	skipped atomic.Bool
+
+	// sparse makes scavenge write the sparse segments of older versions,
+	// and crashAt, if set, is called at named steps of a segment's
+	// replacement and stops it where it returns an error: both for tests.
+	sparse  bool
+	crashAt func(step, tmp string) error
 }
 
 func segmentName(base uint64) string { return fmt.Sprintf("%020d%s", base, segmentSuffix) }
@@ -92,7 +101,16 @@ func openSegmentLog(dir string, maxSize uint64, fio fileIO) (*segmentLog, error)
 			_ = l.close()
 			return nil, errors.Wrapf(err, "stat segment %s", path)
 		}
-		l.segs = append(l.segs, &segment{base: base, file: f, size: uint64(info.Size())})
+		seg := &segment{base: base, file: f, size: uint64(info.Size())}
+		if seg.cmap, err = readCompactMap(f, info.Size()); err != nil {
+			_ = f.Close()
+			_ = l.close()
+			return nil, errors.Wrapf(err, "segment %s", path)
+		}
+		if seg.cmap != nil {
+			seg.size = seg.cmap.size
+		}
+		l.segs = append(l.segs, seg)
 	}
 	if len(l.segs) == 0 {
 		if err := l.addSegment(0); err != nil {
@@ -148,7 +166,7 @@ func (l *segmentLog) replay(from uint64, logger *slog.Logger, visit func(pos uin
 		if bad == "" {
 			continue
 		}
-		if i < len(l.segs)-1 {
+		if i < len(l.segs)-1 || seg.cmap != nil {
 			return errors.Wrapf(ErrCorrupt, "%s: bad frame at byte %d (%s) in a segment that is not the newest; refusing to open", path, good, bad)
 		}
 		next, found, err := findFrame(seg.file, int64(good)+1, fileSize)
@@ -200,7 +218,7 @@ func (l *segmentLog) verify(from, to uint64) error {
 // why it is bad. A visit error or an I/O error is returned as err. While it
 // runs, seg.size covers the frames visited, so that visit may read them.
 func scanSegment(seg *segment, start uint64, fileSize int64, visit func(pos uint64, body []byte, sum uint32) error) (good uint64, bad string, err error) {
-	r := bufio.NewReaderSize(io.NewSectionReader(seg.file, int64(start), fileSize-int64(start)), 1<<20)
+	r := bufio.NewReaderSize(io.NewSectionReader(segmentReader{seg.file, seg.cmap}, int64(start), fileSize-int64(start)), 1<<20)
 	off := start
 	var header [frameHeaderSize]byte
 	var body []byte
@@ -519,14 +537,14 @@ func (l *segmentLog) readAt(pos uint64, n int) ([]byte, error) {
 		}
 		seg := segs[i]
 		l.mu.RLock()
-		size, f := seg.size, seg.file
+		size, f, m := seg.size, seg.file, seg.cmap
 		l.mu.RUnlock()
 		at := pos + uint64(done) - seg.base
 		if at >= size {
 			return nil, errors.Wrapf(ErrCorrupt, "range %d+%d is outside the log", pos, n)
 		}
 		chunk := min(uint64(n-done), size-at)
-		if _, err := f.ReadAt(buf[done:done+int(chunk)], int64(at)); err != nil {
+		if _, err := (segmentReader{f, m}).ReadAt(buf[done:done+int(chunk)], int64(at)); err != nil {
 			l.mu.RLock()
 			replaced := seg.file != f
 			l.mu.RUnlock()

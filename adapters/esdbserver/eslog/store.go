@@ -36,6 +36,10 @@ type Options struct {
 	closeAsCrash bool
 	// verifiedLog replaces the constant verifiedLog in tests.
 	verifiedLog uint64
+	// scavengeSparse and scavengeCrashAt set the log's sparse and crashAt
+	// (see segmentLog), for tests.
+	scavengeSparse  bool
+	scavengeCrashAt func(step, tmp string) error
 	// Logger receives what open repairs, such as a cut torn tail. Default
 	// slog.Default().
 	Logger *slog.Logger
@@ -246,6 +250,7 @@ func Open(opts Options) (*Store, error) {
 		return nil, err
 	}
 	s.lock, s.log = lock, log
+	log.sparse, log.crashAt = opts.scavengeSparse, opts.scavengeCrashAt
 	if err := s.recover(); err != nil {
 		s.closeIndexFiles()
 		_ = log.close()
@@ -875,6 +880,20 @@ func (s *Store) applyFrame(pos uint64, body []byte, sum uint32) error {
 				target.meta = parseMeta(meta)
 			}
 		}
+	case kindStub:
+		stream, rev, _, err := decodeStub(&d)
+		if err != nil {
+			return errors.Wrapf(ErrCorrupt, "stub frame at %d: %v", pos, err)
+		}
+		st, err := s.state(stream)
+		if err != nil {
+			return err
+		}
+		if int64(rev) <= st.last {
+			return errors.Wrapf(ErrCorrupt, "frame at %d writes %s@%d, expected past @%d", pos, stream, rev, st.last)
+		}
+		s.mem.addEvents(stream, rev, 1, pos)
+		st.last = int64(rev)
 	case kindTombstone:
 		name := d.bytes()
 		if d.err != nil {
