@@ -125,7 +125,7 @@ func (p *Producer) SendCommand(_ context.Context, cmd protocol.ExecuteStep) erro
 
 // SendReply produces a reply and waits until the broker has it.
 func (p *Producer) SendReply(ctx context.Context, reply protocol.StepReply) error {
-	body, err := json.Marshal(reply)
+	body, err := protocol.AppendStepReply(nil, reply)
 	if err != nil {
 		return errors.Wrap(err, "encode reply")
 	}
