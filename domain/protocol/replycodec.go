@@ -3,7 +3,9 @@ package protocol
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"strconv"
+	"time"
 
 	"github.com/sagaengine/saga/domain"
 )
@@ -271,4 +273,92 @@ func validCopy(value, rest []byte) ([]byte, []byte, bool) {
 		return nil, rest, false
 	}
 	return bytes.Clone(value), rest, true
+}
+
+// AppendExecuteStep appends the JSON encoding of c to dst: the same bytes
+// json.Marshal gives (the command is a wire contract), with reflection
+// only for the HTTP call. A field json.Marshal would escape, a result it
+// would compact or a time it refuses goes through json.Marshal itself.
+func AppendExecuteStep(dst []byte, c ExecuteStep) ([]byte, error) {
+	start := len(dst)
+	slow := func() ([]byte, error) {
+		body, err := json.Marshal(c)
+		return append(dst[:start], body...), err
+	}
+	dst = append(dst, `{"taskId":`...)
+	dst = appendJSONString(dst, c.TaskID)
+	dst = append(dst, `,"workflow":`...)
+	dst = appendJSONString(dst, c.Workflow)
+	dst = append(dst, `,"step":`...)
+	dst = appendJSONString(dst, c.Step)
+	dst = append(dst, `,"agent":`...)
+	dst = appendJSONString(dst, c.Agent)
+	dst = append(dst, `,"action":`...)
+	dst = appendJSONString(dst, c.Action)
+	if c.Compensation != "" {
+		dst = append(dst, `,"compensation":`...)
+		dst = appendJSONString(dst, c.Compensation)
+	}
+	dst = append(dst, `,"attempt":`...)
+	dst = strconv.AppendInt(dst, int64(c.Attempt), 10)
+	_, offset := c.CompleteBy.Zone()
+	if y := c.CompleteBy.Year(); y < 0 || y > 9999 || offset <= -24*3600 || offset >= 24*3600 {
+		return slow() // json.Marshal refuses it
+	}
+	dst = append(dst, `,"completeBy":"`...)
+	dst = c.CompleteBy.AppendFormat(dst, time.RFC3339Nano)
+	dst = append(dst, `","idempotencyKey":`...)
+	dst = appendJSONString(dst, c.IdempotencyKey)
+	if c.WorkflowVersion != 0 {
+		dst = append(dst, `,"workflowVersion":`...)
+		dst = strconv.AppendInt(dst, int64(c.WorkflowVersion), 10)
+	}
+	if len(c.Order) > 0 {
+		if !plainJSON(c.Order) {
+			return slow()
+		}
+		dst = append(dst, `,"order":`...)
+		dst = append(dst, c.Order...)
+	}
+	if len(c.Results) > 0 {
+		steps := make([]string, 0, len(c.Results))
+		for step := range c.Results {
+			steps = append(steps, step)
+		}
+		slices.Sort(steps)
+		dst = append(dst, `,"results":{`...)
+		for i, step := range steps {
+			raw := c.Results[step]
+			if len(raw) == 0 || !plainJSON(raw) {
+				return slow()
+			}
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = appendJSONString(dst, step)
+			dst = append(dst, ':')
+			dst = append(dst, raw...)
+		}
+		dst = append(dst, '}')
+	}
+	if len(c.Result) > 0 {
+		if !plainJSON(c.Result) {
+			return slow()
+		}
+		dst = append(dst, `,"result":`...)
+		dst = append(dst, c.Result...)
+	}
+	if c.HTTP != nil {
+		call, err := json.Marshal(c.HTTP)
+		if err != nil {
+			return slow()
+		}
+		dst = append(dst, `,"http":`...)
+		dst = append(dst, call...)
+	}
+	if c.Priority != "" {
+		dst = append(dst, `,"priority":`...)
+		dst = appendJSONString(dst, string(c.Priority))
+	}
+	return append(dst, '}'), nil
 }

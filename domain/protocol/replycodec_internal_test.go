@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sagaengine/saga/domain"
 )
@@ -124,5 +125,64 @@ func TestAppendStepReplyAllocatesNothingIntoRoom(t *testing.T) {
 	// validity check of the result (json.Unmarshal takes about 20).
 	if n := testing.AllocsPerRun(100, func() { _, _ = ParseStepReply(body) }); n > 8 {
 		t.Fatalf("ParseStepReply allocated %v times a reply", n)
+	}
+}
+
+func randomCommand(rng *rand.Rand, strs, results []string) ExecuteStep {
+	s := func() string { return strs[rng.IntN(len(strs))] }
+	raw := func() json.RawMessage {
+		if res := results[rng.IntN(len(results))]; res != "" {
+			return json.RawMessage(res)
+		}
+		return nil
+	}
+	zones := []*time.Location{time.UTC, time.FixedZone("x", 5*3600+30*60), time.FixedZone("y", -8*3600), time.FixedZone("s", 45),
+		time.FixedZone("far", 30*3600)}
+	times := []time.Time{{}, time.Date(2026, 11, 26, 5, 0, 0, 0, time.UTC), time.Date(2026, 1, 2, 3, 4, 5, 123456789, time.UTC),
+		time.Date(2026, 1, 2, 3, 4, 5, 120000000, time.UTC), time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(-1, 1, 1, 0, 0, 0, 0, time.UTC)}
+	c := ExecuteStep{TaskID: s(), Workflow: s(), Step: s(), Agent: s(), Action: s(), Compensation: s(), Attempt: rng.IntN(5) - 1,
+		CompleteBy: times[rng.IntN(len(times))].In(zones[rng.IntN(len(zones))]), IdempotencyKey: s(), WorkflowVersion: rng.IntN(3),
+		Order: raw(), Result: raw(), Priority: domain.Priority(s()), TraceParent: s(), Route: &Route{Instance: s()}}
+	if n := rng.IntN(4); n > 0 {
+		c.Results = map[string]json.RawMessage{}
+		for range n {
+			c.Results[s()] = raw()
+		}
+	}
+	if rng.IntN(2) == 0 {
+		c.HTTP = &domain.HTTPCall{Method: "POST", URL: "http://svc/" + s() + "?a=1&b=<2>", Headers: map[string]string{"X": s()}, Body: raw(),
+			TransientStatus: []int{409}}
+	}
+	return c
+}
+
+func TestAppendExecuteStepEncodesAsJSONMarshal(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	// Commands of plain fields, which take the fast path, then of any.
+	plainStrings, plainResults := []string{"", "o-1", "payment", "a b"}, []string{"", `{}`, `{"paymentId":"p-1"}`, `[1,{"a":null}]`}
+	for i := 0; i < 40000; i++ {
+		c := randomCommand(rng, replyStrings, replyResults)
+		if i%2 == 0 {
+			c = randomCommand(rng, plainStrings, plainResults)
+		}
+		want, wantErr := json.Marshal(c)
+		got, gotErr := AppendExecuteStep([]byte("prefix"), c)
+		if (wantErr != nil) != (gotErr != nil) {
+			t.Fatalf("%+v: json.Marshal error %v, AppendExecuteStep error %v", c, wantErr, gotErr)
+		}
+		if wantErr == nil && !bytes.Equal(got, append([]byte("prefix"), want...)) {
+			t.Fatalf("%+v:\n json.Marshal       %s\n AppendExecuteStep %s", c, want, got)
+		}
+	}
+}
+
+func TestAppendExecuteStepAllocatesOnlyForTheHTTPCall(t *testing.T) {
+	c := ExecuteStep{TaskID: "o-1", Workflow: "order", Step: "payment", Agent: "payment", Action: ActionExecute, Attempt: 1,
+		CompleteBy: time.Date(2026, 11, 26, 5, 0, 0, 0, time.UTC), IdempotencyKey: "o-1/payment", Order: json.RawMessage(`{"orderId":"o-1"}`),
+		Results: map[string]json.RawMessage{"inventory": json.RawMessage(`{"reserved":true}`)}}
+	buf := make([]byte, 0, 1024)
+	// The sorted list of the results' steps.
+	if n := testing.AllocsPerRun(100, func() { _, _ = AppendExecuteStep(buf[:0], c) }); n > 1 {
+		t.Fatalf("AppendExecuteStep allocated %v times a command", n)
 	}
 }
