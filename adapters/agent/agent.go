@@ -230,6 +230,11 @@ type Config struct {
 	// KafkaOptions are extra franz-go options for the agent's clients
 	// (TLS, SASL, ...).
 	KafkaOptions []kgo.Opt
+	// Producer, when set, is the Kafka client the agent produces its
+	// replies, dead letters and heartbeats with, shared with other agents
+	// of the program so that their records travel in the same batches; the
+	// agent does not close it. Nil gives the agent a client of its own.
+	Producer *kgo.Client
 	// TracerProvider starts the span of each command; default the global
 	// TracerProvider (which does nothing unless the program set one).
 	TracerProvider trace.TracerProvider
@@ -269,7 +274,9 @@ type Agent struct {
 	name    string
 	cfg     Config
 	runtime *agentruntime.Agent
-	client  *kgo.Client
+	// client is the producer client the agent made, closed when Run
+	// returns; nil when Config.Producer lent one.
+	client *kgo.Client
 }
 
 // New returns an agent serving name with handler; Run starts it.
@@ -295,9 +302,13 @@ func New(name string, handler Handler, cfg Config) (*Agent, error) {
 	if cfg.Instance == "" {
 		cfg.Instance = agentruntime.DefaultInstance(name)
 	}
-	client, err := kafka.NewClient(cfg.Brokers, cfg.KafkaOptions...)
-	if err != nil {
-		return nil, err
+	client, owned := cfg.Producer, false
+	if client == nil {
+		var err error
+		if client, err = kafka.NewClient(cfg.Brokers, cfg.KafkaOptions...); err != nil {
+			return nil, err
+		}
+		owned = true
 	}
 	producer := kafka.NewProducer(client, "saga/agent/"+name, cfg.Logger)
 	rt := &agentruntime.Agent{Name: name, Replies: producer, DeadLetters: producer, Clock: processes.ClockFunc(cfg.Clock), Logger: cfg.Logger,
@@ -315,10 +326,16 @@ func New(name string, handler Handler, cfg Config) (*Agent, error) {
 		rt.Breaker = agentruntime.NewBreaker(openFor, processes.ClockFunc(cfg.Clock))
 	}
 	if err := rt.Validate(); err != nil {
-		client.Close()
+		if owned {
+			client.Close()
+		}
 		return nil, err
 	}
-	return &Agent{name: name, cfg: cfg, runtime: rt, client: client}, nil
+	a := &Agent{name: name, cfg: cfg, runtime: rt}
+	if owned {
+		a.client = client
+	}
+	return a, nil
 }
 
 // adapt turns a Handler into the agent runtime's step handler.
@@ -370,7 +387,9 @@ func (a *Agent) Heartbeat() protocol.AgentHeartbeat { return a.runtime.Heartbeat
 // runs, stopping while it drains, and a tombstone once it has. It returns
 // an error only if it cannot start.
 func (a *Agent) Run(ctx context.Context) error {
-	defer a.client.Close()
+	if a.client != nil {
+		defer a.client.Close()
+	}
 	return a.runtime.Run(ctx, func(ctx context.Context) error {
 		return kafka.Consume(ctx, kafka.ConsumerConfig{Brokers: a.cfg.Brokers, Group: a.cfg.Group,
 			Topics: protocol.CommandTopics(a.name), MaxInFlight: 2*a.cfg.Capacity + 16, Logger: a.cfg.Logger, Opts: a.cfg.KafkaOptions,

@@ -387,6 +387,10 @@ type App struct {
 	// inProcess hands the scheduler's commands to AgentProcs directly;
 	// nil when CommandsThroughKafka or either role is not run here.
 	inProcess *inProcessCommands
+	// agentsProducer is the Kafka client every agent of this process
+	// produces its replies, dead letters and heartbeats with (made by the
+	// first agent): one client batches the agents' replies together.
+	agentsProducer *kgo.Client
 	// HTTPHandlers are the built-in HTTP agent's handlers, by agent.
 	HTTPHandlers map[string]*httpagent.Handler
 	// egress is the HTTP agents' egress policy; it refuses this process's
@@ -1011,6 +1015,17 @@ func (a *App) startAgent(ctx context.Context, name string, handler agent.Handler
 		TracerProvider: a.tracing, Instance: a.agentInstance(name), Breakers: breakers, HealthByTarget: healthByTarget}
 	a.cfg.AgentInstances.configure(name, &cfg)
 	cfg.Directory = a.directory()
+	if a.agentsProducer == nil {
+		client, err := kafka.NewClient(a.KafkaBrokers, a.kafkaOpts...)
+		if err != nil {
+			return errors.Wrap(err, "agents' producer")
+		}
+		// Pushed before any agent's wait, so closed after every agent
+		// has stopped.
+		a.closers.push("agents producer", func() error { client.Close(); return nil })
+		a.agentsProducer = client
+	}
+	cfg.Producer = a.agentsProducer
 	ag, err := agent.New(name, handler, cfg)
 	if err != nil {
 		return errors.Wrapf(err, "agent %s", name)

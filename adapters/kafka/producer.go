@@ -103,7 +103,7 @@ func NewRecord(topic, key, ceType, source string, body []byte, parent string) *k
 // dispatch is already recorded, and a lost command is re-sent on restart or
 // retried once its CompleteBy passes.
 func (p *Producer) SendCommand(_ context.Context, cmd protocol.ExecuteStep) error {
-	body, err := json.Marshal(cmd)
+	body, err := protocol.AppendExecuteStep(make([]byte, 0, 512+len(cmd.Order)), cmd)
 	if err != nil {
 		return errors.Wrap(err, "encode command")
 	}
@@ -125,7 +125,7 @@ func (p *Producer) SendCommand(_ context.Context, cmd protocol.ExecuteStep) erro
 
 // SendReply produces a reply and waits until the broker has it.
 func (p *Producer) SendReply(ctx context.Context, reply protocol.StepReply) error {
-	body, err := json.Marshal(reply)
+	body, err := protocol.AppendStepReply(nil, reply)
 	if err != nil {
 		return errors.Wrap(err, "encode reply")
 	}

@@ -165,9 +165,12 @@ type StepReply struct {
 
 // ParseStepReply decodes and validates a reply.
 func ParseStepReply(body []byte) (StepReply, error) {
-	var r StepReply
-	if err := strictDecode(body, &r); err != nil {
-		return r, invalidf("reply: %v", err)
+	r, plain := parseStepReplyPlain(body)
+	if !plain {
+		r = StepReply{}
+		if err := strictDecode(body, &r); err != nil {
+			return r, invalidf("reply: %v", err)
+		}
 	}
 	switch {
 	case r.TaskID == "" || r.Step == "":
