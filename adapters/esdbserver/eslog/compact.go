@@ -27,7 +27,8 @@ import (
 // at their offsets; each gap between runs (removed frames) reads as a skip
 // frame spanning the gap followed by zeros, exactly as the sparse segments
 // older scavenges wrote, so readers, open and the index see the same bytes
-// in both formats and every position stays valid.
+// in both formats and every position stays valid. The map is not held in
+// memory: open checks it, reads take it from the segmentLog's mapCache.
 const (
 	compactHeaderSize = 32
 	compactRunSize    = 16
