@@ -25,7 +25,8 @@ const (
 )
 
 // Held is what each process of the app holds in memory, by structure
-// (processes.Held), and the embedded event store's cache of stream states.
+// (processes.Held), and the embedded event store's caches of stream states
+// and of compacted segments' position maps.
 func (a *App) Held() map[string]processes.Held {
 	out := map[string]processes.Held{}
 	if a.Scheduler != nil {
@@ -41,7 +42,8 @@ func (a *App) Held() map[string]processes.Held {
 		out["taskview"] = a.Tasks.Held()
 	}
 	if a.esServer != nil {
-		out["eventstore"] = processes.Held{"stream_states": a.esServer.Store().Stats().CachedStreams}
+		st := a.esServer.Store().Stats()
+		out["eventstore"] = processes.Held{"stream_states": st.CachedStreams, "compact_map_runs": int(st.CompactMapRuns)}
 	}
 	return out
 }

@@ -27,7 +27,8 @@ import (
 // at their offsets; each gap between runs (removed frames) reads as a skip
 // frame spanning the gap followed by zeros, exactly as the sparse segments
 // older scavenges wrote, so readers, open and the index see the same bytes
-// in both formats and every position stays valid.
+// in both formats and every position stays valid. The map is not held in
+// memory: open checks it, reads take it from the segmentLog's mapCache.
 const (
 	compactHeaderSize = 32
 	compactRunSize    = 16
@@ -195,18 +196,106 @@ func (l *segmentLog) writeCompacted(f *os.File, seg *segment, keep []piece) erro
 	return nil
 }
 
-// removed reports whether pos, a frame start, is in a gap of a compacted
-// segment: the frame there was removed by scavenge.
-func (l *segmentLog) removed(pos uint64) bool {
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	i := sort.Search(len(l.segs), func(i int) bool { return l.segs[i].base > pos }) - 1
-	if i < 0 || l.segs[i].cmap == nil {
-		return false
+// mapOf returns the position map of f, seg's compacted file, from the
+// cache or read from f (and its checksum checked again) and cached if f is
+// still seg's file.
+func (l *segmentLog) mapOf(seg *segment, f *os.File) (*compactMap, error) {
+	if m := l.maps.get(seg, f); m != nil {
+		return m, nil
 	}
-	m, off := l.segs[i].cmap, pos-l.segs[i].base
-	j := sort.Search(len(m.runs), func(j int) bool { return m.runs[j].off+m.runs[j].len > off })
-	return j == len(m.runs) || m.runs[j].off > off
+	info, err := f.Stat()
+	if err != nil {
+		return nil, errors.Wrapf(err, "stat %s", f.Name())
+	}
+	m, err := readCompactMap(f, info.Size())
+	if err != nil {
+		return nil, errors.Wrapf(err, "segment %s", f.Name())
+	}
+	if m == nil {
+		return nil, errors.Wrapf(ErrCorrupt, "segment %s: compacted segment without its header", f.Name())
+	}
+	l.mu.RLock()
+	if seg.file == f {
+		l.maps.put(seg, f, m)
+	}
+	l.mu.RUnlock()
+	return m, nil
+}
+
+// reader returns a reader of seg's logical bytes.
+func (l *segmentLog) reader(seg *segment) (segmentReader, error) {
+	l.mu.RLock()
+	f, compacted := seg.file, seg.compacted
+	l.mu.RUnlock()
+	if !compacted {
+		return segmentReader{f: f}, nil
+	}
+	m, err := l.mapOf(seg, f)
+	return segmentReader{f, m}, err
+}
+
+// removed reports whether pos, a frame start, is in a gap of a compacted
+// segment: the frame there was removed by scavenge. It uses the segment's
+// map if the cache holds it, and otherwise searches the map on disk rather
+// than load it: index merges ask about positions in any order. If the map
+// cannot be read, the answer is false, which keeps the index entry.
+func (l *segmentLog) removed(pos uint64) bool {
+	for {
+		l.mu.RLock()
+		i := sort.Search(len(l.segs), func(i int) bool { return l.segs[i].base > pos }) - 1
+		if i < 0 || !l.segs[i].compacted {
+			l.mu.RUnlock()
+			return false
+		}
+		seg := l.segs[i]
+		f := seg.file
+		l.mu.RUnlock()
+		off := pos - seg.base
+		if m := l.maps.get(seg, f); m != nil {
+			j := sort.Search(len(m.runs), func(j int) bool { return m.runs[j].off+m.runs[j].len > off })
+			return j == len(m.runs) || m.runs[j].off > off
+		}
+		gone, err := removedOnDisk(f, off)
+		if err == nil {
+			return gone
+		}
+		l.mu.RLock()
+		replaced := seg.file != f
+		l.mu.RUnlock()
+		if !replaced {
+			return false
+		}
+	}
+}
+
+// removedOnDisk reports whether off is in a gap of the compacted segment
+// in f, by a binary search of the position map in the file.
+func removedOnDisk(f *os.File, off uint64) (bool, error) {
+	var b [compactRunSize]byte
+	if _, err := f.ReadAt(b[:8], 16); err != nil {
+		return false, err
+	}
+	count := binary.LittleEndian.Uint64(b[:8])
+	var err error
+	run := func(j int) (uint64, uint64) {
+		if _, rerr := f.ReadAt(b[:], compactHeaderSize+int64(j)*compactRunSize); rerr != nil {
+			err = rerr
+			return 0, 0
+		}
+		return binary.LittleEndian.Uint64(b[:8]), binary.LittleEndian.Uint64(b[8:])
+	}
+	j := sort.Search(int(count), func(j int) bool {
+		o, n := run(j)
+		return o+n > off
+	})
+	if err != nil {
+		return false, err
+	}
+	if j == int(count) {
+		return true, nil
+	}
+	o, _ := run(j)
+	return o > off, err
 }
 
 // withoutRemoved yields the index entries of next but those of frames that

@@ -547,10 +547,21 @@ func segmentBytes(t *testing.T, dir string) int64 {
 // TestIndexMergeDropsEntriesOfRemovedFrames: once scavenge has compacted
 // the segments of tombstoned streams, index merges drop their entries, so
 // the index does not keep an entry for every event ever written; reads and
-// a restart are as before.
+// a restart are as before. It does so with the segments' position maps in
+// the cache and with a cache too small for any, when merges search the maps
+// on disk.
 func TestIndexMergeDropsEntriesOfRemovedFrames(t *testing.T) {
-	dir := t.TempDir()
-	s, err := eslog.Open(scavengeOpts(dir))
+	for _, budget := range []int64{0, 1} {
+		t.Run(fmt.Sprintf("map cache of %d bytes", budget), func(t *testing.T) {
+			opts := scavengeOpts(t.TempDir())
+			opts.CompactMapCacheBytes = budget
+			testIndexMergeDropsEntriesOfRemovedFrames(t, opts)
+		})
+	}
+}
+
+func testIndexMergeDropsEntriesOfRemovedFrames(t *testing.T, opts eslog.Options) {
+	s, err := eslog.Open(opts)
 	require.NoError(t, err)
 	ctx := context.Background()
 	small := func(i int) []eslog.ProposedEvent {
@@ -588,7 +599,7 @@ func TestIndexMergeDropsEntriesOfRemovedFrames(t *testing.T) {
 	}
 	check(s, "after the merges")
 	require.NoError(t, s.Close())
-	s, err = eslog.Open(scavengeOpts(dir))
+	s, err = eslog.Open(opts)
 	require.NoError(t, err)
 	defer s.Close()
 	check(s, "after a restart")

@@ -15,7 +15,8 @@
 // and its bytes kept in <segment>.torn-<offset>. Any other bad frame is
 // damage to acknowledged data and open fails with ErrCorrupt. Scavenge
 // rewrites closed segments compacted, with a position map that keeps every
-// position valid (see Scavenge and compact.go).
+// position valid (see Scavenge and compact.go); the maps stay on disk and
+// reads load them into a cache bounded in bytes (see mapcache.go).
 //
 // Readers never see an event before it is durable, and they read the
 // committed log by position, so a reader that follows the log (a

@@ -95,9 +95,9 @@ func SegmentCompacted(s *Store, base uint64) (bool, int64) {
 		if seg.base == base {
 			info, err := seg.file.Stat()
 			if err != nil {
-				return seg.cmap != nil, -1
+				return seg.compacted, -1
 			}
-			return seg.cmap != nil, info.Size()
+			return seg.compacted, info.Size()
 		}
 	}
 	return false, -1

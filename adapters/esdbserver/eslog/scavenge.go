@@ -431,7 +431,7 @@ func (v *scavenger) segment(ctx context.Context, seg *segment, res *ScavengeResu
 	// frames, but the format needs it).
 	keep = mergeShortGaps(keep, seg.base, end)
 	s.log.mu.RLock()
-	compacted := seg.cmap != nil || s.log.sparse
+	compacted := seg.compacted || s.log.sparse
 	s.log.mu.RUnlock()
 	whole := len(keep) == 1 && keep[0].lo == seg.base && keep[0].hi == end && keep[0].data == nil
 	if removed == 0 && (compacted || whole) {
@@ -672,12 +672,14 @@ func (l *segmentLog) writeSparse(f *os.File, seg *segment, keep []piece) error {
 	return errors.Wrapf(f.Truncate(int64(seg.size)), "size %s", f.Name())
 }
 
-// swap makes readers use f for seg and closes the old file; a read under
-// way on it reads again (see readAt and frameAt).
+// swap makes readers use f, compacted if m is its map, for seg and closes
+// the old file; a read under way on it reads again (see readAt and
+// frameAt). The old file's map leaves the cache; f's is loaded when read.
 func (l *segmentLog) swap(seg *segment, f *os.File, m *compactMap) {
 	l.mu.Lock()
 	old := seg.file
-	seg.file, seg.cmap = f, m
+	seg.file, seg.compacted = f, m != nil
+	l.maps.drop(seg)
 	l.mu.Unlock()
 	l.gen.Add(1)
 	_ = old.Close()

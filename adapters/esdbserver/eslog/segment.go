@@ -27,9 +27,10 @@ type segment struct {
 	base uint64
 	size uint64
 	file *os.File
-	// cmap is the position map of a compacted segment (see compact.go), nil
-	// for a plain one; it changes with file, under segmentLog.mu.
-	cmap *compactMap
+	// compacted is set for a compacted segment (see compact.go), whose
+	// position map is read from file when needed (see mapOf); it changes
+	// with file, under segmentLog.mu.
+	compacted bool
 	// skipped is set when a scan met a skip frame in it.
 	skipped bool
 }
@@ -43,6 +44,8 @@ type segmentLog struct {
 
 	mu   sync.RWMutex
 	segs []*segment
+	// maps caches the position maps of compacted segments.
+	maps *mapCache
 
 	// gen counts the segment files replaced by scavenge; a reader that
 	// finds a bad frame while it changed reads again (see scavenge.go).
@@ -61,8 +64,10 @@ type segmentLog struct {
 func segmentName(base uint64) string { return fmt.Sprintf("%020d%s", base, segmentSuffix) }
 
 // openSegmentLog opens or creates the log in dir. Each segment's size is
-// its file's until replay has checked it.
-func openSegmentLog(dir string, maxSize uint64, fio fileIO) (*segmentLog, error) {
+// its file's until replay has checked it. A compacted segment's header and
+// position map are checked, but the map is not kept: reads load it into a
+// cache of mapBudget bytes.
+func openSegmentLog(dir string, maxSize uint64, fio fileIO, mapBudget int64) (*segmentLog, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, errors.Wrapf(err, "create data directory %s", dir)
 	}
@@ -84,7 +89,7 @@ func openSegmentLog(dir string, maxSize uint64, fio fileIO) (*segmentLog, error)
 	}
 	sort.Slice(bases, func(i, j int) bool { return bases[i] < bases[j] })
 
-	l := &segmentLog{dir: dir, maxSize: maxSize, io: fio}
+	l := &segmentLog{dir: dir, maxSize: maxSize, io: fio, maps: newMapCache(mapBudget)}
 	if err := l.removeScavengeLeftovers(); err != nil {
 		return nil, err
 	}
@@ -102,13 +107,14 @@ func openSegmentLog(dir string, maxSize uint64, fio fileIO) (*segmentLog, error)
 			return nil, errors.Wrapf(err, "stat segment %s", path)
 		}
 		seg := &segment{base: base, file: f, size: uint64(info.Size())}
-		if seg.cmap, err = readCompactMap(f, info.Size()); err != nil {
+		m, err := readCompactMap(f, info.Size())
+		if err != nil {
 			_ = f.Close()
 			_ = l.close()
 			return nil, errors.Wrapf(err, "segment %s", path)
 		}
-		if seg.cmap != nil {
-			seg.size = seg.cmap.size
+		if m != nil {
+			seg.compacted, seg.size = true, m.size
 		}
 		l.segs = append(l.segs, seg)
 	}
@@ -153,7 +159,11 @@ func (l *segmentLog) replay(from uint64, logger *slog.Logger, visit func(pos uin
 		if from > seg.base {
 			start = from - seg.base
 		}
-		good, bad, err := scanSegment(seg, start, fileSize, visit)
+		rd, err := l.reader(seg)
+		if err != nil {
+			return errors.Wrapf(err, "segment %s", path)
+		}
+		good, bad, err := scanSegment(seg, rd, start, fileSize, visit)
 		if seg.skipped {
 			l.skipped.Store(true)
 		}
@@ -166,7 +176,7 @@ func (l *segmentLog) replay(from uint64, logger *slog.Logger, visit func(pos uin
 		if bad == "" {
 			continue
 		}
-		if i < len(l.segs)-1 || seg.cmap != nil {
+		if i < len(l.segs)-1 || seg.compacted {
 			return errors.Wrapf(ErrCorrupt, "%s: bad frame at byte %d (%s) in a segment that is not the newest; refusing to open", path, good, bad)
 		}
 		next, found, err := findFrame(seg.file, int64(good)+1, fileSize)
@@ -200,9 +210,13 @@ func (l *segmentLog) verify(from, to uint64) error {
 		start := max(from, seg.base) - seg.base
 		stop := min(to, end) - seg.base
 		size := seg.size
-		good, bad, err := scanSegment(seg, start, int64(stop), func(uint64, []byte, uint32) error { return nil })
-		seg.size = size
 		path := filepath.Join(l.dir, segmentName(seg.base))
+		rd, err := l.reader(seg)
+		if err != nil {
+			return errors.Wrapf(err, "segment %s", path)
+		}
+		good, bad, err := scanSegment(seg, rd, start, int64(stop), func(uint64, []byte, uint32) error { return nil })
+		seg.size = size
 		if err != nil {
 			return errors.Wrapf(err, "segment %s", path)
 		}
@@ -213,12 +227,13 @@ func (l *segmentLog) verify(from, to uint64) error {
 	return nil
 }
 
-// scanSegment visits every complete frame of seg from byte start on and
+// scanSegment visits every complete frame of seg, read from rd, from byte
+// start on and
 // returns the size of its valid prefix and, if a bad frame ends that prefix,
 // why it is bad. A visit error or an I/O error is returned as err. While it
 // runs, seg.size covers the frames visited, so that visit may read them.
-func scanSegment(seg *segment, start uint64, fileSize int64, visit func(pos uint64, body []byte, sum uint32) error) (good uint64, bad string, err error) {
-	r := bufio.NewReaderSize(io.NewSectionReader(segmentReader{seg.file, seg.cmap}, int64(start), fileSize-int64(start)), 1<<20)
+func scanSegment(seg *segment, rd segmentReader, start uint64, fileSize int64, visit func(pos uint64, body []byte, sum uint32) error) (good uint64, bad string, err error) {
+	r := bufio.NewReaderSize(io.NewSectionReader(rd, int64(start), fileSize-int64(start)), 1<<20)
 	off := start
 	var header [frameHeaderSize]byte
 	var body []byte
@@ -537,14 +552,22 @@ func (l *segmentLog) readAt(pos uint64, n int) ([]byte, error) {
 		}
 		seg := segs[i]
 		l.mu.RLock()
-		size, f, m := seg.size, seg.file, seg.cmap
+		size, f, compacted := seg.size, seg.file, seg.compacted
 		l.mu.RUnlock()
 		at := pos + uint64(done) - seg.base
 		if at >= size {
 			return nil, errors.Wrapf(ErrCorrupt, "range %d+%d is outside the log", pos, n)
 		}
 		chunk := min(uint64(n-done), size-at)
-		if _, err := (segmentReader{f, m}).ReadAt(buf[done:done+int(chunk)], int64(at)); err != nil {
+		var m *compactMap
+		var err error
+		if compacted {
+			m, err = l.mapOf(seg, f)
+		}
+		if err == nil {
+			_, err = (segmentReader{f, m}).ReadAt(buf[done:done+int(chunk)], int64(at))
+		}
+		if err != nil {
 			l.mu.RLock()
 			replaced := seg.file != f
 			l.mu.RUnlock()

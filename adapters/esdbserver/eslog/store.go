@@ -52,6 +52,12 @@ type Options struct {
 	// tombstone, metadata) are cached; other streams are looked up in the
 	// index on disk. Default 65,536.
 	IndexCacheStreams int
+	// CompactMapCacheBytes bounds the memory that the position maps of
+	// compacted segments (see Scavenge) take: the maps read most recently
+	// are cached up to this many bytes (about 24 a run of kept frames), the
+	// others are read from their segment files when needed. Default 16 MiB;
+	// a negative value is refused.
+	CompactMapCacheBytes int64
 }
 
 func (o *Options) setDefaults() {
@@ -75,6 +81,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.IndexCacheStreams <= 0 {
 		o.IndexCacheStreams = 1 << 16
+	}
+	if o.CompactMapCacheBytes == 0 {
+		o.CompactMapCacheBytes = 16 << 20
 	}
 	o.fileIO.setDefaults()
 }
@@ -153,6 +162,13 @@ type Stats struct {
 	// CachedStreams is how many streams' states the cache holds: at most
 	// Options.IndexCacheStreams, whatever the number of streams.
 	CachedStreams int
+	// CompactMaps, CompactMapRuns and CompactMapBytes are how many
+	// position maps of compacted segments the cache holds, their runs and
+	// the bytes they take: at most Options.CompactMapCacheBytes, whatever
+	// the number of segments or runs.
+	CompactMaps     int
+	CompactMapRuns  int64
+	CompactMapBytes int64
 }
 
 // Stats returns the store's counters.
@@ -160,8 +176,9 @@ func (s *Store) Stats() Stats {
 	s.mu.RLock()
 	tables := len(s.tables)
 	s.mu.RUnlock()
+	maps, runs, bytes := s.log.maps.stats()
 	return Stats{Syncs: s.syncs.Load(), Writes: s.writes.Load(), Refused: s.refused.Load(), Replayed: s.replayed, IndexTables: tables,
-		CachedStreams: s.cache.len()}
+		CachedStreams: s.cache.len(), CompactMaps: maps, CompactMapRuns: runs, CompactMapBytes: bytes}
 }
 
 // Health returns nil while the store accepts writes, and an error wrapping
@@ -225,6 +242,9 @@ type response struct {
 // second Open of the same directory, here or in another process, fails at
 // once with ErrLocked.
 func Open(opts Options) (*Store, error) {
+	if opts.CompactMapCacheBytes < 0 {
+		return nil, errors.Wrapf(ErrInvalidRequest, "compact map cache of %d bytes: it must be positive, or 0 for the default", opts.CompactMapCacheBytes)
+	}
 	opts.setDefaults()
 	s := &Store{
 		opts:     opts,
@@ -244,7 +264,7 @@ func Open(opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	log, err := openSegmentLog(opts.Dir, opts.SegmentSize, opts.fileIO)
+	log, err := openSegmentLog(opts.Dir, opts.SegmentSize, opts.fileIO, opts.CompactMapCacheBytes)
 	if err != nil {
 		_ = lock.release()
 		return nil, err
