@@ -101,7 +101,10 @@ func TestKillDuringIndexWritesLosesNothing(t *testing.T) {
 		cmd.Stderr = &stderr
 		require.NoError(t, cmd.Start())
 		lines := bufio.NewScanner(stdout)
-		require.True(t, lines.Scan(), stderr.String())
+		if !lines.Scan() {
+			_ = cmd.Wait() // stderr is being written until the child is waited for
+			t.Fatal(stderr.String())
+		}
 		require.Equal(t, "ready", lines.Text())
 		time.AfterFunc(time.Duration(300+rand.IntN(400))*time.Millisecond, func() { _ = cmd.Process.Signal(syscall.SIGKILL) })
 		n := 0
