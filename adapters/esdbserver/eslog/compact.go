@@ -175,22 +175,12 @@ func (l *segmentLog) writeCompacted(f *os.File, seg *segment, keep []piece) erro
 		return errors.Wrapf(err, "write %s", f.Name())
 	}
 	for i, k := range keep {
-		if k.data != nil {
-			if _, err := l.io.writeAt(f, k.data, int64(runs[i].phys)); err != nil {
-				return errors.Wrapf(err, "write %s", f.Name())
-			}
-			continue
-		}
-		for at := k.lo; at < k.hi; {
-			n := min(k.hi-at, maxScanRead)
-			b, err := l.readAt(at, int(n))
-			if err != nil {
-				return err
-			}
-			if _, err := l.io.writeAt(f, b, int64(runs[i].phys+at-k.lo)); err != nil {
-				return errors.Wrapf(err, "write %s", f.Name())
-			}
-			at += n
+		err := l.copyPiece(k, func(b []byte, at uint64) error {
+			_, err := l.io.writeAt(f, b, int64(runs[i].phys+at-k.lo))
+			return errors.Wrapf(err, "write %s", f.Name())
+		})
+		if err != nil {
+			return err
 		}
 	}
 	return nil

@@ -644,23 +644,8 @@ func (l *segmentLog) writeSparse(f *os.File, seg *segment, keep []piece) error {
 				return err
 			}
 		}
-		if k.data != nil {
-			if err := write(k.data, k.lo); err != nil {
-				return err
-			}
-			cursor = k.hi
-			continue
-		}
-		for at := k.lo; at < k.hi; {
-			n := min(k.hi-at, maxScanRead)
-			b, err := l.readAt(at, int(n))
-			if err != nil {
-				return err
-			}
-			if err := write(b, at); err != nil {
-				return err
-			}
-			at += n
+		if err := l.copyPiece(k, write); err != nil {
+			return err
 		}
 		cursor = k.hi
 	}
@@ -670,6 +655,26 @@ func (l *segmentLog) writeSparse(f *os.File, seg *segment, keep []piece) error {
 		}
 	}
 	return errors.Wrapf(f.Truncate(int64(seg.size)), "size %s", f.Name())
+}
+
+// copyPiece hands write what piece k keeps, with the logical position of
+// each chunk: the stub it was cut to, or its frames read from l in chunks.
+func (l *segmentLog) copyPiece(k piece, write func(b []byte, at uint64) error) error {
+	if k.data != nil {
+		return write(k.data, k.lo)
+	}
+	for at := k.lo; at < k.hi; {
+		n := min(k.hi-at, maxScanRead)
+		b, err := l.readAt(at, int(n))
+		if err != nil {
+			return err
+		}
+		if err := write(b, at); err != nil {
+			return err
+		}
+		at += n
+	}
+	return nil
 }
 
 // swap makes readers use f, compacted if m is its map, for seg and closes
