@@ -24,7 +24,7 @@ import (
 // false if it has no fast path for e or for something e holds.
 func appendEventJSON(dst []byte, e Event) ([]byte, bool) {
 	if dst == nil {
-		dst = make([]byte, 0, 384)
+		dst = make([]byte, 0, encodedSizeHint(e))
 	}
 	w := jsonWriter{b: dst, ok: true}
 	switch e := e.(type) {
@@ -75,6 +75,28 @@ func appendEventJSON(dst []byte, e Event) ([]byte, bool) {
 	}
 	w.b = append(w.b, '}')
 	return w.b, w.ok
+}
+
+// encodedSizeHint is about the length of e's JSON, a little over for the
+// fast path's events, so that the one buffer an event is encoded into is
+// not much larger than the event (stores may keep it).
+func encodedSizeHint(e Event) int {
+	switch e := e.(type) {
+	case StepDispatched:
+		return 224 + len(e.TaskID) + len(e.Step) + len(e.Agent) + len(e.Instance) + len(e.LockedBy) + len(e.IdempotencyKey)
+	case StepSucceeded:
+		return 128 + len(e.TaskID) + len(e.Step) + len(e.Result) + len(e.Instance)
+	case TaskSubmitted:
+		n := 224 + len(e.TaskID) + len(e.Workflow) + len(e.ReplyTo) + len(e.Order) + len(e.TraceParent) + len(e.Priority)
+		for _, step := range e.Steps {
+			n += len(step) + 3
+		}
+		return n
+	case TaskProcessed:
+		return 64 + len(e.TaskID)
+	default:
+		return 256
+	}
 }
 
 // jsonWriter appends members of a JSON object; ok turns false, for good, at

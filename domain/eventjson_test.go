@@ -179,3 +179,14 @@ func BenchmarkEventJSON(b *testing.B) {
 		}
 	})
 }
+
+// TestEventJSONBufferFitsTheEvent checks that an encoded event's buffer is
+// not much larger than the event, since stores may keep it.
+func TestEventJSONBufferFitsTheEvent(t *testing.T) {
+	for _, e := range fastPathEvents() {
+		b, err := domain.EncodeEvent(e)
+		require.NoError(t, err)
+		require.LessOrEqual(t, cap(b), len(b)+128, "%T: %d bytes in a buffer of %d", e, len(b), cap(b))
+		require.GreaterOrEqual(t, cap(b), len(b))
+	}
+}
