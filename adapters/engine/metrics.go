@@ -213,8 +213,10 @@ func (a *App) registerMetrics() {
 				Help: "Topic creations the embedded Kafka refused at its topic cap, with nothing it could delete to make room.",
 				Read: func(emit func(float64, ...string)) { emit(float64(broker.RefusedTopics())) }})
 	}
-	if groups := a.consumerGroups(); a.client != nil && len(groups) > 0 {
-		m.WatchLag(kadm.NewClient(a.client), func() []string { return groups })
+	if a.client != nil {
+		// Asked at every read: agents and followers that start after the
+		// metrics are registered add their groups.
+		m.WatchLag(kadm.NewClient(a.client), a.consumerGroups)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -216,10 +217,14 @@ func (c *cachedRead[T]) get() (T, bool) {
 // groups returns (those this process consumes in): per group and topic,
 // how many records are past the group's committed offsets, as the newest
 // read of the broker told (cachedRead). A group the broker could not
-// describe is left out.
+// describe is left out. groups is called at every read, so groups that
+// start later are followed; the slice it returns is not altered.
 func (m *Metrics) WatchLag(admin *kadm.Client, groups func() []string) {
 	lag := &cachedRead[kadm.DescribedGroupLags]{read: func(ctx context.Context) (kadm.DescribedGroupLags, error) {
-		return admin.Lag(ctx, groups()...)
+		// kadm's Lag uses the names it is given as scratch space: once a
+		// group it could not describe is dropped from that slice, the
+		// caller's list would have lost the group for good.
+		return admin.Lag(ctx, slices.Clone(groups())...)
 	}}
 	m.Register(Family{Name: ConsumerLag, Type: prometheus.GaugeValue, Labels: []string{"group", "topic"},
 		Help: "Records not yet consumed (past the group's committed offset), by consumer group and topic, as the broker told at the newest read (a scrape waits for a read at most 250 ms).",
