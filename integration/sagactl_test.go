@@ -78,7 +78,17 @@ func TestSagactlAuditAndReplay(t *testing.T) {
 		"supervisor/", "State: Compensated", "The live view agrees with the replay."} {
 		assert.Contains(t, out, want)
 	}
-	assert.Equal(t, 3, strings.Count(out, "StepTimedOut "), "every timeout is listed")
+	// Shipping hangs, so its three attempts time out; on a busy machine
+	// another step's attempt can outlast the 300 ms budget too, so count
+	// the timeouts the stream holds rather than assume three.
+	timeouts := 0
+	for _, e := range s.stream("audit-1") {
+		if e.Type == domain.StepTimedOutType {
+			timeouts++
+		}
+	}
+	assert.GreaterOrEqual(t, timeouts, 3, "the hanging step's attempts timed out")
+	assert.Equal(t, timeouts, strings.Count(out, "StepTimedOut "), "every timeout is listed")
 
 	out, code = s.sagactl("audit", "--at", "4", "audit-1")
 	require.Equal(t, 0, code, out)
