@@ -1137,6 +1137,10 @@ func (a *App) Close() {
 					a.logger.Error("close", "err", errors.Wrapf(err, "close %s", srv.name).Error())
 				}
 			}
+			// A server closeAll was closing when the timeout came is
+			// still writing its data: returning now would let the
+			// process exit (or a test remove the directory) mid-write.
+			a.closers.awaitServers()
 		}
 	})
 }

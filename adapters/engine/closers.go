@@ -16,6 +16,9 @@ type closers struct {
 	list []closer
 	// running names the closer closeAll runs now.
 	running string
+	// servers counts the servers' closers running now, so that a Close
+	// past its timeout still waits for the one closeAll had started.
+	servers sync.WaitGroup
 }
 
 type closer struct {
@@ -59,6 +62,11 @@ func (c *closers) takeServers() []closer {
 	return servers
 }
 
+// awaitServers waits until no server's closer that closeAll started is
+// running: one it had started when Close stopped waiting still writes the
+// server's data.
+func (c *closers) awaitServers() { c.servers.Wait() }
+
 // closeAll pops every closer, newest first, runs it, and returns their
 // errors joined. Each closer runs once: a second call finds none.
 func (c *closers) closeAll() error {
@@ -72,10 +80,16 @@ func (c *closers) closeAll() error {
 		last := c.list[len(c.list)-1]
 		c.list = c.list[:len(c.list)-1]
 		c.running = last.name
+		if last.server {
+			c.servers.Add(1)
+		}
 		c.mu.Unlock()
 		err := last.close()
 		c.mu.Lock()
 		c.running = ""
+		if last.server {
+			c.servers.Done()
+		}
 		c.mu.Unlock()
 		if err != nil {
 			errs = append(errs, errors.Wrapf(err, "close %s", last.name))

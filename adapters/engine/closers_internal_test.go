@@ -2,6 +2,7 @@ package engine
 
 import (
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/errors"
 	"github.com/stretchr/testify/assert"
@@ -48,4 +49,33 @@ func TestTakeServersLeavesThePartsInOrder(t *testing.T) {
 	}
 	assert.NoError(t, c.closeAll())
 	assert.Equal(t, []string{"broker", "event store", "part", "client"}, ran)
+}
+
+// TestAwaitServersWaitsForTheServerBeingClosed: when Close stops waiting
+// while closeAll is closing a server, the server's close is not taken
+// again, and awaitServers returns only once it has finished.
+func TestAwaitServersWaitsForTheServerBeingClosed(t *testing.T) {
+	var c closers
+	entered, release := make(chan struct{}), make(chan struct{})
+	finished := false
+	c.pushServer("broker", func() error {
+		close(entered)
+		<-release
+		finished = true
+		return nil
+	})
+	c.push("part", func() error { return nil })
+	go func() { _ = c.closeAll() }()
+	<-entered
+	assert.Empty(t, c.takeServers(), "the server being closed is not taken again")
+	waited := make(chan struct{})
+	go func() { c.awaitServers(); close(waited) }()
+	select {
+	case <-waited:
+		t.Fatal("awaitServers returned while the server was still closing")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(release)
+	<-waited
+	assert.True(t, finished)
 }
