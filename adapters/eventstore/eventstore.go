@@ -225,16 +225,16 @@ func (s *Store) appendThroughNetwork(ctx context.Context, stream string, expecte
 	}
 	opts := esdb.AppendToStreamOptions{ExpectedRevision: toExpected(expected)}
 	return s.retry(ctx, func(c *esdb.Client) error {
-		var res *esdb.WriteResult
-		var err error
 		if s.pipe != nil && pipelinable(data) {
-			res, err = s.pipe.append(ctx, stream, expected, data)
-			if errors.Is(err, errBatchUnsupported) {
-				res, err = c.AppendToStream(ctx, stream, opts, data...)
+			res, err := s.pipe.append(ctx, stream, expected, data)
+			if !errors.Is(err, errBatchUnsupported) {
+				if err == nil {
+					*rev = res.NextExpectedVersion
+				}
+				return err
 			}
-		} else {
-			res, err = c.AppendToStream(ctx, stream, opts, data...)
 		}
+		res, err := c.AppendToStream(ctx, stream, opts, data...)
 		if err == nil {
 			*rev = res.NextExpectedVersion
 		}
