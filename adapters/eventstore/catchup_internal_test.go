@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/EventStore/EventStore-Client-Go/v4/esdb"
 	"github.com/EventStore/EventStore-Client-Go/v4/protos/shared"
@@ -167,4 +168,44 @@ func TestDecodeReadRespRefusesMalformedMessages(t *testing.T) {
 	b, err = proto.Marshal(noCreated)
 	require.NoError(t, err)
 	require.ErrorIs(t, decodeReadResp(b, &r), errMalformed)
+}
+
+// TestDecodeReadRespTypesOutliveTheBuffer checks the subscription's event
+// types: each the type the message names, one string for a recurring type,
+// and none of them in the receive buffer, which gRPC reuses; past
+// maxTypeNames types, each is still right.
+func TestDecodeReadRespTypesOutliveTheBuffer(t *testing.T) {
+	frame := func(eventType string) []byte {
+		b, err := proto.Marshal(&streams.ReadResp{Content: &streams.ReadResp_Event{Event: &streams.ReadResp_ReadEvent{
+			Event: &streams.ReadResp_ReadEvent_RecordedEvent{
+				Id:               &shared.UUID{Value: &shared.UUID_String_{String_: uuid.NewString()}},
+				StreamIdentifier: &shared.StreamIdentifier{StreamName: []byte("s")},
+				Metadata:         map[string]string{"type": eventType, "content-type": "application/json", "created": "1"},
+			},
+		}}})
+		require.NoError(t, err)
+		return b
+	}
+	var r readResp
+	var first string
+	for i := 0; i < 3; i++ {
+		b := frame("StepSucceeded")
+		require.NoError(t, decodeReadResp(b, &r))
+		for j := range b {
+			b[j] = 'x' // as the buffer's next message would
+		}
+		require.Equal(t, "StepSucceeded", r.event.Type)
+		if i == 0 {
+			first = r.event.Type
+		}
+		require.Same(t, unsafe.StringData(first), unsafe.StringData(r.event.Type), "a recurring type is one string")
+	}
+	for i := 0; i < 2*maxTypeNames; i++ {
+		want := fmt.Sprintf("Type%d", i)
+		b := frame(want)
+		require.NoError(t, decodeReadResp(b, &r))
+		clear(b)
+		require.Equal(t, want, r.event.Type)
+	}
+	require.Len(t, r.types, maxTypeNames)
 }
