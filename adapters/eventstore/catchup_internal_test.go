@@ -209,3 +209,32 @@ func TestDecodeReadRespTypesOutliveTheBuffer(t *testing.T) {
 	}
 	require.Len(t, r.types, maxTypeNames)
 }
+
+// BenchmarkDecodeReadResp measures decoding one event of the $all
+// subscription as the embedded server sends saga's events. Run:
+//
+//	go test -run '^$' -bench BenchmarkDecodeReadResp ./adapters/eventstore/
+func BenchmarkDecodeReadResp(b *testing.B) {
+	id := uuid.New()
+	most, least := esdb.UUIDAsInt64(id)
+	frame, err := proto.Marshal(&streams.ReadResp{Content: &streams.ReadResp_Event{Event: &streams.ReadResp_ReadEvent{
+		Event: &streams.ReadResp_ReadEvent_RecordedEvent{
+			Id:               &shared.UUID{Value: &shared.UUID_Structured_{Structured: &shared.UUID_Structured{MostSignificantBits: most, LeastSignificantBits: least}}},
+			StreamIdentifier: &shared.StreamIdentifier{StreamName: []byte("task-0f8fad5b-d9cb-469f-a165-70867728950e")},
+			StreamRevision:   4, CommitPosition: 123456789, PreparePosition: 123456789,
+			Metadata:       map[string]string{"type": "StepSucceeded", "content-type": "application/json", "created": "17000000000000000"},
+			CustomMetadata: []byte(`{"correlationId":"0f8fad5b-d9cb-469f-a165-70867728950e","causationId":"7c9e6679-7425-40de-944b-e07fc1f90ae7","actor":"scheduler-1"}`),
+			Data:           []byte(`{"taskId":"0f8fad5b-d9cb-469f-a165-70867728950e","step":"reserve-inventory","attempt":1,"at":"2026-11-26T07:00:00.123456789Z"}`),
+		},
+		Position: &streams.ReadResp_ReadEvent_CommitPosition{CommitPosition: 123456789},
+	}}})
+	require.NoError(b, err)
+	var r readResp
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := decodeReadResp(frame, &r); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
