@@ -100,6 +100,9 @@ type readResp struct {
 	// that each event's type is not a new string: a few types recur
 	// (saga's own), and a subscription delivers many events.
 	types typeNames
+	// stream is the stream of the event before, whose name the next event
+	// shares when both come from the same append.
+	stream string
 }
 
 // typeNames interns event types, up to maxTypeNames of them; past that,
@@ -214,7 +217,7 @@ func fields(b []byte, each func(num protowire.Number, typ protowire.Type, v []by
 // empty when it is not saga's). Fields this reader does not know, beside
 // the content or within it, are skipped: they change nothing it reads.
 func decodeReadResp(b []byte, r *readResp) error {
-	*r = readResp{types: r.types}
+	*r = readResp{types: r.types, stream: r.stream}
 	return fields(b, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
 		if num > fieldReadRespLastContent {
 			return nil // not a member of the content oneof this reader knows
@@ -245,9 +248,9 @@ func decodeReadResp(b []byte, r *readResp) error {
 			}
 			switch {
 			case hasLink:
-				return decodeRecorded(link, &r.event, &r.prepare, &r.types)
+				return decodeRecorded(link, r)
 			case hasEvent:
-				return decodeRecorded(event, &r.event, &r.prepare, &r.types)
+				return decodeRecorded(event, r)
 			default:
 				return errors.Wrap(errMalformed, "event without its recorded event")
 			}
@@ -256,7 +259,10 @@ func decodeReadResp(b []byte, r *readResp) error {
 	})
 }
 
-func decodeRecorded(b []byte, e *domain.RecordedEvent, prepare *uint64, types *typeNames) error {
+// decodeRecorded decodes a RecordedEvent into r's event and prepare
+// position.
+func decodeRecorded(b []byte, r *readResp) error {
+	e := &r.event
 	var created []byte
 	hasCreated := false
 	var id uuid.UUID
@@ -267,7 +273,10 @@ func decodeRecorded(b []byte, e *domain.RecordedEvent, prepare *uint64, types *t
 		case num == fieldRecordedStream && typ == protowire.BytesType:
 			return fields(v, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
 				if num == fieldStreamName && typ == protowire.BytesType {
-					e.Stream = string(v)
+					if string(v) != r.stream {
+						r.stream = string(v)
+					}
+					e.Stream = r.stream
 				}
 				return nil
 			})
@@ -276,7 +285,7 @@ func decodeRecorded(b []byte, e *domain.RecordedEvent, prepare *uint64, types *t
 		case num == fieldRecordedCommit && typ == protowire.VarintType:
 			e.Position = x
 		case num == fieldRecordedPrepare && typ == protowire.VarintType:
-			*prepare = x
+			r.prepare = x
 		case num == fieldRecordedMetadata && typ == protowire.BytesType:
 			var key, value []byte
 			if err := fields(v, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
@@ -292,7 +301,7 @@ func decodeRecorded(b []byte, e *domain.RecordedEvent, prepare *uint64, types *t
 			}
 			switch string(key) {
 			case "type":
-				e.Type = types.name(value)
+				e.Type = r.types.name(value)
 			case "created":
 				created, hasCreated = value, true
 			}

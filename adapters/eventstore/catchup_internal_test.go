@@ -170,16 +170,17 @@ func TestDecodeReadRespRefusesMalformedMessages(t *testing.T) {
 	require.ErrorIs(t, decodeReadResp(b, &r), errMalformed)
 }
 
-// TestDecodeReadRespTypesOutliveTheBuffer checks the subscription's event
-// types: each the type the message names, one string for a recurring type,
-// and none of them in the receive buffer, which gRPC reuses; past
-// maxTypeNames types, each is still right.
-func TestDecodeReadRespTypesOutliveTheBuffer(t *testing.T) {
-	frame := func(eventType string) []byte {
+// TestDecodeReadRespNamesOutliveTheBuffer checks the subscription's event
+// types and stream names: each the one the message names, one string for a
+// recurring type and for a stream repeated by the next event, and none of
+// them in the receive buffer, which gRPC reuses; past maxTypeNames types,
+// each is still right.
+func TestDecodeReadRespNamesOutliveTheBuffer(t *testing.T) {
+	frame := func(stream, eventType string) []byte {
 		b, err := proto.Marshal(&streams.ReadResp{Content: &streams.ReadResp_Event{Event: &streams.ReadResp_ReadEvent{
 			Event: &streams.ReadResp_ReadEvent_RecordedEvent{
 				Id:               &shared.UUID{Value: &shared.UUID_String_{String_: uuid.NewString()}},
-				StreamIdentifier: &shared.StreamIdentifier{StreamName: []byte("s")},
+				StreamIdentifier: &shared.StreamIdentifier{StreamName: []byte(stream)},
 				Metadata:         map[string]string{"type": eventType, "content-type": "application/json", "created": "1"},
 			},
 		}}})
@@ -187,25 +188,28 @@ func TestDecodeReadRespTypesOutliveTheBuffer(t *testing.T) {
 		return b
 	}
 	var r readResp
-	var first string
+	var firstType, firstStream string
 	for i := 0; i < 3; i++ {
-		b := frame("StepSucceeded")
+		b := frame("task-1", "StepSucceeded")
 		require.NoError(t, decodeReadResp(b, &r))
 		for j := range b {
 			b[j] = 'x' // as the buffer's next message would
 		}
 		require.Equal(t, "StepSucceeded", r.event.Type)
+		require.Equal(t, "task-1", r.event.Stream)
 		if i == 0 {
-			first = r.event.Type
+			firstType, firstStream = r.event.Type, r.event.Stream
 		}
-		require.Same(t, unsafe.StringData(first), unsafe.StringData(r.event.Type), "a recurring type is one string")
+		require.Same(t, unsafe.StringData(firstType), unsafe.StringData(r.event.Type), "a recurring type is one string")
+		require.Same(t, unsafe.StringData(firstStream), unsafe.StringData(r.event.Stream), "a repeated stream is one string")
 	}
 	for i := 0; i < 2*maxTypeNames; i++ {
-		want := fmt.Sprintf("Type%d", i)
-		b := frame(want)
+		wantStream, wantType := fmt.Sprintf("task-%d", i%3), fmt.Sprintf("Type%d", i)
+		b := frame(wantStream, wantType)
 		require.NoError(t, decodeReadResp(b, &r))
 		clear(b)
-		require.Equal(t, want, r.event.Type)
+		require.Equal(t, wantType, r.event.Type)
+		require.Equal(t, wantStream, r.event.Stream)
 	}
 	require.Len(t, r.types, maxTypeNames)
 }
