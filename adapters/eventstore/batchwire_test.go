@@ -65,7 +65,7 @@ func TestBatchReplyDecodes(t *testing.T) {
 			}
 			res, err := replyResult(&r)
 			if tc.want != nil {
-				if err != nil || *res != *tc.want {
+				if err != nil || res != *tc.want {
 					t.Fatalf("result %+v, %v; want %+v", res, err, tc.want)
 				}
 				return

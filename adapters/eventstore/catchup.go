@@ -96,6 +96,36 @@ type readResp struct {
 	// link, not its target (recorded, and delivered, at its own place).
 	event   domain.RecordedEvent
 	prepare uint64
+	// types holds the event types read so far on the subscription, so
+	// that each event's type is not a new string: a few types recur
+	// (saga's own), and a subscription delivers many events.
+	types typeNames
+	// stream is the stream of the event before, whose name the next event
+	// shares when both come from the same append.
+	stream string
+}
+
+// typeNames interns event types, up to maxTypeNames of them; past that,
+// each type is a string of its own, as without it.
+type typeNames map[string]string
+
+// maxTypeNames bounds the types a subscription keeps: a store with more
+// kinds of events than this costs one allocation per event, not memory.
+const maxTypeNames = 256
+
+// name returns b as a string, the same one each time b is the same.
+func (t *typeNames) name(b []byte) string {
+	if s, ok := (*t)[string(b)]; ok {
+		return s
+	}
+	s := string(b)
+	if *t == nil {
+		*t = typeNames{}
+	}
+	if len(*t) < maxTypeNames {
+		(*t)[s] = s
+	}
+	return s
 }
 
 // catchUpCodec sends requests as protobuf and decodes each ReadResp by hand
@@ -187,7 +217,7 @@ func fields(b []byte, each func(num protowire.Number, typ protowire.Type, v []by
 // empty when it is not saga's). Fields this reader does not know, beside
 // the content or within it, are skipped: they change nothing it reads.
 func decodeReadResp(b []byte, r *readResp) error {
-	*r = readResp{}
+	*r = readResp{types: r.types, stream: r.stream}
 	return fields(b, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
 		if num > fieldReadRespLastContent {
 			return nil // not a member of the content oneof this reader knows
@@ -218,9 +248,9 @@ func decodeReadResp(b []byte, r *readResp) error {
 			}
 			switch {
 			case hasLink:
-				return decodeRecorded(link, &r.event, &r.prepare)
+				return decodeRecorded(link, r)
 			case hasEvent:
-				return decodeRecorded(event, &r.event, &r.prepare)
+				return decodeRecorded(event, r)
 			default:
 				return errors.Wrap(errMalformed, "event without its recorded event")
 			}
@@ -229,7 +259,10 @@ func decodeReadResp(b []byte, r *readResp) error {
 	})
 }
 
-func decodeRecorded(b []byte, e *domain.RecordedEvent, prepare *uint64) error {
+// decodeRecorded decodes a RecordedEvent into r's event and prepare
+// position.
+func decodeRecorded(b []byte, r *readResp) error {
+	e := &r.event
 	var created []byte
 	hasCreated := false
 	var id uuid.UUID
@@ -240,7 +273,10 @@ func decodeRecorded(b []byte, e *domain.RecordedEvent, prepare *uint64) error {
 		case num == fieldRecordedStream && typ == protowire.BytesType:
 			return fields(v, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
 				if num == fieldStreamName && typ == protowire.BytesType {
-					e.Stream = string(v)
+					if string(v) != r.stream {
+						r.stream = string(v)
+					}
+					e.Stream = r.stream
 				}
 				return nil
 			})
@@ -249,7 +285,7 @@ func decodeRecorded(b []byte, e *domain.RecordedEvent, prepare *uint64) error {
 		case num == fieldRecordedCommit && typ == protowire.VarintType:
 			e.Position = x
 		case num == fieldRecordedPrepare && typ == protowire.VarintType:
-			*prepare = x
+			r.prepare = x
 		case num == fieldRecordedMetadata && typ == protowire.BytesType:
 			var key, value []byte
 			if err := fields(v, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
@@ -265,7 +301,7 @@ func decodeRecorded(b []byte, e *domain.RecordedEvent, prepare *uint64) error {
 			}
 			switch string(key) {
 			case "type":
-				e.Type = string(value)
+				e.Type = r.types.name(value)
 			case "created":
 				created, hasCreated = value, true
 			}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/EventStore/EventStore-Client-Go/v4/esdb"
 	"github.com/EventStore/EventStore-Client-Go/v4/protos/shared"
@@ -167,4 +168,77 @@ func TestDecodeReadRespRefusesMalformedMessages(t *testing.T) {
 	b, err = proto.Marshal(noCreated)
 	require.NoError(t, err)
 	require.ErrorIs(t, decodeReadResp(b, &r), errMalformed)
+}
+
+// TestDecodeReadRespNamesOutliveTheBuffer checks the subscription's event
+// types and stream names: each the one the message names, one string for a
+// recurring type and for a stream repeated by the next event, and none of
+// them in the receive buffer, which gRPC reuses; past maxTypeNames types,
+// each is still right.
+func TestDecodeReadRespNamesOutliveTheBuffer(t *testing.T) {
+	frame := func(stream, eventType string) []byte {
+		b, err := proto.Marshal(&streams.ReadResp{Content: &streams.ReadResp_Event{Event: &streams.ReadResp_ReadEvent{
+			Event: &streams.ReadResp_ReadEvent_RecordedEvent{
+				Id:               &shared.UUID{Value: &shared.UUID_String_{String_: uuid.NewString()}},
+				StreamIdentifier: &shared.StreamIdentifier{StreamName: []byte(stream)},
+				Metadata:         map[string]string{"type": eventType, "content-type": "application/json", "created": "1"},
+			},
+		}}})
+		require.NoError(t, err)
+		return b
+	}
+	var r readResp
+	var firstType, firstStream string
+	for i := 0; i < 3; i++ {
+		b := frame("task-1", "StepSucceeded")
+		require.NoError(t, decodeReadResp(b, &r))
+		for j := range b {
+			b[j] = 'x' // as the buffer's next message would
+		}
+		require.Equal(t, "StepSucceeded", r.event.Type)
+		require.Equal(t, "task-1", r.event.Stream)
+		if i == 0 {
+			firstType, firstStream = r.event.Type, r.event.Stream
+		}
+		require.Same(t, unsafe.StringData(firstType), unsafe.StringData(r.event.Type), "a recurring type is one string")
+		require.Same(t, unsafe.StringData(firstStream), unsafe.StringData(r.event.Stream), "a repeated stream is one string")
+	}
+	for i := 0; i < 2*maxTypeNames; i++ {
+		wantStream, wantType := fmt.Sprintf("task-%d", i%3), fmt.Sprintf("Type%d", i)
+		b := frame(wantStream, wantType)
+		require.NoError(t, decodeReadResp(b, &r))
+		clear(b)
+		require.Equal(t, wantType, r.event.Type)
+		require.Equal(t, wantStream, r.event.Stream)
+	}
+	require.Len(t, r.types, maxTypeNames)
+}
+
+// BenchmarkDecodeReadResp measures decoding one event of the $all
+// subscription as the embedded server sends saga's events. Run:
+//
+//	go test -run '^$' -bench BenchmarkDecodeReadResp ./adapters/eventstore/
+func BenchmarkDecodeReadResp(b *testing.B) {
+	id := uuid.New()
+	most, least := esdb.UUIDAsInt64(id)
+	frame, err := proto.Marshal(&streams.ReadResp{Content: &streams.ReadResp_Event{Event: &streams.ReadResp_ReadEvent{
+		Event: &streams.ReadResp_ReadEvent_RecordedEvent{
+			Id:               &shared.UUID{Value: &shared.UUID_Structured_{Structured: &shared.UUID_Structured{MostSignificantBits: most, LeastSignificantBits: least}}},
+			StreamIdentifier: &shared.StreamIdentifier{StreamName: []byte("task-0f8fad5b-d9cb-469f-a165-70867728950e")},
+			StreamRevision:   4, CommitPosition: 123456789, PreparePosition: 123456789,
+			Metadata:       map[string]string{"type": "StepSucceeded", "content-type": "application/json", "created": "17000000000000000"},
+			CustomMetadata: []byte(`{"correlationId":"0f8fad5b-d9cb-469f-a165-70867728950e","causationId":"7c9e6679-7425-40de-944b-e07fc1f90ae7","actor":"scheduler-1"}`),
+			Data:           []byte(`{"taskId":"0f8fad5b-d9cb-469f-a165-70867728950e","step":"reserve-inventory","attempt":1,"at":"2026-11-26T07:00:00.123456789Z"}`),
+		},
+		Position: &streams.ReadResp_ReadEvent_CommitPosition{CommitPosition: 123456789},
+	}}})
+	require.NoError(b, err)
+	var r readResp
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := decodeReadResp(frame, &r); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -225,16 +225,16 @@ func (s *Store) appendThroughNetwork(ctx context.Context, stream string, expecte
 	}
 	opts := esdb.AppendToStreamOptions{ExpectedRevision: toExpected(expected)}
 	return s.retry(ctx, func(c *esdb.Client) error {
-		var res *esdb.WriteResult
-		var err error
 		if s.pipe != nil && pipelinable(data) {
-			res, err = s.pipe.append(ctx, stream, expected, data)
-			if errors.Is(err, errBatchUnsupported) {
-				res, err = c.AppendToStream(ctx, stream, opts, data...)
+			res, err := s.pipe.append(ctx, stream, expected, data)
+			if !errors.Is(err, errBatchUnsupported) {
+				if err == nil {
+					*rev = res.NextExpectedVersion
+				}
+				return err
 			}
-		} else {
-			res, err = c.AppendToStream(ctx, stream, opts, data...)
 		}
+		res, err := c.AppendToStream(ctx, stream, opts, data...)
 		if err == nil {
 			*rev = res.NextExpectedVersion
 		}
@@ -246,16 +246,15 @@ func (s *Store) appendThroughNetwork(ctx context.Context, stream string, expecte
 // as every append path stores them.
 func encodeEvents(stream string, expected domain.ExpectedRevision, events []domain.NewEvent) ([]LocalEvent, error) {
 	out := make([]LocalEvent, len(events))
+	if err := encodeMetadata(events, out); err != nil {
+		return nil, err
+	}
 	for i, e := range events {
-		meta, err := json.Marshal(e.Metadata)
-		if err != nil {
-			return nil, errors.Wrap(err, "encode event metadata")
-		}
 		id, err := eventID(stream, expected, i, e)
 		if err != nil {
 			return nil, err
 		}
-		out[i] = LocalEvent{ID: id, Type: e.Type, Metadata: meta, Data: e.Data}
+		out[i].ID, out[i].Type, out[i].Data = id, e.Type, e.Data
 	}
 	return out, nil
 }

@@ -161,7 +161,7 @@ func TestAppendAnswersOfKurrentDB(t *testing.T) {
 				res, err := replyResult(&r)
 				if w.result != nil {
 					require.NoError(t, err)
-					assert.Equal(t, w.result, res)
+					assert.Equal(t, *w.result, res)
 					return
 				}
 				var ae *appendError

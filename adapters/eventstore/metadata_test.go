@@ -47,3 +47,54 @@ func TestDecodeMetadataTakesTheFastPath(t *testing.T) {
 	allocs := testing.AllocsPerRun(100, func() { decodeMetadata(b, &got) })
 	require.LessOrEqual(t, allocs, 4.0, "one string per field")
 }
+
+// FuzzEncodeMetadata checks encodeMetadata against json.Marshal: the same
+// bytes for any metadata, plain or needing escapes, one event or several.
+func FuzzEncodeMetadata(f *testing.F) {
+	f.Add("o-1", "m-1", "scheduler-1", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+	f.Add("o-1", "", "a", "")
+	f.Add("", "", "", "")
+	f.Add("a<b", "a&b", "a>b", "a\"b\\c")
+	f.Add("é", "\xff", "a\tb", "\u2028")
+	f.Fuzz(func(t *testing.T, correlation, causation, actor, trace string) {
+		metas := []domain.EventMetadata{
+			{CorrelationID: correlation, CausationID: causation, Actor: actor, TraceParent: trace},
+			{CorrelationID: "o-1", Actor: "a"},
+			{CorrelationID: trace, CausationID: actor, Actor: causation, TraceParent: correlation},
+		}
+		for n := 1; n <= len(metas); n++ {
+			events := make([]domain.NewEvent, n)
+			for i := range events {
+				events[i].Metadata = metas[i]
+			}
+			out := make([]LocalEvent, n)
+			require.NoError(t, encodeMetadata(events, out))
+			allPlain := true
+			for i := range events {
+				_, plain := metadataJSONSize(&events[i].Metadata)
+				allPlain = allPlain && plain
+			}
+			for i := range events {
+				want, err := json.Marshal(events[i].Metadata)
+				require.NoError(t, err)
+				require.Equal(t, string(want), string(out[i].Metadata))
+				if allPlain {
+					// Shared with the other events' JSON: appending must copy.
+					require.Equal(t, len(out[i].Metadata), cap(out[i].Metadata), "each event's JSON ends its own capacity")
+				}
+			}
+		}
+	})
+}
+
+// TestEncodeMetadataTakesTheFastPath checks that the metadata saga writes is
+// encoded without encoding/json, in one allocation for an append's events.
+func TestEncodeMetadataTakesTheFastPath(t *testing.T) {
+	meta := domain.EventMetadata{CorrelationID: "o-1", CausationID: "m-1", Actor: "bench", TraceParent: "00-ab-cd-01"}
+	events := []domain.NewEvent{{Metadata: meta}, {Metadata: meta}, {Metadata: meta}}
+	out := make([]LocalEvent, len(events))
+	_, ok := metadataJSONSize(&meta)
+	require.True(t, ok)
+	allocs := testing.AllocsPerRun(100, func() { require.NoError(t, encodeMetadata(events, out)) })
+	require.LessOrEqual(t, allocs, 1.0)
+}
