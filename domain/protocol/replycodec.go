@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/domain/internal/plainjson"
 )
 
 // AppendStepReply appends the JSON encoding of r to dst: the same bytes
@@ -361,4 +362,113 @@ func AppendExecuteStep(dst []byte, c ExecuteStep) ([]byte, error) {
 		dst = appendJSONString(dst, string(c.Priority))
 	}
 	return append(dst, '}'), nil
+}
+
+// parseExecuteStepPlain decodes a command as json.Unmarshal would, without
+// reflection (but for an HTTP call), for the commands AppendExecuteStep
+// writes and any other plainjson.Reader reads exactly. It reports false for
+// anything else, which the caller then decodes with json.Unmarshal, so that
+// every other input, valid or not, is read (or refused) exactly as before.
+func parseExecuteStepPlain(body []byte) (ExecuteStep, bool) {
+	var c ExecuteStep
+	r := plainjson.NewReader(body)
+	for name, v := r.Begin(); r.Next(&name, &v); {
+		switch string(name) { // no allocation: the compiler compares the bytes
+		case "taskId":
+			c.TaskID = r.Str(v)
+		case "workflow":
+			c.Workflow = r.Str(v)
+		case "step":
+			c.Step = r.Str(v)
+		case "agent":
+			c.Agent = r.Str(v)
+		case "action":
+			c.Action = knownString(&r, v, ActionExecute, ActionCompensate)
+		case "compensation":
+			c.Compensation = r.Str(v)
+		case "attempt":
+			c.Attempt = r.Int(v)
+		case "completeBy":
+			c.CompleteBy = r.Time(v)
+		case "idempotencyKey":
+			c.IdempotencyKey = r.Str(v)
+		case "workflowVersion":
+			c.WorkflowVersion = r.Int(v)
+		case "order":
+			c.Order = r.Raw(v)
+		case "results":
+			if c.Results != nil { // json.Unmarshal would merge the two
+				r.Fail()
+			}
+			c.Results = r.RawMap(v)
+		case "result":
+			c.Result = r.Raw(v)
+		case "http":
+			// Rare (the built-in HTTP agent's commands): decoded as
+			// json.Unmarshal decodes the member, into a fresh call.
+			if c.HTTP != nil || json.Unmarshal(v, &c.HTTP) != nil {
+				r.Fail()
+			}
+		case "priority":
+			c.Priority = domain.Priority(knownString(&r, v, string(domain.PriorityHigh), string(domain.PriorityLow)))
+		default:
+			r.Fail()
+		}
+	}
+	return c, r.OK()
+}
+
+// knownString reads a plain string like r.Str, without allocating when it
+// is one of known.
+func knownString(r *plainjson.Reader, v []byte, known ...string) string {
+	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
+		for _, k := range known {
+			if string(v[1:len(v)-1]) == k {
+				return k
+			}
+		}
+	}
+	return r.Str(v)
+}
+
+// parseTaskStatusPlain decodes a status as json.Unmarshal would, without
+// reflection, for the statuses the engine writes and any other
+// plainjson.Reader reads exactly; it reports false for anything else, which
+// the caller then decodes with json.Unmarshal.
+func parseTaskStatusPlain(body []byte) (TaskStatus, bool) {
+	var s TaskStatus
+	r := plainjson.NewReader(body)
+	for name, v := r.Begin(); r.Next(&name, &v); {
+		switch string(name) {
+		case "orderId":
+			s.OrderID = r.Str(v)
+		case "status":
+			s.Status = knownString(&r, v, StatusReceived, StatusStepDispatched, StatusStepSucceeded, StatusProcessed)
+		case "state":
+			s.State = domain.TaskState(knownString(&r, v, string(domain.StateProcessing), string(domain.StateProcessed),
+				string(domain.StatePending), string(domain.StateCompensating), string(domain.StateCompensated), string(domain.StateError)))
+		case "step":
+			s.Step = r.Str(v)
+		case "attempt":
+			s.Attempt = r.Int(v)
+		case "reason":
+			s.Reason = r.Str(v)
+		case "workflow":
+			s.Workflow = r.Str(v)
+		case "workflowVersion":
+			s.WorkflowVersion = r.Int(v)
+		case "priority":
+			s.Priority = domain.Priority(knownString(&r, v, string(domain.PriorityNormal), string(domain.PriorityHigh),
+				string(domain.PriorityLow)))
+		case "result":
+			s.Result = r.Raw(v)
+		case "revision":
+			s.Revision = r.Uint64(v)
+		case "time":
+			s.Time = r.Time(v)
+		default:
+			r.Fail()
+		}
+	}
+	return s, r.OK()
 }
