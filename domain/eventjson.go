@@ -1,15 +1,6 @@
 package domain
 
-import (
-	"bytes"
-	"encoding/json"
-	"strconv"
-	"strings"
-	"time"
-	"unicode/utf8"
-
-	"github.com/sagaengine/saga/domain/internal/plainjson"
-)
+import "github.com/sagaengine/saga/domain/internal/plainjson"
 
 // The events every order writes (TaskSubmitted, StepDispatched,
 // StepSucceeded, TaskProcessed) are encoded and decoded here without
@@ -28,55 +19,55 @@ func appendEventJSON(dst []byte, e Event) ([]byte, bool) {
 	if dst == nil {
 		dst = make([]byte, 0, encodedSizeHint(e))
 	}
-	w := jsonWriter{b: dst, ok: true}
+	w := plainjson.NewWriter(dst)
 	switch e := e.(type) {
 	case StepDispatched:
-		w.str('{', "taskId", e.TaskID)
-		w.str(',', "step", e.Step)
-		w.str(',', "agent", e.Agent)
+		w.Str('{', "taskId", e.TaskID)
+		w.Str(',', "step", e.Step)
+		w.Str(',', "agent", e.Agent)
 		if e.Instance != "" {
-			w.str(',', "instance", e.Instance)
+			w.Str(',', "instance", e.Instance)
 		}
-		w.int(',', "attempt", int64(e.Attempt))
-		w.time(',', "completeBy", e.CompleteBy)
-		w.str(',', "lockedBy", e.LockedBy)
-		w.str(',', "idempotencyKey", e.IdempotencyKey)
-		w.time(',', "dispatchedAt", e.DispatchedAt)
+		w.Int(',', "attempt", int64(e.Attempt))
+		w.Time(',', "completeBy", e.CompleteBy)
+		w.Str(',', "lockedBy", e.LockedBy)
+		w.Str(',', "idempotencyKey", e.IdempotencyKey)
+		w.Time(',', "dispatchedAt", e.DispatchedAt)
 	case StepSucceeded:
-		w.str('{', "taskId", e.TaskID)
-		w.str(',', "step", e.Step)
-		w.int(',', "attempt", int64(e.Attempt))
+		w.Str('{', "taskId", e.TaskID)
+		w.Str(',', "step", e.Step)
+		w.Int(',', "attempt", int64(e.Attempt))
 		if len(e.Result) != 0 {
-			w.raw(',', "result", e.Result)
+			w.Raw(',', "result", e.Result)
 		}
-		w.time(',', "at", e.At)
-		w.answer(e.Answer)
+		w.Time(',', "at", e.At)
+		answer(&w, e.Answer)
 	case TaskSubmitted:
-		w.str('{', "taskId", e.TaskID)
-		w.str(',', "workflow", e.Workflow)
+		w.Str('{', "taskId", e.TaskID)
+		w.Str(',', "workflow", e.Workflow)
 		if e.WorkflowVersion != 0 {
-			w.int(',', "workflowVersion", int64(e.WorkflowVersion))
+			w.Int(',', "workflowVersion", int64(e.WorkflowVersion))
 		}
-		w.strs(',', "steps", e.Steps)
+		w.Strs(',', "steps", e.Steps)
 		if e.ReplyTo != "" {
-			w.str(',', "replyTo", e.ReplyTo)
+			w.Str(',', "replyTo", e.ReplyTo)
 		}
-		w.raw(',', "order", e.Order)
-		w.time(',', "submittedAt", e.SubmittedAt)
+		w.Raw(',', "order", e.Order)
+		w.Time(',', "submittedAt", e.SubmittedAt)
 		if e.TraceParent != "" {
-			w.str(',', "traceparent", e.TraceParent)
+			w.Str(',', "traceparent", e.TraceParent)
 		}
 		if e.Priority != "" {
-			w.str(',', "priority", string(e.Priority))
+			w.Str(',', "priority", string(e.Priority))
 		}
 	case TaskProcessed:
-		w.str('{', "taskId", e.TaskID)
-		w.time(',', "at", e.At)
+		w.Str('{', "taskId", e.TaskID)
+		w.Time(',', "at", e.At)
 	default:
 		return dst, false
 	}
-	w.b = append(w.b, '}')
-	return w.b, w.ok
+	w.Byte('}')
+	return w.Bytes(), w.OK()
 }
 
 // encodedSizeHint is about the length of e's JSON, a little over for the
@@ -101,129 +92,14 @@ func encodedSizeHint(e Event) int {
 	}
 }
 
-// jsonWriter appends members of a JSON object; ok turns false, for good, at
-// the first value it cannot write exactly as json.Marshal does.
-type jsonWriter struct {
-	b  []byte
-	ok bool
-}
-
-func (w *jsonWriter) key(sep byte, name string) {
-	w.b = append(w.b, sep, '"')
-	w.b = append(w.b, name...)
-	w.b = append(w.b, '"', ':')
-}
-
-func (w *jsonWriter) str(sep byte, name, s string) {
-	w.key(sep, name)
-	w.quoted(s)
-}
-
-// quoted appends s in quotes if json.Marshal would write it unescaped.
-func (w *jsonWriter) quoted(s string) {
-	if !plainJSONString(s) {
-		w.ok = false
-		return
-	}
-	w.b = append(w.b, '"')
-	w.b = append(w.b, s...)
-	w.b = append(w.b, '"')
-}
-
-func (w *jsonWriter) int(sep byte, name string, n int64) {
-	w.key(sep, name)
-	w.b = strconv.AppendInt(w.b, n, 10)
-}
-
-// time appends t as time.Time.MarshalJSON does, for the times it accepts.
-func (w *jsonWriter) time(sep byte, name string, t time.Time) {
-	w.key(sep, name)
-	if y := t.Year(); y < 0 || y > 9999 {
-		w.ok = false
-		return
-	}
-	if _, offset := t.Zone(); offset <= -24*60*60 || offset >= 24*60*60 || offset%60 != 0 {
-		w.ok = false
-		return
-	}
-	w.b = append(w.b, '"')
-	w.b = t.AppendFormat(w.b, time.RFC3339Nano)
-	w.b = append(w.b, '"')
-}
-
-// raw appends a json.RawMessage as json.Marshal does: null when nil,
-// otherwise validated and compacted; HTML-escaping is left to encoding/json.
-func (w *jsonWriter) raw(sep byte, name string, m json.RawMessage) {
-	w.key(sep, name)
-	if m == nil {
-		w.b = append(w.b, "null"...)
-		return
-	}
-	compact := true
-	for _, c := range m {
-		switch c {
-		case '<', '>', '&', 0xE2: // 0xE2 starts U+2028 and U+2029
-			w.ok = false
-			return
-		case ' ', '\t', '\n', '\r':
-			compact = false
-		}
-	}
-	if compact {
-		if !json.Valid(m) {
-			w.ok = false
-			return
-		}
-		w.b = append(w.b, m...)
-		return
-	}
-	buf := bytes.NewBuffer(w.b)
-	if err := json.Compact(buf, m); err != nil {
-		w.ok = false
-		return
-	}
-	w.b = buf.Bytes()
-}
-
-func (w *jsonWriter) strs(sep byte, name string, ss []string) {
-	w.key(sep, name)
-	if ss == nil {
-		w.b = append(w.b, "null"...)
-		return
-	}
-	w.b = append(w.b, '[')
-	for i, s := range ss {
-		if i > 0 {
-			w.b = append(w.b, ',')
-		}
-		w.quoted(s)
-	}
-	w.b = append(w.b, ']')
-}
-
-func (w *jsonWriter) answer(a Answer) {
+// answer appends an Answer's members, which are inlined in its event.
+func answer(w *plainjson.Writer, a Answer) {
 	if a.Instance != "" {
-		w.str(',', "instance", a.Instance)
+		w.Str(',', "instance", a.Instance)
 	}
 	if a.Tries != 0 {
-		w.int(',', "tries", int64(a.Tries))
+		w.Int(',', "tries", int64(a.Tries))
 	}
-}
-
-// plainJSONString reports whether json.Marshal writes s between quotes as
-// it is: valid UTF-8 with no control character, quote, backslash, HTML
-// character (<, >, &) or line or paragraph separator.
-func plainJSONString(s string) bool {
-	ascii := true
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c < 0x20, c == '"', c == '\\', c == '<', c == '>', c == '&':
-			return false
-		case c >= utf8.RuneSelf:
-			ascii = false
-		}
-	}
-	return ascii || (utf8.ValidString(s) && !strings.ContainsRune(s, '\u2028') && !strings.ContainsRune(s, '\u2029'))
 }
 
 // decodeEventJSON decodes the events appendEventJSON encodes, as
