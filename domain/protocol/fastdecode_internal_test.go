@@ -261,3 +261,34 @@ func BenchmarkParseTaskStatus(b *testing.B) {
 		}
 	})
 }
+
+func TestAppendTaskStatusEncodesAsJSONMarshal(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	plainStrings, plainResults := []string{"", "o-1", "processed", "Processed", "normal", "a b", "é"}, []string{"", `{}`, `{"a":[1]}`, `"s"`}
+	for i := 0; i < 20000; i++ {
+		st := randomStatus(rng, replyStrings, replyResults)
+		if i%2 == 0 {
+			st = randomStatus(rng, plainStrings, plainResults)
+		}
+		if i%7 == 0 {
+			st.Time = st.Time.In(time.FixedZone("far", 30*3600))
+		}
+		want, wantErr := json.Marshal(st)
+		got, gotErr := AppendTaskStatus([]byte("prefix"), st)
+		if (wantErr != nil) != (gotErr != nil) {
+			t.Fatalf("%+v: json.Marshal error %v, AppendTaskStatus error %v", st, wantErr, gotErr)
+		}
+		if wantErr == nil && !bytes.Equal(got, append([]byte("prefix"), want...)) {
+			t.Fatalf("%+v:\n json.Marshal     %s\n AppendTaskStatus %s", st, want, got)
+		}
+	}
+}
+
+func TestAppendTaskStatusAllocatesNothingIntoRoom(t *testing.T) {
+	st := TaskStatus{OrderID: "order-000123", Status: StatusStepSucceeded, State: domain.StateProcessing, Step: "charge-payment", Attempt: 1,
+		Result: json.RawMessage(`{"paymentId":"p-000123"}`), Revision: 4, Time: time.Date(2026, 11, 26, 5, 0, 1, 123456789, time.UTC)}
+	buf := make([]byte, 0, 512)
+	if n := testing.AllocsPerRun(100, func() { _, _ = AppendTaskStatus(buf[:0], st) }); n != 0 {
+		t.Fatalf("AppendTaskStatus allocated %v times a status", n)
+	}
+}

@@ -230,6 +230,45 @@ func knownString(r *plainjson.Reader, v []byte, known ...string) string {
 	return r.Str(v)
 }
 
+// AppendTaskStatus appends the JSON encoding of s to dst: the same bytes
+// json.Marshal gives (the status is a wire contract), without reflection.
+// A field json.Marshal would escape, a result it would escape or a time it
+// refuses goes through json.Marshal itself.
+func AppendTaskStatus(dst []byte, s TaskStatus) ([]byte, error) {
+	w := plainjson.NewWriter(dst)
+	w.Str('{', "orderId", s.OrderID)
+	w.Str(',', "status", s.Status)
+	w.Str(',', "state", string(s.State))
+	if s.Step != "" {
+		w.Str(',', "step", s.Step)
+	}
+	if s.Attempt != 0 {
+		w.Int(',', "attempt", int64(s.Attempt))
+	}
+	if s.Reason != "" {
+		w.Str(',', "reason", s.Reason)
+	}
+	if s.Workflow != "" {
+		w.Str(',', "workflow", s.Workflow)
+	}
+	if s.WorkflowVersion != 0 {
+		w.Int(',', "workflowVersion", int64(s.WorkflowVersion))
+	}
+	if s.Priority != "" {
+		w.Str(',', "priority", string(s.Priority))
+	}
+	if len(s.Result) > 0 {
+		w.Raw(',', "result", s.Result)
+	}
+	w.Uint(',', "revision", s.Revision)
+	w.Time(',', "time", s.Time)
+	w.Byte('}')
+	if !w.OK() {
+		return marshalAppend(dst, s)
+	}
+	return w.Bytes(), nil
+}
+
 // parseTaskStatusPlain decodes a status as json.Unmarshal would, without
 // reflection, for the statuses the engine writes and any other
 // plainjson.Reader reads exactly; it reports false for anything else, which

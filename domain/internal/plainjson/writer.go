@@ -66,6 +66,12 @@ func (w *Writer) Int(sep byte, name string, n int64) {
 	w.b = strconv.AppendInt(w.b, n, 10)
 }
 
+// Uint appends a member of unsigned integer value n.
+func (w *Writer) Uint(sep byte, name string, n uint64) {
+	w.Key(sep, name)
+	w.b = strconv.AppendUint(w.b, n, 10)
+}
+
 // Time appends a member of value t as time.Time.MarshalJSON writes it, for
 // the times it writes in the shape Reader.Time reads.
 func (w *Writer) Time(sep byte, name string, t time.Time) {
