@@ -323,7 +323,7 @@ func parseUTC(s []byte) (time.Time, bool) {
 
 // Raw copies a valid JSON value for a json.RawMessage.
 func (r *Reader) Raw(v []byte) json.RawMessage {
-	if !json.Valid(v) {
+	if !Valid(v) {
 		r.ok = false
 		return nil
 	}

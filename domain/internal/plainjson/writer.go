@@ -114,7 +114,7 @@ func (w *Writer) RawValue(m json.RawMessage) {
 		}
 	}
 	if compact {
-		if !json.Valid(m) {
+		if !Valid(m) {
 			w.ok = false
 			return
 		}
