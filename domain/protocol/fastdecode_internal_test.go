@@ -273,14 +273,7 @@ func TestAppendTaskStatusEncodesAsJSONMarshal(t *testing.T) {
 		if i%7 == 0 {
 			st.Time = st.Time.In(time.FixedZone("far", 30*3600))
 		}
-		want, wantErr := json.Marshal(st)
-		got, gotErr := AppendTaskStatus([]byte("prefix"), st)
-		if (wantErr != nil) != (gotErr != nil) {
-			t.Fatalf("%+v: json.Marshal error %v, AppendTaskStatus error %v", st, wantErr, gotErr)
-		}
-		if wantErr == nil && !bytes.Equal(got, append([]byte("prefix"), want...)) {
-			t.Fatalf("%+v:\n json.Marshal     %s\n AppendTaskStatus %s", st, want, got)
-		}
+		checkEncodesAsMarshal(t, st, AppendTaskStatus)
 	}
 }
 
