@@ -1,13 +1,6 @@
 package domain
 
-import (
-	"bytes"
-	"encoding/json"
-	"strconv"
-	"strings"
-	"time"
-	"unicode/utf8"
-)
+import "github.com/sagaengine/saga/domain/internal/plainjson"
 
 // The events every order writes (TaskSubmitted, StepDispatched,
 // StepSucceeded, TaskProcessed) are encoded and decoded here without
@@ -26,55 +19,55 @@ func appendEventJSON(dst []byte, e Event) ([]byte, bool) {
 	if dst == nil {
 		dst = make([]byte, 0, encodedSizeHint(e))
 	}
-	w := jsonWriter{b: dst, ok: true}
+	w := plainjson.NewWriter(dst)
 	switch e := e.(type) {
 	case StepDispatched:
-		w.str('{', "taskId", e.TaskID)
-		w.str(',', "step", e.Step)
-		w.str(',', "agent", e.Agent)
+		w.Str('{', "taskId", e.TaskID)
+		w.Str(',', "step", e.Step)
+		w.Str(',', "agent", e.Agent)
 		if e.Instance != "" {
-			w.str(',', "instance", e.Instance)
+			w.Str(',', "instance", e.Instance)
 		}
-		w.int(',', "attempt", int64(e.Attempt))
-		w.time(',', "completeBy", e.CompleteBy)
-		w.str(',', "lockedBy", e.LockedBy)
-		w.str(',', "idempotencyKey", e.IdempotencyKey)
-		w.time(',', "dispatchedAt", e.DispatchedAt)
+		w.Int(',', "attempt", int64(e.Attempt))
+		w.Time(',', "completeBy", e.CompleteBy)
+		w.Str(',', "lockedBy", e.LockedBy)
+		w.Str(',', "idempotencyKey", e.IdempotencyKey)
+		w.Time(',', "dispatchedAt", e.DispatchedAt)
 	case StepSucceeded:
-		w.str('{', "taskId", e.TaskID)
-		w.str(',', "step", e.Step)
-		w.int(',', "attempt", int64(e.Attempt))
+		w.Str('{', "taskId", e.TaskID)
+		w.Str(',', "step", e.Step)
+		w.Int(',', "attempt", int64(e.Attempt))
 		if len(e.Result) != 0 {
-			w.raw(',', "result", e.Result)
+			w.Raw(',', "result", e.Result)
 		}
-		w.time(',', "at", e.At)
-		w.answer(e.Answer)
+		w.Time(',', "at", e.At)
+		answer(&w, e.Answer)
 	case TaskSubmitted:
-		w.str('{', "taskId", e.TaskID)
-		w.str(',', "workflow", e.Workflow)
+		w.Str('{', "taskId", e.TaskID)
+		w.Str(',', "workflow", e.Workflow)
 		if e.WorkflowVersion != 0 {
-			w.int(',', "workflowVersion", int64(e.WorkflowVersion))
+			w.Int(',', "workflowVersion", int64(e.WorkflowVersion))
 		}
-		w.strs(',', "steps", e.Steps)
+		w.Strs(',', "steps", e.Steps)
 		if e.ReplyTo != "" {
-			w.str(',', "replyTo", e.ReplyTo)
+			w.Str(',', "replyTo", e.ReplyTo)
 		}
-		w.raw(',', "order", e.Order)
-		w.time(',', "submittedAt", e.SubmittedAt)
+		w.Raw(',', "order", e.Order)
+		w.Time(',', "submittedAt", e.SubmittedAt)
 		if e.TraceParent != "" {
-			w.str(',', "traceparent", e.TraceParent)
+			w.Str(',', "traceparent", e.TraceParent)
 		}
 		if e.Priority != "" {
-			w.str(',', "priority", string(e.Priority))
+			w.Str(',', "priority", string(e.Priority))
 		}
 	case TaskProcessed:
-		w.str('{', "taskId", e.TaskID)
-		w.time(',', "at", e.At)
+		w.Str('{', "taskId", e.TaskID)
+		w.Time(',', "at", e.At)
 	default:
 		return dst, false
 	}
-	w.b = append(w.b, '}')
-	return w.b, w.ok
+	w.Byte('}')
+	return w.Bytes(), w.OK()
 }
 
 // encodedSizeHint is about the length of e's JSON, a little over for the
@@ -99,129 +92,14 @@ func encodedSizeHint(e Event) int {
 	}
 }
 
-// jsonWriter appends members of a JSON object; ok turns false, for good, at
-// the first value it cannot write exactly as json.Marshal does.
-type jsonWriter struct {
-	b  []byte
-	ok bool
-}
-
-func (w *jsonWriter) key(sep byte, name string) {
-	w.b = append(w.b, sep, '"')
-	w.b = append(w.b, name...)
-	w.b = append(w.b, '"', ':')
-}
-
-func (w *jsonWriter) str(sep byte, name, s string) {
-	w.key(sep, name)
-	w.quoted(s)
-}
-
-// quoted appends s in quotes if json.Marshal would write it unescaped.
-func (w *jsonWriter) quoted(s string) {
-	if !plainJSONString(s) {
-		w.ok = false
-		return
-	}
-	w.b = append(w.b, '"')
-	w.b = append(w.b, s...)
-	w.b = append(w.b, '"')
-}
-
-func (w *jsonWriter) int(sep byte, name string, n int64) {
-	w.key(sep, name)
-	w.b = strconv.AppendInt(w.b, n, 10)
-}
-
-// time appends t as time.Time.MarshalJSON does, for the times it accepts.
-func (w *jsonWriter) time(sep byte, name string, t time.Time) {
-	w.key(sep, name)
-	if y := t.Year(); y < 0 || y > 9999 {
-		w.ok = false
-		return
-	}
-	if _, offset := t.Zone(); offset <= -24*60*60 || offset >= 24*60*60 || offset%60 != 0 {
-		w.ok = false
-		return
-	}
-	w.b = append(w.b, '"')
-	w.b = t.AppendFormat(w.b, time.RFC3339Nano)
-	w.b = append(w.b, '"')
-}
-
-// raw appends a json.RawMessage as json.Marshal does: null when nil,
-// otherwise validated and compacted; HTML-escaping is left to encoding/json.
-func (w *jsonWriter) raw(sep byte, name string, m json.RawMessage) {
-	w.key(sep, name)
-	if m == nil {
-		w.b = append(w.b, "null"...)
-		return
-	}
-	compact := true
-	for _, c := range m {
-		switch c {
-		case '<', '>', '&', 0xE2: // 0xE2 starts U+2028 and U+2029
-			w.ok = false
-			return
-		case ' ', '\t', '\n', '\r':
-			compact = false
-		}
-	}
-	if compact {
-		if !json.Valid(m) {
-			w.ok = false
-			return
-		}
-		w.b = append(w.b, m...)
-		return
-	}
-	buf := bytes.NewBuffer(w.b)
-	if err := json.Compact(buf, m); err != nil {
-		w.ok = false
-		return
-	}
-	w.b = buf.Bytes()
-}
-
-func (w *jsonWriter) strs(sep byte, name string, ss []string) {
-	w.key(sep, name)
-	if ss == nil {
-		w.b = append(w.b, "null"...)
-		return
-	}
-	w.b = append(w.b, '[')
-	for i, s := range ss {
-		if i > 0 {
-			w.b = append(w.b, ',')
-		}
-		w.quoted(s)
-	}
-	w.b = append(w.b, ']')
-}
-
-func (w *jsonWriter) answer(a Answer) {
+// answer appends an Answer's members, which are inlined in its event.
+func answer(w *plainjson.Writer, a Answer) {
 	if a.Instance != "" {
-		w.str(',', "instance", a.Instance)
+		w.Str(',', "instance", a.Instance)
 	}
 	if a.Tries != 0 {
-		w.int(',', "tries", int64(a.Tries))
+		w.Int(',', "tries", int64(a.Tries))
 	}
-}
-
-// plainJSONString reports whether json.Marshal writes s between quotes as
-// it is: valid UTF-8 with no control character, quote, backslash, HTML
-// character (<, >, &) or line or paragraph separator.
-func plainJSONString(s string) bool {
-	ascii := true
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c < 0x20, c == '"', c == '\\', c == '<', c == '>', c == '&':
-			return false
-		case c >= utf8.RuneSelf:
-			ascii = false
-		}
-	}
-	return ascii || (utf8.ValidString(s) && !strings.ContainsRune(s, '\u2028') && !strings.ContainsRune(s, '\u2029'))
 }
 
 // decodeEventJSON decodes the events appendEventJSON encodes, as
@@ -235,331 +113,97 @@ func decodeEventJSON(eventType string, data []byte) (Event, bool) {
 	default:
 		return nil, false
 	}
-	r := jsonReader{data: data, ok: true}
+	r := plainjson.NewReader(data)
 	switch eventType {
 	case StepDispatchedType:
 		var e StepDispatched
-		for name, v := r.begin(); r.next(&name, &v); {
+		for name, v := r.Begin(); r.Next(&name, &v); {
 			switch string(name) {
 			case "taskId":
-				e.TaskID = r.str(v)
+				e.TaskID = r.Str(v)
 			case "step":
-				e.Step = r.str(v)
+				e.Step = r.Str(v)
 			case "agent":
-				e.Agent = r.str(v)
+				e.Agent = r.Str(v)
 			case "instance":
-				e.Instance = r.str(v)
+				e.Instance = r.Str(v)
 			case "attempt":
-				e.Attempt = r.int(v)
+				e.Attempt = r.Int(v)
 			case "completeBy":
-				e.CompleteBy = r.time(v)
+				e.CompleteBy = r.Time(v)
 			case "lockedBy":
-				e.LockedBy = r.str(v)
+				e.LockedBy = r.Str(v)
 			case "idempotencyKey":
-				e.IdempotencyKey = r.str(v)
+				e.IdempotencyKey = r.Str(v)
 			case "dispatchedAt":
-				e.DispatchedAt = r.time(v)
+				e.DispatchedAt = r.Time(v)
 			default:
-				r.ok = false
+				r.Fail()
 			}
 		}
-		return e, r.ok
+		return e, r.OK()
 	case StepSucceededType:
 		var e StepSucceeded
-		for name, v := r.begin(); r.next(&name, &v); {
+		for name, v := r.Begin(); r.Next(&name, &v); {
 			switch string(name) {
 			case "taskId":
-				e.TaskID = r.str(v)
+				e.TaskID = r.Str(v)
 			case "step":
-				e.Step = r.str(v)
+				e.Step = r.Str(v)
 			case "attempt":
-				e.Attempt = r.int(v)
+				e.Attempt = r.Int(v)
 			case "result":
-				e.Result = r.raw(v)
+				e.Result = r.Raw(v)
 			case "at":
-				e.At = r.time(v)
+				e.At = r.Time(v)
 			case "instance":
-				e.Instance = r.str(v)
+				e.Instance = r.Str(v)
 			case "tries":
-				e.Tries = r.int(v)
+				e.Tries = r.Int(v)
 			default:
-				r.ok = false
+				r.Fail()
 			}
 		}
-		return e, r.ok
+		return e, r.OK()
 	case TaskSubmittedType:
 		var e TaskSubmitted
-		for name, v := r.begin(); r.next(&name, &v); {
+		for name, v := r.Begin(); r.Next(&name, &v); {
 			switch string(name) {
 			case "taskId":
-				e.TaskID = r.str(v)
+				e.TaskID = r.Str(v)
 			case "workflow":
-				e.Workflow = r.str(v)
+				e.Workflow = r.Str(v)
 			case "workflowVersion":
-				e.WorkflowVersion = r.int(v)
+				e.WorkflowVersion = r.Int(v)
 			case "steps":
-				e.Steps = r.strs(v)
+				e.Steps = r.Strs(v)
 			case "replyTo":
-				e.ReplyTo = r.str(v)
+				e.ReplyTo = r.Str(v)
 			case "order":
-				e.Order = r.raw(v)
+				e.Order = r.Raw(v)
 			case "submittedAt":
-				e.SubmittedAt = r.time(v)
+				e.SubmittedAt = r.Time(v)
 			case "traceparent":
-				e.TraceParent = r.str(v)
+				e.TraceParent = r.Str(v)
 			case "priority":
-				e.Priority = Priority(r.str(v))
+				e.Priority = Priority(r.Str(v))
 			default:
-				r.ok = false
+				r.Fail()
 			}
 		}
-		return e, r.ok
+		return e, r.OK()
 	default: // TaskProcessedType
 		var e TaskProcessed
-		for name, v := r.begin(); r.next(&name, &v); {
+		for name, v := r.Begin(); r.Next(&name, &v); {
 			switch string(name) {
 			case "taskId":
-				e.TaskID = r.str(v)
+				e.TaskID = r.Str(v)
 			case "at":
-				e.At = r.time(v)
+				e.At = r.Time(v)
 			default:
-				r.ok = false
+				r.Fail()
 			}
 		}
-		return e, r.ok
+		return e, r.OK()
 	}
-}
-
-// jsonReader reads a JSON object member by member, checking the grammar
-// on the way for what it reads (raw values are checked with json.Valid);
-// ok turns false, for good, at the first thing that is not valid JSON or
-// that it would not read exactly as json.Unmarshal does. It never reads past
-// the end of data.
-type jsonReader struct {
-	data  []byte
-	i     int
-	ok    bool
-	begun bool
-}
-
-func (r *jsonReader) space() {
-	for r.i < len(r.data) {
-		switch r.data[r.i] {
-		case ' ', '\t', '\n', '\r':
-			r.i++
-		default:
-			return
-		}
-	}
-}
-
-// expect moves past c, or fails.
-func (r *jsonReader) expect(c byte) {
-	if r.i >= len(r.data) || r.data[r.i] != c {
-		r.ok = false
-		return
-	}
-	r.i++
-}
-
-// begin starts reading the members of an object.
-func (r *jsonReader) begin() (name, value []byte) {
-	r.space()
-	r.expect('{')
-	return nil, nil
-}
-
-// next reads the next member's name and raw value. It reports false at the
-// object's end, which must end the text too, and once ok is false. Names
-// that need unescaping are left to encoding/json.
-func (r *jsonReader) next(name, value *[]byte) bool {
-	if !r.ok {
-		return false
-	}
-	r.space()
-	if r.i >= len(r.data) {
-		r.ok = false
-		return false
-	}
-	if r.data[r.i] == '}' {
-		r.i++
-		r.space()
-		r.ok = r.i == len(r.data)
-		return false
-	}
-	if r.begun {
-		r.expect(',')
-		r.space()
-	}
-	r.begun = true
-	n := r.value()
-	if len(n) < 2 || n[0] != '"' || !plainJSONText(n[1:len(n)-1]) {
-		r.ok = false
-		return false
-	}
-	r.space()
-	r.expect(':')
-	r.space()
-	*name = n[1 : len(n)-1]
-	*value = r.value()
-	return r.ok
-}
-
-// value returns the extent of the value starting at r.i and moves past it;
-// what is inside is checked by whoever reads it.
-func (r *jsonReader) value() []byte {
-	start := r.i
-	if r.i >= len(r.data) {
-		r.ok = false
-		return nil
-	}
-	switch r.data[r.i] {
-	case '"':
-		r.skipString()
-	case '{', '[':
-		depth := 0
-		for r.ok {
-			if r.i >= len(r.data) {
-				r.ok = false
-				break
-			}
-			switch r.data[r.i] {
-			case '"':
-				r.skipString()
-				continue
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-			}
-			r.i++
-			if depth == 0 {
-				break
-			}
-		}
-	default: // a number, true, false or null
-		for r.i < len(r.data) {
-			switch r.data[r.i] {
-			case ',', '}', ']', ':', ' ', '\t', '\n', '\r':
-				return r.data[start:r.i]
-			}
-			r.i++
-		}
-	}
-	return r.data[start:r.i]
-}
-
-// skipString moves past the string starting at r.i.
-func (r *jsonReader) skipString() {
-	for r.i++; r.i < len(r.data); r.i++ {
-		switch r.data[r.i] {
-		case '\\':
-			r.i++
-		case '"':
-			r.i++
-			return
-		}
-	}
-	r.ok = false
-}
-
-// str reads a string that needs no unescaping.
-func (r *jsonReader) str(v []byte) string {
-	if len(v) < 2 || v[0] != '"' || v[len(v)-1] != '"' || !plainJSONText(v[1:len(v)-1]) {
-		r.ok = false
-		return ""
-	}
-	return string(v[1 : len(v)-1])
-}
-
-// plainJSONText reports whether b is the inside of a JSON string that
-// json.Unmarshal reads as it is: valid UTF-8 with no escape, quote or
-// control character.
-func plainJSONText(b []byte) bool {
-	ascii := true
-	for _, c := range b {
-		switch {
-		case c < 0x20, c == '"', c == '\\':
-			return false
-		case c >= utf8.RuneSelf:
-			ascii = false
-		}
-	}
-	return ascii || utf8.Valid(b)
-}
-
-// int reads an integer, written as JSON writes one, that fits an int.
-func (r *jsonReader) int(v []byte) int {
-	digits := v
-	if len(digits) > 0 && digits[0] == '-' {
-		digits = digits[1:]
-	}
-	if len(digits) == 0 || (digits[0] == '0' && len(digits) > 1) {
-		r.ok = false
-		return 0
-	}
-	for _, c := range digits {
-		if c < '0' || c > '9' {
-			r.ok = false
-			return 0
-		}
-	}
-	n, err := strconv.ParseInt(string(v), 10, strconv.IntSize)
-	if err != nil {
-		r.ok = false
-	}
-	return int(n)
-}
-
-// time reads a time written as time.Time.MarshalJSON writes it, and only
-// such a time: it must format back to the same text.
-func (r *jsonReader) time(v []byte) time.Time {
-	s := r.str(v)
-	if !r.ok {
-		return time.Time{}
-	}
-	t, err := time.Parse(time.RFC3339Nano, s)
-	if _, offset := t.Zone(); err != nil || t.Year() < 0 || t.Year() > 9999 || offset <= -24*60*60 || offset >= 24*60*60 {
-		r.ok = false
-		return time.Time{}
-	}
-	var buf [64]byte
-	if string(t.AppendFormat(buf[:0], time.RFC3339Nano)) != s {
-		r.ok = false
-	}
-	return t
-}
-
-// raw copies a valid JSON value for a json.RawMessage.
-func (r *jsonReader) raw(v []byte) json.RawMessage {
-	if !json.Valid(v) {
-		r.ok = false
-		return nil
-	}
-	return append(json.RawMessage(nil), v...)
-}
-
-// strs reads an array of strings, or null.
-func (r *jsonReader) strs(v []byte) []string {
-	if string(v) == "null" {
-		return nil
-	}
-	sub := jsonReader{data: v, ok: true}
-	sub.expect('[')
-	out := []string{}
-	for sub.ok {
-		sub.space()
-		if sub.i < len(v) && v[sub.i] == ']' {
-			sub.i++
-			sub.ok = sub.i == len(v)
-			break
-		}
-		if len(out) > 0 {
-			sub.expect(',')
-			sub.space()
-		}
-		out = append(out, sub.str(sub.value()))
-	}
-	r.ok = r.ok && sub.ok
-	return out
 }

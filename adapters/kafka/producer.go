@@ -196,7 +196,7 @@ var _ processes.Alerts = (*Producer)(nil)
 // saga.status and every other task's statuses. A status saga.status refuses
 // does make Flush fail, so the publisher sends it again.
 func (p *Producer) PublishStatus(_ context.Context, st protocol.TaskStatus) {
-	body, err := json.Marshal(st)
+	body, err := protocol.AppendTaskStatus(make([]byte, 0, 256+len(st.Result)), st)
 	if err != nil {
 		p.failStatus(err)
 		return

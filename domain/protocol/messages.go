@@ -102,21 +102,29 @@ type Route struct {
 
 // ParseExecuteStep decodes and validates a command.
 func ParseExecuteStep(body []byte) (ExecuteStep, error) {
-	var c ExecuteStep
-	if err := strictDecode(body, &c); err != nil {
-		return c, invalidf("command: %v", err)
+	c, plain := parseExecuteStepPlain(body)
+	if !plain {
+		c = ExecuteStep{}
+		if err := strictDecode(body, &c); err != nil {
+			return c, invalidf("command: %v", err)
+		}
 	}
+	return c, validExecuteStep(c)
+}
+
+// validExecuteStep checks a decoded command.
+func validExecuteStep(c ExecuteStep) error {
 	switch {
 	case c.TaskID == "" || c.Step == "" || c.IdempotencyKey == "":
-		return c, invalidf("command lacks taskId, step or idempotencyKey")
+		return invalidf("command lacks taskId, step or idempotencyKey")
 	case c.Attempt < 1:
-		return c, invalidf("command attempt %d is not positive", c.Attempt)
+		return invalidf("command attempt %d is not positive", c.Attempt)
 	case c.CompleteBy.IsZero():
-		return c, invalidf("command has no completeBy")
+		return invalidf("command has no completeBy")
 	case c.Action != ActionExecute && c.Action != ActionCompensate:
-		return c, invalidf("command action %q is neither %s nor %s", c.Action, ActionExecute, ActionCompensate)
+		return invalidf("command action %q is neither %s nor %s", c.Action, ActionExecute, ActionCompensate)
 	}
-	return c, nil
+	return nil
 }
 
 // TemplateData is what the command's templates (an HTTP step's URL and

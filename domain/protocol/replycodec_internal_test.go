@@ -34,18 +34,25 @@ func randomReply(rng *rand.Rand) StepReply {
 	return r
 }
 
+// checkEncodesAsMarshal fails unless appendJSON appends to a buffer what
+// json.Marshal gives for v, and fails exactly when json.Marshal does.
+func checkEncodesAsMarshal[T any](t *testing.T, v T, appendJSON func([]byte, T) ([]byte, error)) {
+	t.Helper()
+	want, wantErr := json.Marshal(v)
+	got, gotErr := appendJSON([]byte("prefix"), v)
+	if (wantErr != nil) != (gotErr != nil) {
+		t.Fatalf("%+v: json.Marshal error %v, the encoder's %v", v, wantErr, gotErr)
+	}
+	if wantErr == nil && !bytes.Equal(got, append([]byte("prefix"), want...)) {
+		t.Fatalf("%+v:\n json.Marshal %s\n the encoder  %s", v, want, got)
+	}
+}
+
 func TestAppendStepReplyEncodesAsJSONMarshal(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := 0; i < 20000; i++ {
 		r := randomReply(rng)
-		want, wantErr := json.Marshal(r)
-		got, gotErr := AppendStepReply([]byte("prefix"), r)
-		if (wantErr != nil) != (gotErr != nil) {
-			t.Fatalf("%+v: json.Marshal error %v, AppendStepReply error %v", r, wantErr, gotErr)
-		}
-		if wantErr == nil && !bytes.Equal(got, append([]byte("prefix"), want...)) {
-			t.Fatalf("%+v:\n json.Marshal     %s\n AppendStepReply %s", r, want, got)
-		}
+		checkEncodesAsMarshal(t, r, AppendStepReply)
 	}
 }
 
@@ -165,14 +172,7 @@ func TestAppendExecuteStepEncodesAsJSONMarshal(t *testing.T) {
 		if i%2 == 0 {
 			c = randomCommand(rng, plainStrings, plainResults)
 		}
-		want, wantErr := json.Marshal(c)
-		got, gotErr := AppendExecuteStep([]byte("prefix"), c)
-		if (wantErr != nil) != (gotErr != nil) {
-			t.Fatalf("%+v: json.Marshal error %v, AppendExecuteStep error %v", c, wantErr, gotErr)
-		}
-		if wantErr == nil && !bytes.Equal(got, append([]byte("prefix"), want...)) {
-			t.Fatalf("%+v:\n json.Marshal       %s\n AppendExecuteStep %s", c, want, got)
-		}
+		checkEncodesAsMarshal(t, c, AppendExecuteStep)
 	}
 }
 

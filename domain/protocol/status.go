@@ -70,9 +70,12 @@ type TaskStatus struct {
 
 // ParseTaskStatus decodes and validates a status message.
 func ParseTaskStatus(body []byte) (TaskStatus, error) {
-	var s TaskStatus
-	if err := strictDecode(body, &s); err != nil {
-		return s, invalidf("status: %v", err)
+	s, plain := parseTaskStatusPlain(body)
+	if !plain {
+		s = TaskStatus{}
+		if err := strictDecode(body, &s); err != nil {
+			return s, invalidf("status: %v", err)
+		}
 	}
 	if s.OrderID == "" || s.Status == "" {
 		return s, invalidf("status lacks orderId or status")
