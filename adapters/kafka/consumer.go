@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
@@ -609,10 +610,24 @@ func (c *consumer) busy(parts map[partition]bool) bool {
 	return false
 }
 
+// inbound is r as the processes see it. Its key and header values are
+// copied into one string, one allocation rather than one each.
 func inbound(r *kgo.Record) processes.Inbound {
+	n := len(r.Key)
+	for _, h := range r.Headers {
+		n += len(h.Value)
+	}
+	var b strings.Builder
+	b.Grow(n)
+	b.Write(r.Key)
+	for _, h := range r.Headers {
+		b.Write(h.Value)
+	}
+	all := b.String()
+	key, rest := all[:len(r.Key)], all[len(r.Key):]
 	headers := make(map[string]string, len(r.Headers))
 	for _, h := range r.Headers {
-		headers[h.Key] = string(h.Value)
+		headers[h.Key], rest = rest[:len(h.Value)], rest[len(h.Value):]
 	}
-	return processes.Inbound{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: string(r.Key), Value: r.Value, Headers: headers}
+	return processes.Inbound{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: key, Value: r.Value, Headers: headers}
 }

@@ -90,11 +90,21 @@ func (p *Producer) TracedRecord(topic, key, ceType string, body []byte, parent s
 // JSON body and parent as its traceparent (protocol.Headers).
 func NewRecord(topic, key, ceType, source string, body []byte, parent string) *kgo.Record {
 	hs := protocol.Headers(ceType, source, key, parent, time.Now())
-	headers := make([]kgo.RecordHeader, len(hs))
-	for i, h := range hs {
-		headers[i] = kgo.RecordHeader{Key: h.Key, Value: []byte(h.Value)}
+	// The key and the header values share one buffer: one allocation
+	// rather than one each.
+	n := len(key)
+	for _, h := range hs {
+		n += len(h.Value)
 	}
-	return &kgo.Record{Topic: topic, Key: []byte(key), Value: body, Headers: headers}
+	buf := make([]byte, 0, n)
+	buf = append(buf, key...)
+	rec := &kgo.Record{Topic: topic, Key: buf[:len(key):len(key)], Value: body, Headers: make([]kgo.RecordHeader, len(hs))}
+	for i, h := range hs {
+		start := len(buf)
+		buf = append(buf, h.Value...)
+		rec.Headers[i] = kgo.RecordHeader{Key: h.Key, Value: buf[start:len(buf):len(buf)]}
+	}
+	return rec
 }
 
 // SendCommand produces cmd to its agent's topic of the command's priority
