@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -111,9 +112,9 @@ type consumer struct {
 	queues   map[string][]*kgo.Record // per key; present while a worker runs
 	inflight int
 	workers  sync.WaitGroup
-	// jobs hands a key's first record to an idle worker; stopped ends
-	// the idle workers once the loop stops.
-	jobs    chan job
+	// idle are the workers waiting for a key, the last to finish on top;
+	// stopped ends them once the loop stops.
+	idle    []*worker
 	stopped chan struct{}
 	// held are the records polled and not started yet, per band (by
 	// domain.Priority.Rank), in the order polled; only with Band.
@@ -134,7 +135,7 @@ func Consume(ctx context.Context, cfg ConsumerConfig, handler Handler) error {
 		cfg.MaxInFlight = 1024
 	}
 	c := &consumer{ctx: ctx, cfg: cfg, handler: handler, tracks: map[partition]*tracker{}, queues: map[string][]*kgo.Record{},
-		jobs: make(chan job), stopped: make(chan struct{})}
+		stopped: make(chan struct{})}
 	c.changed = sync.NewCond(&c.mu)
 	opts := append([]kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
@@ -398,12 +399,27 @@ func (c *consumer) start(r *kgo.Record) {
 		return
 	}
 	c.queues[key] = nil
-	select {
-	case c.jobs <- job{key, r}:
-	default:
-		c.workers.Add(1)
-		go c.worker(key, r)
+	if n := len(c.idle); n > 0 {
+		w := c.idle[n-1]
+		c.idle[n-1], c.idle = nil, c.idle[:n-1]
+		w.jobs <- job{key, r}
+		return
 	}
+	c.workers.Add(1)
+	go c.run(&worker{jobs: make(chan job, 1)}, key, r)
+}
+
+// worker handles keys' records, one key at a time, and then waits for the
+// next key. Workers are kept rather than started per key: a new goroutine
+// starts on a small stack, and a handler's depth made every one grow its
+// stack several times, copying it each time (in the agents, 37 µs of CPU
+// per order). The worker that finished last is the next to start (its
+// stack is the least likely to have been shrunk by the collector since),
+// so the others idle out after idleWorkerLife: as many are kept as keys
+// were handled at once in that time.
+type worker struct {
+	// jobs holds the key the worker is given, once it is off the idle list.
+	jobs chan job
 }
 
 // job is a key's first record, for a worker to handle with the key's
@@ -417,32 +433,38 @@ type job struct {
 // before it ends.
 const idleWorkerLife = 10 * time.Second
 
-// worker handles keys' records, one key at a time, and then waits for the
-// next key. Workers are kept rather than started per key: a new goroutine
-// starts on a small stack, and a handler's depth made every one grow its
-// stack several times, copying it each time (about a tenth of the agents'
-// CPU). At most as many exist as records were ever in flight at once
-// (MaxInFlight); one idle for idleWorkerLife ends.
-func (c *consumer) worker(key string, r *kgo.Record) {
+// run is worker w's life: key's records, then the keys it is given.
+func (c *consumer) run(w *worker, key string, r *kgo.Record) {
 	defer c.workers.Done()
 	idle := time.NewTimer(idleWorkerLife)
 	defer idle.Stop()
 	for {
-		c.work(key, r)
+		c.work(w, key, r)
 		idle.Reset(idleWorkerLife)
 		select {
-		case j := <-c.jobs:
+		case j := <-w.jobs:
 			key, r = j.key, j.r
+			continue
 		case <-idle.C:
-			return
 		case <-c.stopped:
+		}
+		c.mu.Lock()
+		if i := slices.Index(c.idle, w); i >= 0 {
+			c.idle = slices.Delete(c.idle, i, i+1)
+			c.mu.Unlock()
 			return
 		}
+		c.mu.Unlock()
+		// Given a key as it stopped waiting: the job is in w.jobs (start
+		// sends it while it holds mu).
+		j := <-w.jobs
+		key, r = j.key, j.r
 	}
 }
 
-// work handles the records of one key in order.
-func (c *consumer) work(key string, r *kgo.Record) {
+// work handles the records of one key in order, then puts w on the idle
+// list.
+func (c *consumer) work(w *worker, key string, r *kgo.Record) {
 	for r != nil {
 		handled := c.handle(r)
 		c.mu.Lock()
@@ -459,6 +481,7 @@ func (c *consumer) work(key string, r *kgo.Record) {
 			r, c.queues[key] = q[0], q[1:]
 		} else {
 			delete(c.queues, key)
+			c.idle = append(c.idle, w)
 		}
 		c.mu.Unlock()
 	}
