@@ -430,8 +430,8 @@ type job struct {
 }
 
 // idleWorkerLife is how long a worker with nothing to do waits for a key
-// before it ends.
-const idleWorkerLife = 10 * time.Second
+// before it ends (a variable for tests).
+var idleWorkerLife = 10 * time.Second
 
 // run is worker w's life: key's records, then the keys it is given.
 func (c *consumer) run(w *worker, key string, r *kgo.Record) {

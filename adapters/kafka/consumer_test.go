@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -99,4 +102,54 @@ func TestConsumerKeepsKeyOrderAndLosesNothingWhenStopped(t *testing.T) {
 			require.Equal(t, b[i-1]+1, b[i], "key %s handled out of order: %v", key, b)
 		}
 	}
+}
+
+// consumeWorkers counts the goroutines working for or waiting in a
+// consume loop.
+func consumeWorkers() int {
+	var b strings.Builder
+	_ = pprof.Lookup("goroutine").WriteTo(&b, 2)
+	return strings.Count(b.String(), "kafka.(*consumer).run(")
+}
+
+// TestConsumerWorkersIdleOut: the workers a burst of keys needed end once
+// idle, while the loop goes on; none is left once it stops.
+func TestConsumerWorkersIdleOut(t *testing.T) {
+	defer kafka.SetIdleWorkerLife(50 * time.Millisecond)()
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "burst"))
+	require.NoError(t, err)
+	t.Cleanup(cluster.Close)
+	producer, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...))
+	require.NoError(t, err)
+	t.Cleanup(producer.Close)
+	ctx := testContext(t)
+	var recs []*kgo.Record
+	for k := range 64 {
+		recs = append(recs, &kgo.Record{Topic: "burst", Key: fmt.Appendf(nil, "k%d", k)})
+	}
+	require.NoError(t, producer.ProduceSync(ctx, recs...).FirstErr())
+
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	release := make(chan struct{})
+	var handled atomic.Int32
+	done := make(chan error, 1)
+	go func() {
+		done <- kafka.Consume(runCtx, kafka.ConsumerConfig{Brokers: cluster.ListenAddrs(), Group: "g", Topics: []string{"burst"},
+			MaxInFlight: 16, Logger: slog.New(slog.DiscardHandler)},
+			func(context.Context, processes.Inbound) error {
+				<-release
+				handled.Add(1)
+				return nil
+			})
+	}()
+	// 16 keys at once hold 16 workers, and no more.
+	require.Eventually(t, func() bool { return consumeWorkers() >= 16 }, 10*time.Second, 5*time.Millisecond)
+	assert.Equal(t, 16, consumeWorkers(), "workers beyond the records in flight")
+	close(release)
+	require.Eventually(t, func() bool { return handled.Load() == int32(len(recs)) }, 10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return consumeWorkers() == 0 }, 10*time.Second, 10*time.Millisecond, "idle workers did not end")
+	stop()
+	require.NoError(t, <-done)
+	assert.Zero(t, consumeWorkers())
 }
