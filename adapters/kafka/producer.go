@@ -135,11 +135,16 @@ func (p *Producer) SendCommand(_ context.Context, cmd protocol.ExecuteStep) erro
 
 // SendReply produces a reply and waits until the broker has it.
 func (p *Producer) SendReply(ctx context.Context, reply protocol.StepReply) error {
-	body, err := protocol.AppendStepReply(nil, reply)
+	body, err := encodeReply(reply)
 	if err != nil {
 		return errors.Wrap(err, "encode reply")
 	}
 	return p.produceSync(ctx, p.TracedRecord(protocol.RepliesTopic, reply.TaskID, protocol.StepReplyMessageType, body, reply.TraceParent))
+}
+
+// encodeReply encodes reply into a buffer sized for it at once.
+func encodeReply(reply protocol.StepReply) ([]byte, error) {
+	return protocol.AppendStepReply(make([]byte, 0, 384+len(reply.Result)+len(reply.Reason)), reply)
 }
 
 // DeadLetter copies msg, byte for byte with its headers, to the dead-letter

@@ -61,3 +61,18 @@ func BenchmarkInbound(b *testing.B) {
 		sinkInbound = inbound(rec)
 	}
 }
+
+func BenchmarkSendReplyEncoding(b *testing.B) {
+	reply := protocol.StepReply{TaskID: "0190b0a4-7c1e-7b5e-9a51-3c2f1d0e4b6a", Step: "reserve-stock", Action: "reserve", Outcome: "succeeded",
+		Agent: "inventory", Instance: "inventory-1", Result: []byte(`{"reservation":"r-123456","items":2}`)}
+	b.ReportAllocs()
+	for b.Loop() {
+		body, err := encodeReply(reply)
+		if err != nil {
+			b.Fatal(err)
+		}
+		sinkBody = body
+	}
+}
+
+var sinkBody []byte
