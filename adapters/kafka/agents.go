@@ -198,7 +198,7 @@ func (d *AgentDirectory) Stats() AgentDirectoryStats {
 // every instance of agent live at now, by instance.
 func (d *AgentDirectory) Instances(agent string, now time.Time) []protocol.AgentHeartbeat {
 	d.mu.Lock()
-	var out []protocol.AgentHeartbeat
+	out := make([]protocol.AgentHeartbeat, 0, len(d.byAgent[agent]))
 	for key := range d.byAgent[agent] {
 		if h := d.instances[key]; h.Live(now) {
 			out = append(out, h)

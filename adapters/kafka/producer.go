@@ -90,11 +90,21 @@ func (p *Producer) TracedRecord(topic, key, ceType string, body []byte, parent s
 // JSON body and parent as its traceparent (protocol.Headers).
 func NewRecord(topic, key, ceType, source string, body []byte, parent string) *kgo.Record {
 	hs := protocol.Headers(ceType, source, key, parent, time.Now())
-	headers := make([]kgo.RecordHeader, len(hs))
-	for i, h := range hs {
-		headers[i] = kgo.RecordHeader{Key: h.Key, Value: []byte(h.Value)}
+	// The key and the header values share one buffer: one allocation
+	// rather than one each.
+	n := len(key)
+	for _, h := range hs {
+		n += len(h.Value)
 	}
-	return &kgo.Record{Topic: topic, Key: []byte(key), Value: body, Headers: headers}
+	buf := make([]byte, 0, n)
+	buf = append(buf, key...)
+	rec := &kgo.Record{Topic: topic, Key: buf[:len(key):len(key)], Value: body, Headers: make([]kgo.RecordHeader, len(hs))}
+	for i, h := range hs {
+		start := len(buf)
+		buf = append(buf, h.Value...)
+		rec.Headers[i] = kgo.RecordHeader{Key: h.Key, Value: buf[start:len(buf):len(buf)]}
+	}
+	return rec
 }
 
 // SendCommand produces cmd to its agent's topic of the command's priority
@@ -125,11 +135,16 @@ func (p *Producer) SendCommand(_ context.Context, cmd protocol.ExecuteStep) erro
 
 // SendReply produces a reply and waits until the broker has it.
 func (p *Producer) SendReply(ctx context.Context, reply protocol.StepReply) error {
-	body, err := protocol.AppendStepReply(nil, reply)
+	body, err := encodeReply(reply)
 	if err != nil {
 		return errors.Wrap(err, "encode reply")
 	}
 	return p.produceSync(ctx, p.TracedRecord(protocol.RepliesTopic, reply.TaskID, protocol.StepReplyMessageType, body, reply.TraceParent))
+}
+
+// encodeReply encodes reply into a buffer sized for it at once.
+func encodeReply(reply protocol.StepReply) ([]byte, error) {
+	return protocol.AppendStepReply(make([]byte, 0, 384+len(reply.Result)+len(reply.Reason)), reply)
 }
 
 // DeadLetter copies msg, byte for byte with its headers, to the dead-letter

@@ -5,8 +5,10 @@ package tracing
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/hex"
 	"log/slog"
+	"math/rand/v2"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -92,18 +94,48 @@ func SpanContextOf(traceparent string) (trace.SpanContext, bool) {
 	if !ValidTraceParent(traceparent) {
 		return trace.SpanContext{}, false
 	}
-	tid, err1 := trace.TraceIDFromHex(traceparent[3:35])
-	sid, err2 := trace.SpanIDFromHex(traceparent[36:52])
-	flags, err3 := hex.DecodeString(traceparent[53:55])
-	if err1 != nil || err2 != nil || err3 != nil {
-		return trace.SpanContext{}, false
-	}
+	// ValidTraceParent checked the lowercase hex digits: decode them in
+	// place (otel's TraceIDFromHex copies them twice and checks them again;
+	// every message consumed pays this).
+	var tid trace.TraceID
+	var sid trace.SpanID
+	var flags [1]byte
+	unhex(tid[:], traceparent[3:35])
+	unhex(sid[:], traceparent[36:52])
+	unhex(flags[:], traceparent[53:55])
 	return trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.TraceFlags(flags[0]), Remote: true}), true
+}
+
+// unhex decodes the lowercase hex digits of s into dst, len(s)/2 bytes.
+func unhex(dst []byte, s string) {
+	for i := range dst {
+		dst[i] = nibble(s[2*i])<<4 | nibble(s[2*i+1])
+	}
+}
+
+func nibble(c byte) byte {
+	if c >= 'a' {
+		return c - 'a' + 10
+	}
+	return c - '0'
 }
 
 // formatTraceParent formats a span context as a W3C traceparent.
 func formatTraceParent(sc trace.SpanContext) string {
-	return "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-" + sc.TraceFlags().String()
+	tid, sid := sc.TraceID(), sc.SpanID()
+	return traceParent(tid[:], sid[:], byte(sc.TraceFlags()))
+}
+
+// traceParent formats a W3C traceparent, in one allocation.
+func traceParent(tid, sid []byte, flags byte) string {
+	var b [55]byte
+	copy(b[:], "00-")
+	hex.Encode(b[3:35], tid)
+	b[35] = '-'
+	hex.Encode(b[36:52], sid)
+	b[52] = '-'
+	hex.Encode(b[53:55], []byte{flags})
+	return string(b[:])
 }
 
 // WithTraceParent returns ctx with traceparent as the remote parent of the
@@ -134,7 +166,10 @@ func OutgoingTraceParent(ctx context.Context, fallback string) string {
 		return tp
 	}
 	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
-		return ChildTraceParent(formatTraceParent(sc))
+		tid := sc.TraceID()
+		var sid [8]byte
+		binary.LittleEndian.PutUint64(sid[:], rand.Uint64()|1) // never all zero
+		return traceParent(tid[:], sid[:], byte(sc.TraceFlags()))
 	}
 	return ChildTraceParent(fallback)
 }
