@@ -27,12 +27,6 @@ import (
 // one starts each key at or before the first record not handled.
 func TestConsumerKeepsKeyOrderAndLosesNothingWhenStopped(t *testing.T) {
 	const keys, perKey = 20, 15
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "work"))
-	require.NoError(t, err)
-	t.Cleanup(cluster.Close)
-	producer, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...))
-	require.NoError(t, err)
-	t.Cleanup(producer.Close)
 	ctx := testContext(t)
 	var recs []*kgo.Record
 	for seq := range perKey {
@@ -40,7 +34,7 @@ func TestConsumerKeepsKeyOrderAndLosesNothingWhenStopped(t *testing.T) {
 			recs = append(recs, &kgo.Record{Topic: "work", Key: fmt.Appendf(nil, "k%d", k), Value: fmt.Appendf(nil, "k%d:%d", k, seq)})
 		}
 	}
-	require.NoError(t, producer.ProduceSync(ctx, recs...).FirstErr())
+	cluster := clusterWith(t, ctx, 3, recs)
 
 	// run consumes until enough says so, and returns the sequence numbers
 	// handled per key, in the order handled.
@@ -104,6 +98,20 @@ func TestConsumerKeepsKeyOrderAndLosesNothingWhenStopped(t *testing.T) {
 	}
 }
 
+// clusterWith starts a broker whose topic (that of recs, all on one topic)
+// has the given partitions, and produces recs to it.
+func clusterWith(t *testing.T, ctx context.Context, partitions int32, recs []*kgo.Record) *kfake.Cluster {
+	t.Helper()
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, recs[0].Topic))
+	require.NoError(t, err)
+	t.Cleanup(cluster.Close)
+	producer, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...))
+	require.NoError(t, err)
+	defer producer.Close()
+	require.NoError(t, producer.ProduceSync(ctx, recs...).FirstErr())
+	return cluster
+}
+
 // consumeWorkers counts the goroutines working for or waiting in a
 // consume loop.
 func consumeWorkers() int {
@@ -116,18 +124,12 @@ func consumeWorkers() int {
 // idle, while the loop goes on; none is left once it stops.
 func TestConsumerWorkersIdleOut(t *testing.T) {
 	defer kafka.SetIdleWorkerLife(50 * time.Millisecond)()
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "burst"))
-	require.NoError(t, err)
-	t.Cleanup(cluster.Close)
-	producer, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...))
-	require.NoError(t, err)
-	t.Cleanup(producer.Close)
 	ctx := testContext(t)
 	var recs []*kgo.Record
 	for k := range 64 {
 		recs = append(recs, &kgo.Record{Topic: "burst", Key: fmt.Appendf(nil, "k%d", k)})
 	}
-	require.NoError(t, producer.ProduceSync(ctx, recs...).FirstErr())
+	cluster := clusterWith(t, ctx, 2, recs)
 
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
