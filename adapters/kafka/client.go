@@ -68,6 +68,48 @@ func newClient(brokers []string, autoCreate bool, opts ...kgo.Opt) (*kgo.Client,
 	return client, errors.Wrapf(err, "kafka client for %v", brokers)
 }
 
+// Names of the producer compression codecs CompressionOpt accepts; they
+// are the values of sagad's --kafka-compression besides auto.
+const (
+	CompressionNone   = "none"
+	CompressionSnappy = "snappy"
+	CompressionLZ4    = "lz4"
+	CompressionZstd   = "zstd"
+	CompressionGzip   = "gzip"
+)
+
+// CompressionNames lists the names CompressionOpt accepts.
+var CompressionNames = []string{CompressionNone, CompressionSnappy, CompressionLZ4, CompressionZstd, CompressionGzip}
+
+// ErrUnknownCompression is returned by CompressionOpt for a name that is
+// not one of CompressionNames.
+var ErrUnknownCompression = errors.New("unknown Kafka compression")
+
+// CompressionOpt is the producer option that compresses every record batch
+// with the named codec (one of CompressionNames); none sends batches
+// uncompressed and spends no CPU on it. A codec the broker does not
+// support falls back to none, and a batch that compression does not make
+// smaller is sent uncompressed, as with franz-go's default (snappy).
+// Consumers read every codec whatever their own setting.
+func CompressionOpt(name string) (kgo.Opt, error) {
+	var codec kgo.CompressionCodec
+	switch name {
+	case CompressionNone:
+		return kgo.ProducerBatchCompression(kgo.NoCompression()), nil
+	case CompressionSnappy:
+		codec = kgo.SnappyCompression()
+	case CompressionLZ4:
+		codec = kgo.Lz4Compression()
+	case CompressionZstd:
+		codec = kgo.ZstdCompression()
+	case CompressionGzip:
+		codec = kgo.GzipCompression()
+	default:
+		return nil, errors.Newf("%w %q: want one of %s", ErrUnknownCompression, name, strings.Join(CompressionNames, ", "))
+	}
+	return kgo.ProducerBatchCompression(codec, kgo.NoCompression()), nil
+}
+
 // EnsureTopics creates the topics that do not exist yet.
 func EnsureTopics(ctx context.Context, client *kgo.Client, partitions int32, topics ...string) error {
 	adm := kadm.NewClient(client)

@@ -1,0 +1,76 @@
+package kafka_test
+
+import (
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sagaengine/saga/adapters/kafka"
+	"github.com/sagaengine/saga/adapters/kafka/broker"
+)
+
+// batchCodecs records the compression codec of every record batch a
+// consumer fetches, by topic.
+type batchCodecs struct {
+	mu    sync.Mutex
+	codes map[string][]uint8
+}
+
+func (b *batchCodecs) OnFetchBatchRead(_ kgo.BrokerMetadata, topic string, _ int32, m kgo.FetchBatchMetrics) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.codes[topic] = append(b.codes[topic], m.CompressionType)
+}
+
+// TestCompressionOptCompressesWithTheNamedCodec produces a compressible
+// record with each codec name to the embedded broker and reads back the
+// batch: its compression type (attributes' low bits) is the named codec's.
+// An unknown name is refused with ErrUnknownCompression, naming the
+// accepted ones.
+func TestCompressionOptCompressesWithTheNamedCodec(t *testing.T) {
+	want := map[string]uint8{kafka.CompressionNone: 0, kafka.CompressionGzip: 1, kafka.CompressionSnappy: 2, kafka.CompressionLZ4: 3, kafka.CompressionZstd: 4}
+	require.ElementsMatch(t, kafka.CompressionNames, []string{"none", "gzip", "snappy", "lz4", "zstd"})
+	topics := make([]string, 0, len(want))
+	for name := range want {
+		topics = append(topics, "compressed."+name)
+	}
+	b, err := broker.Start(broker.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Partitions: 1, Topics: topics, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	t.Cleanup(b.Close) // after the clients
+	ctx := testContext(t)
+	value := []byte(strings.Repeat("compress me ", 500))
+	for name := range want {
+		opt, err := kafka.CompressionOpt(name)
+		require.NoError(t, err, name)
+		producer := newClient(t, b, opt)
+		require.NoError(t, producer.ProduceSync(ctx, &kgo.Record{Topic: "compressed." + name, Value: value}).FirstErr(), name)
+	}
+
+	seen := &batchCodecs{codes: map[string][]uint8{}}
+	consumer := newClient(t, b, kgo.ConsumeTopics(topics...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.WithHooks(seen))
+	for read := 0; read < len(want); {
+		fetches := consumer.PollFetches(ctx)
+		require.NoError(t, ctx.Err())
+		fetches.EachRecord(func(r *kgo.Record) {
+			assert.Equal(t, value, r.Value, "%s reads back whole", r.Topic)
+			read++
+		})
+	}
+	seen.mu.Lock()
+	defer seen.mu.Unlock()
+	for name, code := range want {
+		assert.Equal(t, []uint8{code}, seen.codes["compressed."+name], name)
+	}
+
+	for _, bad := range []string{"", "auto", "Snappy", "brotli"} {
+		opt, err := kafka.CompressionOpt(bad)
+		assert.Nil(t, opt, bad)
+		require.ErrorIs(t, err, kafka.ErrUnknownCompression, bad)
+		assert.ErrorContains(t, err, "want one of none, snappy, lz4, zstd, gzip", bad)
+	}
+}
