@@ -90,12 +90,16 @@ var ErrUnknownCompression = errors.New("unknown Kafka compression")
 // uncompressed and spends no CPU on it. A codec the broker does not
 // support falls back to none, and a batch that compression does not make
 // smaller is sent uncompressed, as with franz-go's default (snappy).
-// Consumers read every codec whatever their own setting.
+// Consumers read every codec whatever their own setting. The option may
+// be given to any number of clients, made concurrently.
 func CompressionOpt(name string) (kgo.Opt, error) {
 	var codec kgo.CompressionCodec
 	switch name {
 	case CompressionNone:
-		return kgo.ProducerBatchCompression(kgo.NoCompression()), nil
+		// No preference at all: franz-go then makes no compressor. (A
+		// preference slice would be shared by every client given the
+		// option, and franz-go writes into it as it makes each one.)
+		return kgo.ProducerBatchCompression(), nil
 	case CompressionSnappy:
 		codec = kgo.SnappyCompression()
 	case CompressionLZ4:
@@ -107,7 +111,13 @@ func CompressionOpt(name string) (kgo.Opt, error) {
 	default:
 		return nil, errors.Newf("%w %q: want one of %s", ErrUnknownCompression, name, strings.Join(CompressionNames, ", "))
 	}
-	return kgo.ProducerBatchCompression(codec, kgo.NoCompression()), nil
+	// The compressor franz-go would make from ProducerBatchCompression,
+	// made once here: it is safe for concurrent use by every client.
+	compressor, err := kgo.DefaultCompressor(codec, kgo.NoCompression())
+	if err != nil {
+		return nil, errors.Wrapf(err, "kafka compression %s", name)
+	}
+	return kgo.WithCompressor(compressor), nil
 }
 
 // EnsureTopics creates the topics that do not exist yet.

@@ -28,10 +28,10 @@ func (b *batchCodecs) OnFetchBatchRead(_ kgo.BrokerMetadata, topic string, _ int
 }
 
 // TestCompressionOptCompressesWithTheNamedCodec produces a compressible
-// record with each codec name to the embedded broker and reads back the
-// batch: its compression type (attributes' low bits) is the named codec's.
-// An unknown name is refused with ErrUnknownCompression, naming the
-// accepted ones.
+// record with each codec name to the embedded broker, from two clients
+// sharing the option, and reads back the batches: their compression type
+// (attributes' low bits) is the named codec's. An unknown name is refused
+// with ErrUnknownCompression, naming the accepted ones.
 func TestCompressionOptCompressesWithTheNamedCodec(t *testing.T) {
 	want := map[string]uint8{kafka.CompressionNone: 0, kafka.CompressionGzip: 1, kafka.CompressionSnappy: 2, kafka.CompressionLZ4: 3, kafka.CompressionZstd: 4}
 	require.ElementsMatch(t, kafka.CompressionNames, []string{"none", "gzip", "snappy", "lz4", "zstd"})
@@ -47,13 +47,29 @@ func TestCompressionOptCompressesWithTheNamedCodec(t *testing.T) {
 	for name := range want {
 		opt, err := kafka.CompressionOpt(name)
 		require.NoError(t, err, name)
-		producer := newClient(t, b, opt)
-		require.NoError(t, producer.ProduceSync(ctx, &kgo.Record{Topic: "compressed." + name, Value: value}).FirstErr(), name)
+		// Two clients made at once share the option, as the engine's
+		// clients share their options (the race detector watches).
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		for i := range errs {
+			wg.Go(func() {
+				producer, err := kafka.NewClient(b.Addrs(), opt)
+				if err == nil {
+					err = producer.ProduceSync(ctx, &kgo.Record{Topic: "compressed." + name, Value: value}).FirstErr()
+					producer.Close()
+				}
+				errs[i] = err
+			})
+		}
+		wg.Wait()
+		for _, err := range errs {
+			require.NoError(t, err, name)
+		}
 	}
 
 	seen := &batchCodecs{codes: map[string][]uint8{}}
 	consumer := newClient(t, b, kgo.ConsumeTopics(topics...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.WithHooks(seen))
-	for read := 0; read < len(want); {
+	for read := 0; read < 2*len(want); {
 		fetches := consumer.PollFetches(ctx)
 		require.NoError(t, ctx.Err())
 		fetches.EachRecord(func(r *kgo.Record) {
@@ -64,7 +80,7 @@ func TestCompressionOptCompressesWithTheNamedCodec(t *testing.T) {
 	seen.mu.Lock()
 	defer seen.mu.Unlock()
 	for name, code := range want {
-		assert.Equal(t, []uint8{code}, seen.codes["compressed."+name], name)
+		assert.Equal(t, []uint8{code, code}, seen.codes["compressed."+name], name)
 	}
 
 	for _, bad := range []string{"", "auto", "Snappy", "brotli"} {
