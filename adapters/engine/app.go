@@ -76,6 +76,14 @@ type Config struct {
 	// create (broker.Config.MaxTopics): 0 derives it from the fd
 	// limit, a negative number sets none.
 	KafkaMaxTopics int
+	// KafkaCompression is the codec every Kafka producer of the engine
+	// compresses record batches with: one of kafka.CompressionNames, or
+	// KafkaCompressionAuto (also the empty string), which is none with the
+	// embedded broker (over loopback compressing saves no network and
+	// costs CPU to compress and allocations to decompress) and franz-go's
+	// default, snappy, with KafkaBrokers. The agents' and the Go client's
+	// own defaults are theirs; consumers read every codec.
+	KafkaCompression string
 	// KafkaSecurity is how every Kafka client of the engine (producers,
 	// consumers, agents, the lease, topic creation) connects to
 	// KafkaBrokers: TLS and SASL. With Secure and the embedded broker, the
@@ -365,7 +373,8 @@ type App struct {
 	HTTPAddr      string
 	// Secure are the secure mode's files, with Config.Secure.
 	Secure *secure.Files
-	// kafkaOpts apply KafkaSecurity to every Kafka client.
+	// kafkaOpts apply KafkaSecurity and KafkaCompression to every Kafka
+	// client.
 	kafkaOpts []kgo.Opt
 
 	Workflows *processes.Registry
@@ -649,6 +658,13 @@ func (a *App) startKafka(ctx context.Context) error {
 	opts, err := a.KafkaSecurity.Opts()
 	if err != nil {
 		return err
+	}
+	if compression := a.cfg.kafkaCompression(a.broker != nil); compression != "" {
+		opt, err := kafka.CompressionOpt(compression)
+		if err != nil {
+			return errors.Wrap(err, "KafkaCompression")
+		}
+		opts = append(opts, opt)
 	}
 	a.kafkaOpts = opts
 	client, err := kafka.NewClient(a.KafkaBrokers, a.kafkaOpts...)

@@ -16,6 +16,7 @@ import (
 	"github.com/sagaengine/saga/adapters/esdbserver"
 	"github.com/sagaengine/saga/adapters/httpagent"
 	"github.com/sagaengine/saga/adapters/httpapi"
+	"github.com/sagaengine/saga/adapters/kafka"
 	"github.com/sagaengine/saga/adapters/kafka/broker"
 	"github.com/sagaengine/saga/adapters/workflowfile"
 	"github.com/sagaengine/saga/domain"
@@ -42,6 +43,24 @@ const (
 	// runtime's usual grace period (10 s) before it kills the process.
 	DefaultShutdownTimeout = 8 * time.Second
 )
+
+// KafkaCompressionAuto is the Config.KafkaCompression that chooses by
+// where Kafka runs: none for the embedded broker, franz-go's default
+// (snappy) for KafkaBrokers.
+const KafkaCompressionAuto = "auto"
+
+// kafkaCompression is the codec name the engine's Kafka clients produce
+// with, embedded telling whether this process runs the broker; "" leaves
+// franz-go's default.
+func (c *Config) kafkaCompression(embedded bool) string {
+	if c.KafkaCompression != "" && c.KafkaCompression != KafkaCompressionAuto {
+		return c.KafkaCompression
+	}
+	if embedded {
+		return kafka.CompressionNone
+	}
+	return ""
+}
 
 // ErrInvalidConfig marks a Config that Start refuses; the ConfigError
 // carrying it lists every problem.
@@ -130,8 +149,9 @@ func (c *Config) setDefaults() {
 // *ConfigError: unknown roles, negative sizes and durations, a missing
 // data directory for the embedded servers, invalid workflows (those of
 // WorkflowDirs are read), a secrets directory that is not one, invalid
-// HTTP agent egress entries, reply topic pattern or Kafka security. Zero
-// values mean defaults. Start calls it before it starts anything.
+// HTTP agent egress entries, reply topic pattern, Kafka compression or
+// Kafka security. Zero values mean defaults. Start calls it before it
+// starts anything.
 func (c *Config) Validate() error {
 	_, err := c.validate()
 	return err
@@ -210,6 +230,11 @@ func (c *Config) validate() ([]*domain.Workflow, error) {
 	if c.ReplyTopicPattern != "" && c.has(RoleSubmitter) {
 		if _, err := regexp.Compile(c.ReplyTopicPattern); err != nil {
 			problems = append(problems, errors.Wrap(err, "reply topic pattern"))
+		}
+	}
+	if c.KafkaCompression != "" && c.KafkaCompression != KafkaCompressionAuto {
+		if _, err := kafka.CompressionOpt(c.KafkaCompression); err != nil {
+			problems = append(problems, errors.Newf("KafkaCompression: %w, or %s", err, KafkaCompressionAuto))
 		}
 	}
 	if len(c.KafkaBrokers) > 0 {
