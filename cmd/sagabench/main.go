@@ -49,6 +49,7 @@ type config struct {
 	kafkaFsync, secure, throughKafka   bool
 	storeThroughNetwork                bool
 	cpuProfile, syncTopics             string
+	compression                        string
 	security                           *kafka.Security
 	priorities                         priorityMix
 }
@@ -71,6 +72,8 @@ type Result struct {
 	Embedded      bool               `json:"embedded"`
 	KafkaFsync    bool               `json:"kafkaFsync"`
 	SyncTopics    string             `json:"kafkaSyncTopics"`
+	// KafkaCompression is the embedded engine's --kafka-compression.
+	KafkaCompression string `json:"kafkaCompression,omitempty"`
 	// CommandsThroughKafka says in-process commands were off.
 	CommandsThroughKafka bool `json:"commandsThroughKafka"`
 	// EventStoreThroughNetwork says the engine's appends and subscription
@@ -127,6 +130,7 @@ func main() {
 	flag.BoolVar(&c.throughKafka, "commands-through-kafka", false, "send every command and reply through Kafka, as sagad's flag (embedded only)")
 	flag.BoolVar(&c.storeThroughNetwork, "eventstore-through-network", false, "send the engine's appends and subscription to the embedded event store through gRPC rather than in process (embedded only)")
 	flag.StringVar(&c.syncTopics, "kafka-sync-topics", strings.Join(broker.DefaultSyncTopics, ","), "topics (or prefix*, !excepted) the embedded Kafka fsyncs before acknowledging, as sagad's flag")
+	flag.StringVar(&c.compression, "kafka-compression", engine.KafkaCompressionAuto, "codec the engine's Kafka producers compress with, as sagad's flag: auto is none with the embedded Kafka (embedded only)")
 	flag.BoolVar(&c.secure, "secure", false, "run the embedded system in secure mode (TLS and SASL/SCRAM on Kafka, TLS and users on the event store)")
 	mix := flag.String("priority-mix", "", "give the orders priorities in these shares, e.g. high=10,normal=60,low=30, and report latency per priority")
 	c.security = kafka.RegisterFlags(flag.CommandLine)
@@ -187,13 +191,14 @@ func run(ctx context.Context, c config) error {
 			dir = tmp
 		}
 		a, err := engine.Start(engine.Config{DataDir: dir, KafkaListen: "127.0.0.1:0", EventStoreListen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0",
-			DemoAgents: true, AgentInstances: engine.AgentInstances{DefaultCapacity: c.agentCapacity}, KafkaFsync: c.kafkaFsync, CommandsThroughKafka: c.throughKafka, EventStoreThroughNetwork: c.storeThroughNetwork, KafkaSyncTopics: append([]string{}, kafka.SplitBrokers(c.syncTopics)...), Secure: c.secure, Workflows: []*domain.Workflow{demo.Workflow(), benchWorkflow(c.steps)},
+			DemoAgents: true, AgentInstances: engine.AgentInstances{DefaultCapacity: c.agentCapacity}, KafkaFsync: c.kafkaFsync, CommandsThroughKafka: c.throughKafka, EventStoreThroughNetwork: c.storeThroughNetwork, KafkaSyncTopics: append([]string{}, kafka.SplitBrokers(c.syncTopics)...), KafkaCompression: c.compression, Secure: c.secure, Workflows: []*domain.Workflow{demo.Workflow(), benchWorkflow(c.steps)},
 			Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 		if err != nil {
 			return err
 		}
 		defer a.Close()
 		embedded = a
+		res.KafkaCompression = c.compression
 		for _, svc := range a.Services {
 			svc.Latency = c.latency
 			svc.KeyRetention = c.demoKeyRetention

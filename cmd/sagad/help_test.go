@@ -31,6 +31,7 @@ func TestHelpListsTheLimits(t *testing.T) {
 		"-agent-rate value", "-agent-global-limit value",
 		"-agent-hang-after value", "-agent-hang-after-default duration", "(default 2s)",
 		"-http-agent-allow value", "-secrets-dir string",
+		"-kafka-compression string", "(default \"auto\")",
 		"order id                    200 characters",
 		"steps of a workflow         100",
 		"a step's result             65536 bytes",
