@@ -11,6 +11,7 @@ import (
 	"github.com/EventStore/EventStore-Client-Go/v4/protos/streams"
 	"github.com/cockroachdb/errors"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 
@@ -185,7 +186,7 @@ func (f *batchStream) SendMsg(m any) error {
 		return err
 	}
 	resp := &streams.BatchAppendResp{}
-	if err := proto.Unmarshal(data, resp); err != nil {
+	if err := proto.Unmarshal(data.Materialize(), resp); err != nil {
 		return err
 	}
 	f.sent = append(f.sent, resp)
@@ -203,7 +204,7 @@ func (f *batchStream) RecvMsg(m any) error {
 		return err
 	}
 	f.in = f.in[1:]
-	return esdbwire.NewCodec().Unmarshal(data, m)
+	return esdbwire.NewCodec().Unmarshal(mem.BufferSlice{mem.SliceBuffer(data)}, m)
 }
 
 // FuzzBatchAppend feeds arbitrary request sequences to BatchAppend: it must

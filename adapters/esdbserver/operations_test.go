@@ -35,7 +35,7 @@ func operationsConn(t *testing.T, addr string, opts ...grpc.DialOption) *grpc.Cl
 	if len(opts) == 0 {
 		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	}
-	opts = append(opts, grpc.WithDefaultCallOptions(grpc.ForceCodec(esdbwire.NewCodec())))
+	opts = append(opts, grpc.WithDefaultCallOptions(grpc.ForceCodecV2(esdbwire.NewCodec())))
 	conn, err := grpc.NewClient(addr, opts...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })

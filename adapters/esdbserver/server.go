@@ -225,14 +225,13 @@ func Start(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, store: store, lis: lis, done: make(chan error, 1), closing: make(chan struct{})}
 	s.grpc = grpc.NewServer(append(secure,
 		grpc.MaxRecvMsgSize(cfg.MaxEventSize+1<<20),
-		// Appends are short streams: reuse handler goroutines and receive
-		// buffers instead of making new ones for each call.
+		// Appends are short streams: reuse handler goroutines instead of
+		// starting one for each call (grpc-go pools receive buffers itself).
 		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
-		grpc.RecvBufferPool(grpc.NewSharedBufferPool()),
 		grpc.SharedWriteBuffer(true),
 		// BatchAppend's messages are decoded and encoded by hand, and reads
 		// send events encoded by hand (encodedMsg).
-		grpc.ForceServerCodec(esdbwire.NewCodec()),
+		grpc.ForceServerCodecV2(esdbwire.NewCodec()),
 		// The official client pings every 10 s, with or without calls in
 		// flight; the default enforcement would answer too_many_pings and
 		// drop idle subscriptions.

@@ -2,11 +2,13 @@ package esdbwire_test
 
 import (
 	"bytes"
+	"reflect"
 	"testing"
 	"time"
 
 	"github.com/EventStore/EventStore-Client-Go/v4/esdb"
 	"github.com/google/uuid"
+	"google.golang.org/grpc/mem"
 
 	"github.com/sagaengine/saga/adapters/esdbwire"
 	"github.com/sagaengine/saga/domain"
@@ -28,7 +30,7 @@ func TestClientRequestsReadByServer(t *testing.T) {
 	var got []esdbwire.Event
 	for i := range frames {
 		var r esdbwire.Request
-		if err := esdbwire.NewCodec().Unmarshal(frames[i].B, &r); err != nil {
+		if err := esdbwire.NewCodec().Unmarshal(mem.BufferSlice{mem.SliceBuffer(frames[i].B)}, &r); err != nil {
 			t.Fatal(err)
 		}
 		if r.CorrErr != nil || uuid.UUID(r.CorrID) != id {
@@ -66,11 +68,34 @@ func TestServerAnswersReadByClient(t *testing.T) {
 		{Corr: corr, Stream: "s", ExpectedField: esdbwire.ExpectNoStream, CurrentRevision: 0, Commit: 10, Prepare: 10},
 	} {
 		var r esdbwire.Reply
-		if err := esdbwire.NewCodec().Unmarshal(a.Encode(), &r); err != nil {
+		if err := esdbwire.NewCodec().Unmarshal(mem.BufferSlice{mem.SliceBuffer(a.Encode())}, &r); err != nil {
 			t.Fatal(err)
 		}
 		if r.Full != nil || r.Corr != id || r.Revision != a.CurrentRevision || r.Commit != a.Commit || r.Prepare != a.Prepare {
 			t.Fatalf("answer %+v read as %+v", a, r)
 		}
+	}
+}
+
+// TestCodecDecodesAMessageSplitAcrossBuffers: gRPC may hand a message over in
+// several buffers; it decodes as it does in one.
+func TestCodecDecodesAMessageSplitAcrossBuffers(t *testing.T) {
+	events := []esdb.EventData{{EventID: uuid.New(), EventType: "A", ContentType: esdb.ContentTypeJson, Data: []byte(`{"a":1}`), Metadata: []byte(`{"m":1}`)}}
+	frames := esdbwire.AppendRequests(uuid.New(), "orders-8", domain.ExpectRevision(3), events, time.Now().Add(time.Second), maxChunk)
+	b := frames[0].B
+	var whole, split esdbwire.Request
+	if err := esdbwire.NewCodec().Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, &whole); err != nil {
+		t.Fatal(err)
+	}
+	third := len(b) / 3
+	parts := mem.BufferSlice{mem.SliceBuffer(b[:third]), mem.SliceBuffer(b[third : 2*third]), mem.SliceBuffer(b[2*third:])}
+	if err := esdbwire.NewCodec().Unmarshal(parts, &split); err != nil {
+		t.Fatal(err)
+	}
+	if len(whole.Events) != 1 || whole.Opts.Stream != "orders-8" {
+		t.Fatalf("whole message read as %+v", whole)
+	}
+	if !reflect.DeepEqual(whole, split) {
+		t.Fatalf("split message read as %+v, want %+v", split, whole)
 	}
 }

@@ -25,7 +25,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -251,10 +250,9 @@ func newPipeline(conf *esdb.Configuration, logger *slog.Logger) (*pipeline, erro
 		}
 	}
 	// Requests are encoded and answers decoded by hand (esdbwire.Codec).
-	// Answers are decoded by hand into values that keep none of their bytes,
-	// so receive buffers can be reused.
-	opts = append(opts, grpc.WithDefaultCallOptions(grpc.ForceCodec(esdbwire.NewCodec()), grpc.MaxCallRecvMsgSize(maxInboundMessage)),
-		experimental.WithRecvBufferPool(grpc.NewSharedBufferPool()))
+	// Answers are decoded by hand into values that keep none of their bytes:
+	// grpc-go returns its receive buffers to its pool once they are decoded.
+	opts = append(opts, grpc.WithDefaultCallOptions(grpc.ForceCodecV2(esdbwire.NewCodec()), grpc.MaxCallRecvMsgSize(maxInboundMessage)))
 	if conf.KeepAliveInterval >= 0 {
 		opts = append(opts, grpc.WithKeepaliveParams(keepalive.ClientParameters{
 			Time: conf.KeepAliveInterval, Timeout: conf.KeepAliveTimeout, PermitWithoutStream: true,

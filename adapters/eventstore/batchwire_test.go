@@ -18,6 +18,7 @@ import (
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/emptypb"
@@ -57,7 +58,7 @@ func TestBatchReplyDecodes(t *testing.T) {
 				t.Fatal(err)
 			}
 			var r esdbwire.Reply
-			if err := esdbwire.NewCodec().Unmarshal(data, &r); err != nil {
+			if err := esdbwire.NewCodec().Unmarshal(mem.BufferSlice{mem.SliceBuffer(data)}, &r); err != nil {
 				t.Fatal(err)
 			}
 			if r.Corr != id {

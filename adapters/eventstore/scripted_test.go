@@ -63,7 +63,7 @@ func startScripted(t *testing.T, fake streams.StreamsServer) string {
 	require.NoError(t, err)
 	// saga's codec, protobuf's bytes: a script may also send frames as
 	// they are (esdbwire.Encoded).
-	srv := grpc.NewServer(grpc.ForceServerCodec(esdbwire.NewCodec()))
+	srv := grpc.NewServer(grpc.ForceServerCodecV2(esdbwire.NewCodec()))
 	streams.RegisterStreamsServer(srv, fake)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)

@@ -130,7 +130,7 @@ func dialOperations(connection string) (*grpc.ClientConn, error) {
 	if conf.Address == "" || conf.DnsDiscover || len(conf.GossipSeeds) > 0 {
 		return nil, errors.Newf("event store %s: scavenge needs the address of one node", eventstore.Redact(connection))
 	}
-	opts := []grpc.DialOption{grpc.WithDefaultCallOptions(grpc.ForceCodec(esdbwire.NewCodec()))}
+	opts := []grpc.DialOption{grpc.WithDefaultCallOptions(grpc.ForceCodecV2(esdbwire.NewCodec()))}
 	if conf.DisableTLS {
 		opts = append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	} else {
