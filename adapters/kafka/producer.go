@@ -89,20 +89,15 @@ func (p *Producer) TracedRecord(topic, key, ceType string, body []byte, parent s
 // NewRecord builds a saga message: a CloudEvents binary-mode record with a
 // JSON body and parent as its traceparent (protocol.Headers).
 func NewRecord(topic, key, ceType, source string, body []byte, parent string) *kgo.Record {
-	hs := protocol.Headers(ceType, source, key, parent, time.Now())
 	// The key and the header values share one buffer: one allocation
 	// rather than one each.
-	n := len(key)
-	for _, h := range hs {
-		n += len(h.Value)
-	}
-	buf := make([]byte, 0, n)
-	buf = append(buf, key...)
-	rec := &kgo.Record{Topic: topic, Key: buf[:len(key):len(key)], Value: body, Headers: make([]kgo.RecordHeader, len(hs))}
-	for i, h := range hs {
-		start := len(buf)
-		buf = append(buf, h.Value...)
-		rec.Headers[i] = kgo.RecordHeader{Key: h.Key, Value: buf[start:len(buf):len(buf)]}
+	buf := append(make([]byte, 0, len(key)+protocol.HeaderValuesSize(ceType, source, key)), key...)
+	buf, ends := protocol.AppendHeaderValues(buf, ceType, source, key, parent, time.Now())
+	rec := &kgo.Record{Topic: topic, Key: buf[:len(key):len(key)], Value: body, Headers: make([]kgo.RecordHeader, len(ends))}
+	start := len(key)
+	for i, end := range ends {
+		rec.Headers[i] = kgo.RecordHeader{Key: protocol.HeaderKeys[i], Value: buf[start:end:end]}
+		start = end
 	}
 	return rec
 }

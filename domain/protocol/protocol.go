@@ -17,6 +17,7 @@ package protocol
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"slices"
 	"strings"
 	"time"
 )
@@ -58,37 +59,92 @@ type Header struct {
 // that sends the message, so that the receiver's spans are its children.
 // An invalid or empty traceparent starts a new trace.
 func Headers(ceType, source, subject, traceparent string, now time.Time) []Header {
-	if !ValidTraceParent(traceparent) {
-		traceparent = NewTraceParent()
+	values, ends := AppendHeaderValues(nil, ceType, source, subject, traceparent, now)
+	all := string(values)
+	hs := make([]Header, len(HeaderKeys))
+	start := 0
+	for i, end := range ends {
+		hs[i] = Header{HeaderKeys[i], all[start:end]}
+		start = end
 	}
-	return []Header{
-		{HeaderTraceParent, traceparent},
-		{HeaderSpecVersion, "1.0"},
-		{HeaderID, newID()},
-		{HeaderSource, source},
-		{HeaderType, ceType},
-		{HeaderTime, now.UTC().Format(time.RFC3339Nano)},
-		{HeaderSubject, subject},
-		{HeaderContentType, "application/json"},
-	}
+	return hs
 }
 
-// newID is a random UUID (version 4) for ce_id.
-func newID() string {
+// HeaderKeys are the keys of the headers of a saga message, in the order
+// in which Headers returns them and AppendHeaderValues writes their values.
+var HeaderKeys = [8]string{HeaderTraceParent, HeaderSpecVersion, HeaderID, HeaderSource, HeaderType, HeaderTime, HeaderSubject, HeaderContentType}
+
+// AppendHeaderValues appends the values of the headers Headers returns to
+// dst, one after the other in the order of HeaderKeys, and returns where
+// each ends in dst. A producer can so keep every value in one buffer.
+func AppendHeaderValues(dst []byte, ceType, source, subject, traceparent string, now time.Time) ([]byte, [len(HeaderKeys)]int) {
+	var ends [len(HeaderKeys)]int
+	dst = slices.Grow(dst, HeaderValuesSize(ceType, source, subject))
+	if ValidTraceParent(traceparent) {
+		dst = append(dst, traceparent...)
+	} else {
+		dst = appendNewTraceParent(dst)
+	}
+	ends[0] = len(dst)
+	dst = append(dst, "1.0"...)
+	ends[1] = len(dst)
+	dst = appendNewID(dst)
+	ends[2] = len(dst)
+	dst = append(dst, source...)
+	ends[3] = len(dst)
+	dst = append(dst, ceType...)
+	ends[4] = len(dst)
+	dst = now.UTC().AppendFormat(dst, time.RFC3339Nano)
+	ends[5] = len(dst)
+	dst = append(dst, subject...)
+	ends[6] = len(dst)
+	dst = append(dst, "application/json"...)
+	ends[7] = len(dst)
+	return dst, ends
+}
+
+// HeaderValuesSize bounds the bytes AppendHeaderValues appends.
+func HeaderValuesSize(ceType, source, subject string) int {
+	return headerValuesSize + len(ceType) + len(source) + len(subject)
+}
+
+// headerValuesSize bounds the header values that do not come from the
+// caller: a traceparent, "1.0", a UUID, a time in RFC 3339 with
+// nanoseconds, "application/json".
+const headerValuesSize = 55 + 3 + 36 + len("2006-01-02T15:04:05.999999999Z") + len("application/json")
+
+// appendNewID appends a random UUID (version 4) for ce_id.
+func appendNewID(dst []byte) []byte {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	b[6] = b[6]&0x0f | 0x40
 	b[8] = b[8]&0x3f | 0x80
-	h := hex.EncodeToString(b[:])
-	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+	for i, c := range b {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			dst = append(dst, '-')
+		}
+		dst = append(dst, hexDigits[c>>4], hexDigits[c&0x0f])
+	}
+	return dst
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendNewTraceParent appends NewTraceParent's header.
+func appendNewTraceParent(dst []byte) []byte {
+	var b [24]byte
+	_, _ = rand.Read(b[:])
+	dst = append(dst, "00-"...)
+	dst = hex.AppendEncode(dst, b[:16])
+	dst = append(dst, '-')
+	dst = hex.AppendEncode(dst, b[16:])
+	return append(dst, "-01"...)
 }
 
 // NewTraceParent starts a W3C trace: version 00, a random trace id and span
 // id, sampled.
 func NewTraceParent() string {
-	var b [24]byte
-	_, _ = rand.Read(b[:])
-	return "00-" + hex.EncodeToString(b[:16]) + "-" + hex.EncodeToString(b[16:]) + "-01"
+	return string(appendNewTraceParent(make([]byte, 0, 55)))
 }
 
 // ValidTraceParent reports whether s is a W3C traceparent header of

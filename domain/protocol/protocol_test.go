@@ -1,10 +1,12 @@
 package protocol_test
 
 import (
+	"regexp"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/sagaengine/saga/domain/protocol"
 )
@@ -54,5 +56,52 @@ func TestHeadersCarryTheSendersSpan(t *testing.T) {
 		got := traceparent(bad)
 		assert.True(t, protocol.ValidTraceParent(got), got)
 		assert.NotEqual(t, sent[3:35], got[3:35])
+	}
+}
+
+// TestAppendHeaderValuesWritesTheValuesOfHeaders: a producer's buffer holds
+// the same values Headers returns, in HeaderKeys' order, within the size
+// HeaderValuesSize promises, after what the buffer held.
+func TestAppendHeaderValuesWritesTheValuesOfHeaders(t *testing.T) {
+	now := time.Date(2026, 11, 26, 10, 30, 0, 123456789, time.FixedZone("CET", 3600))
+	const sent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	for _, tp := range []string{sent, "", "00-zz"} {
+		hs := protocol.Headers("saga.step.execute", "saga/test", "o-1", tp, now)
+		buf, ends := protocol.AppendHeaderValues([]byte("key"), "saga.step.execute", "saga/test", "o-1", tp, now)
+		require.Len(t, hs, len(protocol.HeaderKeys))
+		assert.LessOrEqual(t, len(buf)-len("key"), protocol.HeaderValuesSize("saga.step.execute", "saga/test", "o-1"))
+		start := len("key")
+		for i, end := range ends {
+			assert.Equal(t, protocol.HeaderKeys[i], hs[i].Key)
+			got := string(buf[start:end])
+			start = end
+			switch hs[i].Key {
+			case protocol.HeaderID, protocol.HeaderTraceParent:
+				if hs[i].Key == protocol.HeaderTraceParent && tp == sent {
+					assert.Equal(t, sent, got)
+					continue
+				}
+				// Random: the same shape, not the same value.
+				assert.Len(t, got, len(hs[i].Value), hs[i].Key)
+			default:
+				assert.Equal(t, hs[i].Value, got, hs[i].Key)
+			}
+		}
+		assert.Equal(t, "2026-11-26T09:30:00.123456789Z", string(buf[ends[4]:ends[5]]))
+	}
+}
+
+// TestNewIDsAreVersion4UUIDs: ce_id is a random UUID in its canonical form.
+func TestNewIDsAreVersion4UUIDs(t *testing.T) {
+	uuidV4 := regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
+	seen := map[string]bool{}
+	for range 100 {
+		for _, h := range protocol.Headers("t", "s", "o", "", time.Now()) {
+			if h.Key == protocol.HeaderID {
+				require.Regexp(t, uuidV4, h.Value)
+				require.False(t, seen[h.Value], "ids repeat")
+				seen[h.Value] = true
+			}
+		}
 	}
 }
