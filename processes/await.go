@@ -220,7 +220,7 @@ func (a *Awaiter) HandleEvent(ctx context.Context, msg Inbound) error {
 	if max <= 0 {
 		max = DefaultMaxOrderSize
 	}
-	ceType := msg.Headers[protocol.HeaderType]
+	ceType := msg.Headers.Get(protocol.HeaderType)
 	type reading struct{ typeField, correlate string }
 	type read struct {
 		typ, value string

@@ -153,7 +153,7 @@ func (o oneWorkflow) Select(context.Context, string, domain.OrderDocument, strin
 // orderMessage is an order as the submitter consumes it.
 func orderMessage(id string) processes.Inbound {
 	return processes.Inbound{Topic: "orders", Key: id, Value: []byte(`{"orderId":"` + id + `"}`),
-		Headers: map[string]string{"ce_id": "msg-" + id}}
+		Headers: processes.Headers{{Key: "ce_id", Value: "msg-" + id}}}
 }
 
 // startedPair is a scheduler that answers every command, and a submitter

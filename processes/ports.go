@@ -29,6 +29,9 @@ type WorkflowSelector interface {
 // Inbound is a message from a topic, as a handler sees it (port.Inbound).
 type Inbound = port.Inbound
 
+// Headers are an Inbound's headers (port.Headers).
+type Headers = port.Headers
+
 // CommandSender delivers commands to agents.
 type CommandSender interface {
 	SendCommand(ctx context.Context, cmd protocol.ExecuteStep) error

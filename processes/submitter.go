@@ -104,7 +104,7 @@ func (s *Submitter) handleOrder(ctx context.Context, msg Inbound) (string, error
 	if err != nil {
 		return submitDeadLettered, s.reject(ctx, msg, "", err)
 	}
-	wf, err := s.Workflows.Select(ctx, msg.Topic, doc, msg.Headers["ce_type"])
+	wf, err := s.Workflows.Select(ctx, msg.Topic, doc, msg.Headers.Get(protocol.HeaderType))
 	if err != nil {
 		if errors.Is(err, domain.ErrUnknownWorkflow) || errors.Is(err, domain.ErrInvalidMessage) {
 			return submitDeadLettered, s.reject(ctx, msg, s.allowedReplyTo(ctx, msg, nil, doc.ReplyTo(domain.Trigger{})), err)
@@ -129,7 +129,7 @@ func (s *Submitter) handleOrder(ctx context.Context, msg Inbound) (string, error
 		// Tracing is off: the caller's trace context as it came, if it
 		// can be trusted; a missing, malformed or oversized one is never
 		// stored.
-		if tp = msg.Headers[protocol.HeaderTraceParent]; !ValidTraceParent(tp) {
+		if tp = msg.Headers.Get(protocol.HeaderTraceParent); !ValidTraceParent(tp) {
 			tp = NewTraceParent()
 		}
 	}
@@ -222,7 +222,7 @@ func (s *Submitter) reject(ctx context.Context, msg Inbound, replyTo string, rea
 		}
 	}
 	s.Rejections.PublishStatus(ctx, protocol.TaskStatus{OrderID: id, Status: protocol.StatusRejected, Reason: truncateReason(reason.Error()),
-		Time: s.Clock.Now(), ReplyTo: replyTo, TraceParent: tracing.OutgoingTraceParent(ctx, msg.Headers[protocol.HeaderTraceParent])})
+		Time: s.Clock.Now(), ReplyTo: replyTo, TraceParent: tracing.OutgoingTraceParent(ctx, msg.Headers.Get(protocol.HeaderTraceParent))})
 	err := s.Rejections.Flush(ctx)
 	if forgetter, ok := s.Rejections.(ReplyTopicForgetter); ok && err == nil {
 		// Nothing else goes there: the sink need not know the topic.
@@ -238,7 +238,7 @@ const maxCausationID = 256
 // id when it has one of at most maxCausationID bytes, else its place in the
 // log.
 func causation(msg Inbound) string {
-	if id := msg.Headers["ce_id"]; id != "" && len(id) <= maxCausationID {
+	if id := msg.Headers.Get(protocol.HeaderID); id != "" && len(id) <= maxCausationID {
 		return id
 	}
 	return msg.Source()

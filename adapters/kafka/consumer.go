@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sagaengine/saga/domain"
+	"github.com/sagaengine/saga/domain/protocol"
 	"github.com/sagaengine/saga/processes"
 )
 
@@ -648,9 +649,10 @@ func inbound(r *kgo.Record) processes.Inbound {
 	}
 	all := b.String()
 	key, rest := all[:len(r.Key)], all[len(r.Key):]
-	headers := make(map[string]string, len(r.Headers))
-	for _, h := range r.Headers {
-		headers[h.Key], rest = rest[:len(h.Value)], rest[len(h.Value):]
+	headers := make(processes.Headers, len(r.Headers))
+	for i, h := range r.Headers {
+		headers[i] = protocol.Header{Key: h.Key, Value: rest[:len(h.Value)]}
+		rest = rest[len(h.Value):]
 	}
 	return processes.Inbound{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: key, Value: r.Value, Headers: headers}
 }

@@ -150,8 +150,8 @@ func encodeReply(reply protocol.StepReply) ([]byte, error) {
 // hold up the messages after it.
 func (p *Producer) DeadLetter(ctx context.Context, msg processes.Inbound, reason string) error {
 	headers := make([]kgo.RecordHeader, 0, len(msg.Headers))
-	for k, v := range msg.Headers {
-		headers = append(headers, kgo.RecordHeader{Key: k, Value: []byte(v)})
+	for _, h := range msg.Headers {
+		headers = append(headers, kgo.RecordHeader{Key: h.Key, Value: []byte(h.Value)})
 	}
 	rec, byRef := deadLetterRecord([]byte(msg.Key), msg.Value, headers, reason, msg.Source(), p.maxDeadLetterBytes(), false)
 	err := p.produceSync(ctx, rec)

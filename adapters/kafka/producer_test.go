@@ -135,7 +135,7 @@ func TestDeadLetterTooLargeForTheBrokerGoesByReference(t *testing.T) {
 		pad.WriteRune(rune(0xC0 + rnd.IntN(0x100)))
 	}
 	value := []byte(`{"orderId":"o-1","pad":"` + pad.String() + `"}`)
-	msg := processes.Inbound{Topic: "orders", Partition: 2, Offset: 7, Key: "o-1", Value: value, Headers: map[string]string{"ce_type": "order"}}
+	msg := processes.Inbound{Topic: "orders", Partition: 2, Offset: 7, Key: "o-1", Value: value, Headers: processes.Headers{{Key: "ce_type", Value: "order"}}}
 	require.NoError(t, p.DeadLetter(c, msg, "refused by the broker"))
 	p.MaxDeadLetterBytes = 1 << 10
 	msg.Offset = 8

@@ -24,13 +24,13 @@ func TestRecordHeadersRoundTrip(t *testing.T) {
 	assert.Equal(t, "saga.replies/2/41", msg.Source())
 	require.Len(t, msg.Headers, len(rec.Headers))
 	for _, h := range rec.Headers {
-		assert.Equal(t, string(h.Value), msg.Headers[h.Key], h.Key)
+		assert.Equal(t, string(h.Value), msg.Headers.Get(h.Key), h.Key)
 	}
-	assert.Equal(t, parent, msg.Headers[HeaderTraceParent])
-	assert.Equal(t, protocol.StepReplyMessageType, msg.Headers[HeaderType])
-	assert.Equal(t, "saga/agent-a", msg.Headers[HeaderSource])
-	assert.Equal(t, "task-1", msg.Headers[HeaderSubject])
-	assert.Equal(t, "application/json", msg.Headers[HeaderContentType])
+	assert.Equal(t, parent, msg.Headers.Get(HeaderTraceParent))
+	assert.Equal(t, protocol.StepReplyMessageType, msg.Headers.Get(HeaderType))
+	assert.Equal(t, "saga/agent-a", msg.Headers.Get(HeaderSource))
+	assert.Equal(t, "task-1", msg.Headers.Get(HeaderSubject))
+	assert.Equal(t, "application/json", msg.Headers.Get(HeaderContentType))
 	// The values share a buffer: appending to one must not overwrite the
 	// next.
 	rec.Key = append(rec.Key, 'X')

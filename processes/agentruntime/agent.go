@@ -152,7 +152,7 @@ func (a *Agent) HandleCommand(ctx context.Context, msg port.Inbound) (err error)
 		a.Logger.Warn("command rejected to dead letters", "agent", a.Name, "source", msg.Source(), "reason", err.Error())
 		return errors.Wrap(a.DeadLetters.DeadLetter(ctx, msg, err.Error()), "dead-letter command")
 	}
-	cmd.TraceParent = msg.Headers[protocol.HeaderTraceParent]
+	cmd.TraceParent = msg.Headers.Get(protocol.HeaderTraceParent)
 	return a.run(ctx, cmd)
 }
 

@@ -19,7 +19,22 @@ type Inbound struct {
 	Offset    int64
 	Key       string
 	Value     []byte
-	Headers   map[string]string
+	Headers   Headers
+}
+
+// Headers are a message's headers, in the order they came (a Kafka
+// record may repeat a key).
+type Headers []protocol.Header
+
+// Get returns the value of the last header named key, as a map built from
+// the headers would hold it; "" when there is none.
+func (hs Headers) Get(key string) string {
+	for i := len(hs) - 1; i >= 0; i-- {
+		if hs[i].Key == key {
+			return hs[i].Value
+		}
+	}
+	return ""
 }
 
 // Source names where a message came from, for causation ids and logs.
@@ -37,7 +52,7 @@ func (m Inbound) InProcess() bool { return m.Offset < 0 }
 // InProcessMessage is the Inbound of a message of topic handed over inside
 // the process, carrying traceparent as consumed messages carry it.
 func InProcessMessage(topic, key, traceparent string) Inbound {
-	return Inbound{Topic: topic, Partition: -1, Offset: -1, Key: key, Headers: map[string]string{protocol.HeaderTraceParent: traceparent}}
+	return Inbound{Topic: topic, Partition: -1, Offset: -1, Key: key, Headers: Headers{{Key: protocol.HeaderTraceParent, Value: traceparent}}}
 }
 
 // AgentDirectory knows the agent instances that announce themselves with

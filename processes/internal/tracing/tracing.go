@@ -183,7 +183,7 @@ func StoredTraceParent(ctx context.Context) string { return TraceParentOf(ctx) }
 // ConsumerSpan starts the span of handling an inbound message, a child of
 // the message's traceparent (a new trace when it has none).
 func ConsumerSpan(ctx context.Context, tr trace.Tracer, name string, msg port.Inbound) (context.Context, trace.Span) {
-	ctx, span := tr.Start(WithTraceParent(ctx, msg.Headers[protocol.HeaderTraceParent]), name, trace.WithSpanKind(trace.SpanKindConsumer))
+	ctx, span := tr.Start(WithTraceParent(ctx, msg.Headers.Get(protocol.HeaderTraceParent)), name, trace.WithSpanKind(trace.SpanKindConsumer))
 	switch {
 	case !span.IsRecording():
 	case msg.InProcess():

@@ -64,7 +64,7 @@ func TestOutgoingTraceParentContinuesTheTraceWithTracingOff(t *testing.T) {
 
 func BenchmarkConsumerSpanTracingOff(b *testing.B) {
 	tr := tracing.Tracer(nil)
-	in := port.Inbound{Topic: "saga.commands.a", Offset: 7, Headers: map[string]string{protocol.HeaderTraceParent: protocol.NewTraceParent()}}
+	in := port.Inbound{Topic: "saga.commands.a", Offset: 7, Headers: port.Headers{{Key: protocol.HeaderTraceParent, Value: protocol.NewTraceParent()}}}
 	b.ReportAllocs()
 	for b.Loop() {
 		ctx, span := tracing.ConsumerSpan(context.Background(), tr, tracing.SpanAgent, in)
