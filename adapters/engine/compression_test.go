@@ -4,7 +4,6 @@ import (
 	"context"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/sagaengine/saga/adapters/engine"
 	"github.com/sagaengine/saga/adapters/kafka"
 	"github.com/sagaengine/saga/adapters/kafka/broker"
+	"github.com/sagaengine/saga/adapters/kafka/kafkatest"
 	"github.com/sagaengine/saga/domain"
 	"github.com/sagaengine/saga/domain/protocol"
 )
@@ -88,7 +88,7 @@ func engineBatchCodecs(t *testing.T, cfg engine.Config) map[string][]uint8 {
 	require.Equal(t, protocol.StatusProcessed, out.Final.Status)
 
 	topics := append([]string{protocol.StatusTopic, protocol.RepliesTopic, protocol.AgentsTopic}, protocol.CommandTopics("worker")...)
-	seen := &batchCodecs{codes: map[string][]uint8{}}
+	seen := &kafkatest.BatchCodecs{}
 	reader, err := kgo.NewClient(kgo.SeedBrokers(app.KafkaBrokers...), kgo.ConsumeTopics(topics...),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.WithHooks(seen))
 	require.NoError(t, err)
@@ -107,23 +107,9 @@ func engineBatchCodecs(t *testing.T, cfg engine.Config) map[string][]uint8 {
 			}
 		})
 	}
-	seen.mu.Lock()
-	defer seen.mu.Unlock()
+	codes := seen.Codecs()
 	for _, topic := range []string{protocol.StatusTopic, protocol.RepliesTopic, protocol.CommandTopic("worker")} {
-		require.NotEmpty(t, seen.codes[topic], "batches of %s read", topic)
+		require.NotEmpty(t, codes[topic], "batches of %s read", topic)
 	}
-	return seen.codes
-}
-
-// batchCodecs records the compression codec of every record batch a
-// consumer fetches, by topic.
-type batchCodecs struct {
-	mu    sync.Mutex
-	codes map[string][]uint8
-}
-
-func (b *batchCodecs) OnFetchBatchRead(_ kgo.BrokerMetadata, topic string, _ int32, m kgo.FetchBatchMetrics) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.codes[topic] = append(b.codes[topic], m.CompressionType)
+	return codes
 }

@@ -12,20 +12,8 @@ import (
 
 	"github.com/sagaengine/saga/adapters/kafka"
 	"github.com/sagaengine/saga/adapters/kafka/broker"
+	"github.com/sagaengine/saga/adapters/kafka/kafkatest"
 )
-
-// batchCodecs records the compression codec of every record batch a
-// consumer fetches, by topic.
-type batchCodecs struct {
-	mu    sync.Mutex
-	codes map[string][]uint8
-}
-
-func (b *batchCodecs) OnFetchBatchRead(_ kgo.BrokerMetadata, topic string, _ int32, m kgo.FetchBatchMetrics) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.codes[topic] = append(b.codes[topic], m.CompressionType)
-}
 
 // TestCompressionOptCompressesWithTheNamedCodec produces a compressible
 // record with each codec name to the embedded broker, from two clients
@@ -67,7 +55,7 @@ func TestCompressionOptCompressesWithTheNamedCodec(t *testing.T) {
 		}
 	}
 
-	seen := &batchCodecs{codes: map[string][]uint8{}}
+	seen := &kafkatest.BatchCodecs{}
 	consumer := newClient(t, b, kgo.ConsumeTopics(topics...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.WithHooks(seen))
 	for read := 0; read < 2*len(want); {
 		fetches := consumer.PollFetches(ctx)
@@ -77,10 +65,9 @@ func TestCompressionOptCompressesWithTheNamedCodec(t *testing.T) {
 			read++
 		})
 	}
-	seen.mu.Lock()
-	defer seen.mu.Unlock()
+	codes := seen.Codecs()
 	for name, code := range want {
-		assert.Equal(t, []uint8{code, code}, seen.codes["compressed."+name], name)
+		assert.Equal(t, []uint8{code, code}, codes["compressed."+name], name)
 	}
 
 	for _, bad := range []string{"", "auto", "Snappy", "brotli"} {
