@@ -22,11 +22,14 @@ type inboxCountingStore struct {
 	appends, reads atomic.Int64
 }
 
+// Append counts an inbox append once the store has it: a test that waits
+// for the count may then rely on the mark being there.
 func (s *inboxCountingStore) Append(ctx context.Context, stream string, expected domain.ExpectedRevision, events ...domain.NewEvent) (uint64, error) {
-	if strings.HasPrefix(stream, "saga-await-") {
+	rev, err := s.EventStore.Append(ctx, stream, expected, events...)
+	if err == nil && strings.HasPrefix(stream, "saga-await-") {
 		s.appends.Add(1)
 	}
-	return s.EventStore.Append(ctx, stream, expected, events...)
+	return rev, err
 }
 
 func (s *inboxCountingStore) ReadStream(ctx context.Context, stream string) ([]domain.RecordedEvent, error) {
