@@ -232,8 +232,8 @@ func (c *Config) validate() ([]*domain.Workflow, error) {
 			problems = append(problems, errors.Wrap(err, "reply topic pattern"))
 		}
 	}
-	if c.KafkaCompression != "" && c.KafkaCompression != KafkaCompressionAuto {
-		if _, err := kafka.CompressionOpt(c.KafkaCompression); err != nil {
+	if name := c.kafkaCompression(false); name != "" {
+		if _, err := kafka.CompressionOpt(name); err != nil {
 			problems = append(problems, errors.Newf("KafkaCompression: %w, or %s", err, KafkaCompressionAuto))
 		}
 	}
