@@ -440,27 +440,15 @@ func (h *Handler) request(ctx context.Context, cmd protocol.ExecuteStep, secrets
 	return req, call, nil
 }
 
-// defaultBody is the body of a call that gives none.
-type defaultBody struct {
-	TaskID          string                     `json:"taskId,omitempty"`
-	Workflow        string                     `json:"workflow,omitempty"`
-	WorkflowVersion int                        `json:"workflowVersion,omitempty"`
-	Step            string                     `json:"step,omitempty"`
-	Action          string                     `json:"action,omitempty"`
-	Attempt         int                        `json:"attempt,omitempty"`
-	IdempotencyKey  string                     `json:"idempotencyKey,omitempty"`
-	Order           json.RawMessage            `json:"order,omitempty"`
-	Results         map[string]json.RawMessage `json:"results,omitempty"`
-	Result          json.RawMessage            `json:"result,omitempty"`
-}
-
 // DefaultBody is the JSON body sent when a call gives none: the command's
 // taskId, workflow, workflowVersion, step, action, attempt, idempotencyKey,
 // order, results and result, leaving out the empty ones.
 func DefaultBody(cmd protocol.ExecuteStep) ([]byte, error) {
-	body, err := json.Marshal(defaultBody{TaskID: cmd.TaskID, Workflow: cmd.Workflow, WorkflowVersion: cmd.WorkflowVersion,
-		Step: cmd.Step, Action: cmd.Action, Attempt: cmd.Attempt, IdempotencyKey: cmd.IdempotencyKey,
-		Order: cmd.Order, Results: cmd.Results, Result: cmd.Result})
+	size := 256 + len(cmd.Order) + len(cmd.Result)
+	for step, result := range cmd.Results {
+		size += len(step) + len(result) + 4
+	}
+	body, err := protocol.AppendHTTPCommandBody(make([]byte, 0, size), cmd)
 	return body, errors.Wrapf(err, "encode the default body of %s/%s", cmd.TaskID, cmd.Step)
 }
 

@@ -118,23 +118,7 @@ func AppendExecuteStep(dst []byte, c ExecuteStep) ([]byte, error) {
 		w.Raw(',', "order", c.Order)
 	}
 	if len(c.Results) > 0 {
-		steps := make([]string, 0, len(c.Results))
-		for step := range c.Results {
-			steps = append(steps, step)
-		}
-		slices.Sort(steps)
-		w.Key(',', "results")
-		for i, step := range steps {
-			sep := byte(',')
-			if i == 0 {
-				sep = '{'
-			}
-			w.Byte(sep)
-			w.Quoted(step)
-			w.Byte(':')
-			w.RawValue(c.Results[step])
-		}
-		w.Byte('}')
+		appendResults(&w, ',', c.Results)
 	}
 	if len(c.Result) > 0 {
 		w.Raw(',', "result", c.Result)
@@ -161,6 +145,28 @@ func AppendExecuteStep(dst []byte, c ExecuteStep) ([]byte, error) {
 func marshalAppend(dst []byte, v any) ([]byte, error) {
 	body, err := json.Marshal(v)
 	return append(dst, body...), err
+}
+
+// appendResults appends the member "results" after sep: the steps' results
+// by step name, in the order json.Marshal writes a map's keys.
+func appendResults(w *plainjson.Writer, sep byte, results map[string]json.RawMessage) {
+	steps := make([]string, 0, len(results))
+	for step := range results {
+		steps = append(steps, step)
+	}
+	slices.Sort(steps)
+	w.Key(sep, "results")
+	for i, step := range steps {
+		sep := byte(',')
+		if i == 0 {
+			sep = '{'
+		}
+		w.Byte(sep)
+		w.Quoted(step)
+		w.Byte(':')
+		w.RawValue(results[step])
+	}
+	w.Byte('}')
 }
 
 // parseExecuteStepPlain decodes a command as json.Unmarshal would, without
