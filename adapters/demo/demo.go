@@ -281,6 +281,16 @@ func (s *Service) serveEffects(w http.ResponseWriter, _ *http.Request) {
 	_ = json.NewEncoder(w).Encode(s.Effects())
 }
 
+// actionAnswer is a service's answer to an action. Its fields are in the
+// order of their names, as the map it replaced was written (a struct
+// encodes without sorting keys).
+type actionAnswer struct {
+	Action  string    `json:"action"`
+	At      time.Time `json:"at"`
+	Key     string    `json:"key"`
+	Service string    `json:"service"`
+}
+
 func (s *Service) serveAction(w http.ResponseWriter, r *http.Request) {
 	s.calls.Add(1)
 	defer s.begin()()
@@ -324,7 +334,7 @@ func (s *Service) serveAction(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 	// The answer is made from the first call's time, so a replay gets the
 	// same bytes without the service keeping them.
-	answer, _ := json.Marshal(map[string]any{"service": s.Name, "action": action, "key": key, "at": first.UTC()})
+	answer, _ := json.Marshal(actionAnswer{Action: action, At: first.UTC(), Key: key, Service: s.Name})
 	w.Header().Set("Content-Type", "application/json")
 	if replayed {
 		w.Header().Set("Idempotent-Replayed", "true")

@@ -1,6 +1,7 @@
 package demo_test
 
 import (
+	"encoding/json"
 	"io"
 	"net/http"
 	"strconv"
@@ -77,4 +78,25 @@ func TestServiceKeepsKeysForItsRetentionOnly(t *testing.T) {
 	}
 	assert.Equal(t, 1, brief.KeysKept(), "keys past their retention are forgotten")
 	assert.False(t, call(brief, "k-0"), "a key repeated after its retention takes effect again")
+}
+
+// TestServiceAnswersWithItsNameActionKeyAndTime pins the answer's bytes: the
+// members in the order of their names, as the map it was once made from
+// was written, with a key json.Marshal escapes.
+func TestServiceAnswersWithItsNameActionKeyAndTime(t *testing.T) {
+	s := demo.NewService("payment", nil)
+	require.NoError(t, s.Start("127.0.0.1:0"))
+	t.Cleanup(func() { _ = s.Close() })
+	req, _ := http.NewRequest(http.MethodPost, s.URL()+"/charge", strings.NewReader("{}"))
+	req.Header.Set("Idempotency-Key", `o-1/pay<"&>`)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	var answer struct{ At time.Time }
+	require.NoError(t, json.Unmarshal(body, &answer))
+	want, _ := json.Marshal(map[string]any{"service": "payment", "action": "charge", "key": `o-1/pay<"&>`, "at": answer.At})
+	assert.Equal(t, string(want), string(body))
+	assert.Equal(t, time.UTC, answer.At.Location())
 }
