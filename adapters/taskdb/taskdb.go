@@ -246,6 +246,9 @@ func (d *DB) Commit(ctx context.Context, tasks []*protocol.TaskView, position ui
 	}
 	defer upsert.Close()
 	delta := map[domain.TaskState]int{}
+	// One buffer holds each task's body and summary in turn: the driver
+	// copies the bytes it binds before ExecContext returns.
+	var buf []byte
 	for _, t := range tasks {
 		var old string
 		switch err := readState.QueryRowContext(ctx, t.ID).Scan(&old); {
@@ -256,14 +259,14 @@ func (d *DB) Commit(ctx context.Context, tasks []*protocol.TaskView, position ui
 			delta[domain.TaskState(old)]--
 		}
 		delta[t.State]++
-		body, err := json.Marshal(t)
-		if err != nil {
+		if buf, err = protocol.AppendTaskView(buf[:0], t); err != nil {
 			return errors.Wrapf(err, "encode task %s", t.ID)
 		}
-		summary, err := json.Marshal(t.Summary())
-		if err != nil {
+		n := len(buf)
+		if buf, err = protocol.AppendTaskSummary(buf, t); err != nil {
 			return errors.Wrapf(err, "encode the summary of task %s", t.ID)
 		}
+		body, summary := buf[:n:n], buf[n:]
 		if _, err := upsert.ExecContext(ctx, t.ID, t.Workflow, string(t.State), t.SubmittedAt.UnixNano(), t.UpdatedAt.UnixNano(), summary, body); err != nil {
 			return errors.Wrapf(err, "store task %s", t.ID)
 		}
@@ -449,7 +452,7 @@ func summarise(body []byte) ([]byte, error) {
 	if err := json.Unmarshal(body, &t); err != nil {
 		return nil, errors.Wrap(err, "decode a task row")
 	}
-	return json.Marshal(t.Summary())
+	return protocol.AppendTaskSummary(nil, &t)
 }
 
 // Counts implements projections.TaskStore.

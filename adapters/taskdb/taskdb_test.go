@@ -456,3 +456,36 @@ func TestListLeavesResultsOutAndBoundsPagesInBytes(t *testing.T) {
 	require.NoError(t, err)
 	assert.Len(t, p.Raw, 1, "a page holds one task whatever its bound")
 }
+
+// TestCommitStoresTheJSONOfEachTaskAndItsSummary: a row holds exactly what
+// json.Marshal gives for its task and for its summary, though one buffer
+// holds each task's JSON in turn (longer and shorter tasks alternate, so a
+// row that kept the buffer's bytes would show another task's).
+func TestCommitStoresTheJSONOfEachTaskAndItsSummary(t *testing.T) {
+	ctx := context.Background()
+	db := open(t)
+	var views []*protocol.TaskView
+	for i := range 6 {
+		v := task(fmt.Sprintf("t-%d", i), "order", domain.StateProcessing, t0.Add(time.Duration(i)))
+		for range (i % 2) * 4 {
+			v.Steps = append(v.Steps, &protocol.StepView{Name: "pay <&>", LegView: protocol.LegView{State: domain.StepStateProcessed,
+				LastError: `Post "http://pay": refused` + strings.Repeat("\u2028", i)}, Result: json.RawMessage(`{ "paid" : "<b>é</b>" }`)})
+		}
+		views = append(views, v)
+	}
+	require.NoError(t, db.Commit(ctx, views, 1))
+
+	raw, err := sql.Open("sqlite", "file:"+db.Path()+"?mode=ro")
+	require.NoError(t, err)
+	defer raw.Close()
+	for _, v := range views {
+		var body, summary []byte
+		require.NoError(t, raw.QueryRow(`SELECT body, summary FROM tasks WHERE id = ?`, v.ID).Scan(&body, &summary))
+		want, err := json.Marshal(v)
+		require.NoError(t, err)
+		assert.Equal(t, string(want), string(body), v.ID)
+		want, err = json.Marshal(v.Summary())
+		require.NoError(t, err)
+		assert.Equal(t, string(want), string(summary), v.ID)
+	}
+}

@@ -1,7 +1,6 @@
 package plainjson
 
 import (
-	"bytes"
 	"encoding/json"
 	"strconv"
 	"strings"
@@ -96,37 +95,25 @@ func (w *Writer) Raw(sep byte, name string, m json.RawMessage) {
 }
 
 // RawValue appends a json.RawMessage as json.Marshal does: null when nil,
-// otherwise validated and compacted; HTML-escaping is left to
-// encoding/json.
+// otherwise validated and compacted, with <, >, & and the line and
+// paragraph separators in its strings escaped.
 func (w *Writer) RawValue(m json.RawMessage) {
 	if m == nil {
 		w.b = append(w.b, "null"...)
 		return
 	}
-	compact := true
-	for _, c := range m {
-		switch c {
-		case '<', '>', '&', 0xE2: // 0xE2 starts U+2028 and U+2029
-			w.ok = false
-			return
-		case ' ', '\t', '\n', '\r':
-			compact = false
-		}
-	}
-	if compact {
-		if !Valid(m) {
-			w.ok = false
-			return
-		}
-		w.b = append(w.b, m...)
-		return
-	}
-	buf := bytes.NewBuffer(w.b)
-	if err := json.Compact(buf, m); err != nil {
+	if !Valid(m) {
 		w.ok = false
 		return
 	}
-	w.b = buf.Bytes()
+	for _, c := range m {
+		switch c {
+		case '<', '>', '&', 0xE2, ' ', '\t', '\n', '\r': // 0xE2 starts U+2028 and U+2029
+			w.b = appendCompact(w.b, m)
+			return
+		}
+	}
+	w.b = append(w.b, m...)
 }
 
 // Strs appends a member of an array of strings (null when nil).
