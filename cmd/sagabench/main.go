@@ -44,7 +44,7 @@ type config struct {
 	timelineOut, heapDir, cpuDir       string
 	latency, duration, window          time.Duration
 	demoKeyRetention                   time.Duration
-	agentCapacity                      int
+	agentCapacity, partitions          int
 	workflow                           string
 	kafkaFsync, secure, throughKafka   bool
 	storeThroughNetwork                bool
@@ -74,6 +74,8 @@ type Result struct {
 	SyncTopics    string             `json:"kafkaSyncTopics"`
 	// KafkaCompression is the embedded engine's --kafka-compression.
 	KafkaCompression string `json:"kafkaCompression,omitempty"`
+	// Partitions is the embedded engine's --partitions.
+	Partitions int `json:"partitions,omitempty"`
 	// CommandsThroughKafka says in-process commands were off.
 	CommandsThroughKafka bool `json:"commandsThroughKafka"`
 	// EventStoreThroughNetwork says the engine's appends and subscription
@@ -119,6 +121,7 @@ func main() {
 	flag.IntVar(&c.steps, "steps", 3, "steps per order (embedded only)")
 	flag.IntVar(&c.warmup, "warmup", 100, "orders run before measuring")
 	flag.DurationVar(&c.latency, "service-latency", 0, "latency of each demo service call (embedded only)")
+	flag.IntVar(&c.partitions, "partitions", engine.DefaultPartitions, "partitions of the topics the embedded system creates, as sagad's flag (embedded only)")
 	flag.IntVar(&c.agentCapacity, "agent-capacity", 0, "calls each demo agent makes at once (embedded only; default sagad's); set it below --concurrency to make the agents the bottleneck, so that steps wait for room in priority order")
 	flag.StringVar(&c.brokers, "kafka-brokers", "", "measure a running sagad through these brokers instead of an embedded system")
 	flag.StringVar(&c.workflow, "workflow", "", "workflow of the orders (default: bench on embedded, order otherwise)")
@@ -191,14 +194,14 @@ func run(ctx context.Context, c config) error {
 			dir = tmp
 		}
 		a, err := engine.Start(engine.Config{DataDir: dir, KafkaListen: "127.0.0.1:0", EventStoreListen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0",
-			DemoAgents: true, AgentInstances: engine.AgentInstances{DefaultCapacity: c.agentCapacity}, KafkaFsync: c.kafkaFsync, CommandsThroughKafka: c.throughKafka, EventStoreThroughNetwork: c.storeThroughNetwork, KafkaSyncTopics: append([]string{}, kafka.SplitBrokers(c.syncTopics)...), KafkaCompression: c.compression, Secure: c.secure, Workflows: []*domain.Workflow{demo.Workflow(), benchWorkflow(c.steps)},
+			DemoAgents: true, Partitions: int32(c.partitions), AgentInstances: engine.AgentInstances{DefaultCapacity: c.agentCapacity}, KafkaFsync: c.kafkaFsync, CommandsThroughKafka: c.throughKafka, EventStoreThroughNetwork: c.storeThroughNetwork, KafkaSyncTopics: append([]string{}, kafka.SplitBrokers(c.syncTopics)...), KafkaCompression: c.compression, Secure: c.secure, Workflows: []*domain.Workflow{demo.Workflow(), benchWorkflow(c.steps)},
 			Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 		if err != nil {
 			return err
 		}
 		defer a.Close()
 		embedded = a
-		res.KafkaCompression = c.compression
+		res.KafkaCompression, res.Partitions = c.compression, c.partitions
 		for _, svc := range a.Services {
 			svc.Latency = c.latency
 			svc.KeyRetention = c.demoKeyRetention
