@@ -22,6 +22,8 @@
 # machine); SAGA_PROFILE=1 also saves each process's CPU profile of every
 # window and its heap at the window's end (NODE.wN.pprof, NODE.wN.heap,
 # from --debug-listen) and prints the first and last windows' top functions.
+# The data directories are removed when the script exits (SAGA_KEEP_DATA=1
+# keeps them); the logs and results stay in the directory it names.
 # SAGA_WINDOW=1m reports a long run window by window (sustained runs: the
 # steady line compares the first and last full windows), with each
 # process's CPU ms per order window by window; the machine line is
@@ -47,7 +49,16 @@ start() {
   fi
   "$work/sagad" "$@" >"$work/$name.log" 2>&1 & pids+=($!); names+=("$name")
 }
-stop() { kill ${sampler:-} "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
+# On exit the processes stop and their data directories and binaries go:
+# a run of minutes leaves gigabytes of event store and broker data, and runs
+# left behind once filled the disk. The logs, results and profiles stay in
+# $work; SAGA_KEEP_DATA=1 keeps the data too.
+stop() {
+  kill ${sampler:-} "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true
+  [ -n "${SAGA_KEEP_DATA:-}" ] && return
+  find "$work" -mindepth 1 -maxdepth 1 -type d -exec rm -rf {} + 2>/dev/null || true
+  rm -f "$work/sagad" "$work/sagabench"
+}
 trap stop EXIT
 store=127.0.0.1:$(port); kafka=127.0.0.1:$(port)
 ready=()
