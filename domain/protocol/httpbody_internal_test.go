@@ -54,7 +54,7 @@ func TestAppendHTTPCommandBodyDoesNotAllocateForAPlainCommand(t *testing.T) {
 func BenchmarkHTTPCommandBody(b *testing.B) {
 	c := ExecuteStep{TaskID: "0b7e9f7c-4b8e-4c57-9d0e-1f4f0a6f5a11", Workflow: "bench", WorkflowVersion: 1, Step: "step-2",
 		Action: ActionExecute, Attempt: 1, IdempotencyKey: "0b7e9f7c-4b8e-4c57-9d0e-1f4f0a6f5a11/step-2",
-		Order: json.RawMessage(`{"orderId":"0b7e9f7c-4b8e-4c57-9d0e-1f4f0a6f5a11","amount":12.5,"items":[{"sku":"s1"}]}`),
+		Order:   json.RawMessage(`{"orderId":"0b7e9f7c-4b8e-4c57-9d0e-1f4f0a6f5a11","amount":12.5,"items":[{"sku":"s1"}]}`),
 		Results: map[string]json.RawMessage{"step-1": json.RawMessage(`{"service":"inventory","action":"execute","key":"k","at":"2026-11-26T12:00:00Z"}`)}}
 	b.Run("json.Marshal", func(b *testing.B) {
 		b.ReportAllocs()

@@ -45,31 +45,17 @@ func appendTaskView(dst []byte, v *TaskView, withResults bool) ([]byte, error) {
 		}
 		w.Byte(']')
 	}
-	if v.Priority != "" {
-		w.EscapedStr(',', "priority", string(v.Priority))
-	}
-	if v.ReplyTo != "" {
-		w.EscapedStr(',', "replyTo", v.ReplyTo)
-	}
-	if v.Reason != "" {
-		w.EscapedStr(',', "reason", v.Reason)
-	}
-	if v.FailedStep != "" {
-		w.EscapedStr(',', "failedStep", v.FailedStep)
-	}
+	w.OmitEmptyStr("priority", string(v.Priority))
+	w.OmitEmptyStr("replyTo", v.ReplyTo)
+	w.OmitEmptyStr("reason", v.Reason)
+	w.OmitEmptyStr("failedStep", v.FailedStep)
 	if v.Compensating {
 		w.Key(',', "compensating")
 		w.Verbatim([]byte("true"))
 	}
-	if v.CancelledBy != "" {
-		w.EscapedStr(',', "cancelledBy", v.CancelledBy)
-	}
-	if v.TraceParent != "" {
-		w.EscapedStr(',', "traceparent", v.TraceParent)
-	}
-	if v.LeaseTerm != 0 {
-		w.Int(',', "leaseTerm", v.LeaseTerm)
-	}
+	w.OmitEmptyStr("cancelledBy", v.CancelledBy)
+	w.OmitEmptyStr("traceparent", v.TraceParent)
+	w.OmitEmptyInt("leaseTerm", v.LeaseTerm)
 	w.Int(',', "revision", v.Revision)
 	w.Time(',', "submittedAt", v.SubmittedAt)
 	w.Time(',', "updatedAt", v.UpdatedAt)
@@ -91,9 +77,7 @@ func appendStepView(w *plainjson.Writer, s *StepView, withResult bool) {
 		return
 	}
 	w.EscapedStr('{', "name", s.Name)
-	if s.Agent != "" {
-		w.EscapedStr(',', "agent", s.Agent)
-	}
+	w.OmitEmptyStr("agent", s.Agent)
 	appendLegMembers(w, ',', &s.LegView)
 	resultBytes := s.ResultBytes
 	if withResult {
@@ -103,17 +87,13 @@ func appendStepView(w *plainjson.Writer, s *StepView, withResult bool) {
 	} else {
 		resultBytes = len(s.Result)
 	}
-	if resultBytes != 0 {
-		w.Int(',', "resultBytes", int64(resultBytes))
-	}
+	w.OmitEmptyInt("resultBytes", int64(resultBytes))
 	if s.Compensation != nil {
 		w.Key(',', "compensation")
 		appendLegMembers(w, '{', s.Compensation)
 		w.Byte('}')
 	}
-	if s.EndedRevision != 0 {
-		w.Int(',', "endedRevision", s.EndedRevision)
-	}
+	w.OmitEmptyInt("endedRevision", s.EndedRevision)
 	if a := s.Awaiting; a != nil {
 		w.Key(',', "awaiting")
 		w.EscapedStr('{', "topic", a.Topic)
@@ -121,9 +101,7 @@ func appendStepView(w *plainjson.Writer, s *StepView, withResult bool) {
 		w.Time(',', "until", a.Until)
 		w.Byte('}')
 	}
-	if s.DelayedUntil != nil {
-		w.Time(',', "delayedUntil", *s.DelayedUntil)
-	}
+	w.OmitEmptyTime("delayedUntil", s.DelayedUntil)
 	w.Byte('}')
 }
 
@@ -131,47 +109,19 @@ func appendStepView(w *plainjson.Writer, s *StepView, withResult bool) {
 func appendLegMembers(w *plainjson.Writer, sep byte, l *LegView) {
 	w.EscapedStr(sep, "state", string(l.State))
 	w.Int(',', "attempt", int64(l.Attempt))
-	if l.LockedBy != "" {
-		w.EscapedStr(',', "lockedBy", l.LockedBy)
-	}
-	if l.CompleteBy != nil {
-		w.Time(',', "completeBy", *l.CompleteBy)
-	}
-	if l.NotBefore != nil {
-		w.Time(',', "notBefore", *l.NotBefore)
-	}
+	w.OmitEmptyStr("lockedBy", l.LockedBy)
+	w.OmitEmptyTime("completeBy", l.CompleteBy)
+	w.OmitEmptyTime("notBefore", l.NotBefore)
 	w.Int(',', "failureCount", int64(l.FailureCount))
-	if l.LastFailure != "" {
-		w.EscapedStr(',', "lastFailure", string(l.LastFailure))
-	}
-	if l.LastError != "" {
-		w.EscapedStr(',', "lastError", l.LastError)
-	}
-	if l.IdempotencyKey != "" {
-		w.EscapedStr(',', "idempotencyKey", l.IdempotencyKey)
-	}
-	if l.DispatchedAt != nil {
-		w.Time(',', "dispatchedAt", *l.DispatchedAt)
-	}
-	if l.AttemptBase != 0 {
-		w.Int(',', "attemptBase", int64(l.AttemptBase))
-	}
-	if l.WaitingSince != nil {
-		w.Time(',', "waitingSince", *l.WaitingSince)
-	}
-	if l.WaitReason != "" {
-		w.EscapedStr(',', "waitReason", l.WaitReason)
-	}
-	if l.Tries != 0 {
-		w.Int(',', "tries", int64(l.Tries))
-	}
-	if l.Returned != 0 {
-		w.Int(',', "returned", int64(l.Returned))
-	}
-	if l.LastReturn != "" {
-		w.EscapedStr(',', "lastReturn", l.LastReturn)
-	}
-	if l.Instance != "" {
-		w.EscapedStr(',', "instance", l.Instance)
-	}
+	w.OmitEmptyStr("lastFailure", string(l.LastFailure))
+	w.OmitEmptyStr("lastError", l.LastError)
+	w.OmitEmptyStr("idempotencyKey", l.IdempotencyKey)
+	w.OmitEmptyTime("dispatchedAt", l.DispatchedAt)
+	w.OmitEmptyInt("attemptBase", int64(l.AttemptBase))
+	w.OmitEmptyTime("waitingSince", l.WaitingSince)
+	w.OmitEmptyStr("waitReason", l.WaitReason)
+	w.OmitEmptyInt("tries", int64(l.Tries))
+	w.OmitEmptyInt("returned", int64(l.Returned))
+	w.OmitEmptyStr("lastReturn", l.LastReturn)
+	w.OmitEmptyStr("instance", l.Instance)
 }

@@ -1,6 +1,9 @@
 package plainjson
 
-import "unicode/utf8"
+import (
+	"time"
+	"unicode/utf8"
+)
 
 // hex are the digits encoding/json writes in \u escapes.
 const hex = "0123456789abcdef"
@@ -114,4 +117,28 @@ func appendCompact(dst, m []byte) []byte {
 		}
 	}
 	return append(dst, m[start:]...)
+}
+
+// OmitEmptyStr appends the member name of value s after a comma, escaped as
+// EscapedStr does, unless s is empty: a string field tagged omitempty.
+func (w *Writer) OmitEmptyStr(name, s string) {
+	if s != "" {
+		w.EscapedStr(',', name, s)
+	}
+}
+
+// OmitEmptyInt appends the member name of value n after a comma unless n is
+// zero: an integer field tagged omitempty.
+func (w *Writer) OmitEmptyInt(name string, n int64) {
+	if n != 0 {
+		w.Int(',', name, n)
+	}
+}
+
+// OmitEmptyTime appends the member name of value *t after a comma unless t
+// is nil: a time pointer field tagged omitempty.
+func (w *Writer) OmitEmptyTime(name string, t *time.Time) {
+	if t != nil {
+		w.Time(',', name, *t)
+	}
 }
