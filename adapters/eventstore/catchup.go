@@ -13,8 +13,8 @@ import (
 	"github.com/google/uuid"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/encoding/protowire"
-	"google.golang.org/protobuf/proto"
 
+	"github.com/sagaengine/saga/adapters/esdbwire"
 	"github.com/sagaengine/saga/domain"
 )
 
@@ -128,30 +128,13 @@ func (t *typeNames) name(b []byte) string {
 	return s
 }
 
-// catchUpCodec sends requests as protobuf and decodes each ReadResp by hand
-// into a readResp, while gRPC still holds the received bytes: the official
-// client's generated types and map decoding cost about as much as the rest
-// of a catch-up together.
-type catchUpCodec struct{}
+// UnmarshalWire decodes a ReadResp by hand into r (decodeReadResp), where
+// gRPC received it (esdbwire.Codec): the official client's generated types
+// and map decoding cost about as much as the rest of a catch-up together.
+// It keeps none of data's bytes.
+func (r *readResp) UnmarshalWire(data []byte) error { return decodeReadResp(data, r) }
 
-func (catchUpCodec) Name() string { return "proto" }
-
-func (catchUpCodec) Marshal(v any) ([]byte, error) {
-	m, ok := v.(proto.Message)
-	if !ok {
-		return nil, errors.Newf("catch-up codec cannot encode %T", v)
-	}
-	b, err := proto.Marshal(m)
-	return b, errors.Wrap(err, "encode read request")
-}
-
-func (catchUpCodec) Unmarshal(data []byte, v any) error {
-	r, ok := v.(*readResp)
-	if !ok {
-		return errors.Newf("catch-up codec cannot decode into %T", v)
-	}
-	return decodeReadResp(data, r)
-}
+var _ esdbwire.Unmarshaler = (*readResp)(nil)
 
 // Field numbers of the protocol's ReadResp and the messages within it
 // (streams.proto, shared.proto).
@@ -364,7 +347,7 @@ var readStreamDesc = grpc.StreamDesc{StreamName: "Read", ServerStreams: true}
 func (p *pipeline) followAll(ctx context.Context, prefix string, handle func(domain.SubscriptionItem) error, after *allPosition, subscribed func()) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := p.conn.Load().NewStream(ctx, &readStreamDesc, streams.Streams_Read_FullMethodName, grpc.ForceCodec(catchUpCodec{}))
+	stream, err := p.conn.Load().NewStream(ctx, &readStreamDesc, streams.Streams_Read_FullMethodName, grpc.ForceCodecV2(esdbwire.NewCodec()))
 	if err != nil {
 		return errors.Wrap(err, "subscribe to $all")
 	}

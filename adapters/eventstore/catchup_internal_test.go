@@ -132,6 +132,41 @@ func TestLeanCatchUpReadsAnEventOverGRPCsDefaultLimit(t *testing.T) {
 	require.Equal(t, "After", got[1].Type)
 }
 
+// TestLeanCatchUpKeepsNoReceiveBuffer follows $all over events whose
+// messages gRPC receives into pooled buffers (a KiB and more), which it
+// reuses as soon as each is decoded: every event delivered still holds its
+// own data after the ones behind it arrived.
+func TestLeanCatchUpKeepsNoReceiveBuffer(t *testing.T) {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	srv, err := esdbserver.Start(esdbserver.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Logger: quiet})
+	require.NoError(t, err)
+	defer srv.Close()
+	s, err := Dial(fmt.Sprintf("esdb://%s?tls=false", srv.Addr()), quiet)
+	require.NoError(t, err)
+	defer s.Close()
+	require.NotNil(t, s.pipe)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	const events = 200
+	data := func(i int) []byte {
+		return []byte(fmt.Sprintf(`{"n":%d,"pad":%q}`, i, strings.Repeat(string(rune('a'+i%26)), 1500+i)))
+	}
+	for i := 0; i < events; i++ {
+		_, err := s.Append(ctx, fmt.Sprintf("task-%d", i), domain.ExpectNoStream(), domain.NewEvent{Type: "StepSucceeded", Data: data(i)})
+		require.NoError(t, err)
+	}
+	var after allPosition
+	got := collectUntilCaughtUp(t, func(handle func(domain.SubscriptionItem) error) error {
+		return s.pipe.followAll(ctx, "task-", handle, &after, func() {})
+	})
+	require.Len(t, got, events+1, "the events and the caught-up signal")
+	for i, e := range got[:events] {
+		require.Equal(t, fmt.Sprintf("task-%d", i), e.Stream)
+		require.Equal(t, string(data(i)), string(e.Data), "event %d", i)
+	}
+}
+
 // TestDecodeReadRespRefusesMalformedMessages cuts a valid event message
 // short at every byte and flips its bytes: decoding fails or succeeds, but
 // never panics, and the whole message decodes.
