@@ -42,22 +42,30 @@ func collectUntilCaughtUp(t *testing.T, follow func(handle func(domain.Subscript
 	return got
 }
 
+// leanStore dials, without TLS, an embedded server of its own with the
+// given append limit (0: the server's default), on the lean catch-up path.
+func leanStore(t *testing.T, maxAppendSize int) (*Store, context.Context) {
+	t.Helper()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	srv, err := esdbserver.Start(esdbserver.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Logger: quiet, MaxAppendSize: maxAppendSize})
+	require.NoError(t, err)
+	t.Cleanup(func() { srv.Close() })
+	s, err := Dial(fmt.Sprintf("esdb://%s?tls=false", srv.Addr()), quiet)
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Close() })
+	require.NotNil(t, s.pipe)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return s, ctx
+}
+
 // TestLeanCatchUpDeliversWhatTheOfficialClientDoes follows $all on both
 // paths, from the start, after a position and with a prefix filter, over
 // saga's events and foreign ones (other metadata, none, empty data, text
 // content): the lean path delivers exactly what the official client and
 // fromRecorded deliver, caught-up signal included.
 func TestLeanCatchUpDeliversWhatTheOfficialClientDoes(t *testing.T) {
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv, err := esdbserver.Start(esdbserver.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Logger: quiet})
-	require.NoError(t, err)
-	defer srv.Close()
-	s, err := Dial(fmt.Sprintf("esdb://%s?tls=false", srv.Addr()), quiet)
-	require.NoError(t, err)
-	defer s.Close()
-	require.NotNil(t, s.pipe)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	s, ctx := leanStore(t, 0)
 
 	prefix := "task-" + uuid.NewString()[:8]
 	for i := 0; i < 3; i++ {
@@ -67,7 +75,7 @@ func TestLeanCatchUpDeliversWhatTheOfficialClientDoes(t *testing.T) {
 			domain.NewEvent{Type: "StepFailed", Data: []byte(`{}`), Metadata: domain.EventMetadata{CorrelationID: "o-2"}})
 		require.NoError(t, err)
 	}
-	_, err = s.client.AppendToStream(ctx, "foreign-"+uuid.NewString(), esdb.AppendToStreamOptions{},
+	_, err := s.client.AppendToStream(ctx, "foreign-"+uuid.NewString(), esdb.AppendToStreamOptions{},
 		esdb.EventData{EventType: "Other", ContentType: esdb.ContentTypeJson, Data: []byte(`{"x":1}`), Metadata: []byte(`{"actor":7}`)},
 		esdb.EventData{EventType: "NoMeta", ContentType: esdb.ContentTypeBinary, Data: []byte("bytes")},
 		esdb.EventData{EventType: "Empty", ContentType: esdb.ContentTypeJson},
@@ -107,19 +115,10 @@ func TestLeanCatchUpDeliversWhatTheOfficialClientDoes(t *testing.T) {
 // client's 17 MiB, reaches the lean $all reader as it reaches the official
 // client, instead of dropping the subscription at it again and again.
 func TestLeanCatchUpReadsAnEventOverGRPCsDefaultLimit(t *testing.T) {
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv, err := esdbserver.Start(esdbserver.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Logger: quiet, MaxAppendSize: 8 << 20})
-	require.NoError(t, err)
-	defer srv.Close()
-	s, err := Dial(fmt.Sprintf("esdb://%s?tls=false", srv.Addr()), quiet)
-	require.NoError(t, err)
-	defer s.Close()
-	require.NotNil(t, s.pipe)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	s, ctx := leanStore(t, 8<<20)
 
 	big := []byte(`"` + strings.Repeat("b", 5<<20) + `"`)
-	_, err = s.Append(ctx, "task-big", domain.ExpectNoStream(), domain.NewEvent{Type: "Big", Data: big})
+	_, err := s.Append(ctx, "task-big", domain.ExpectNoStream(), domain.NewEvent{Type: "Big", Data: big})
 	require.NoError(t, err)
 	_, err = s.Append(ctx, "task-after", domain.ExpectNoStream(), domain.NewEvent{Type: "After", Data: []byte(`{}`)})
 	require.NoError(t, err)
@@ -137,16 +136,7 @@ func TestLeanCatchUpReadsAnEventOverGRPCsDefaultLimit(t *testing.T) {
 // reuses as soon as each is decoded: every event delivered still holds its
 // own data after the ones behind it arrived.
 func TestLeanCatchUpKeepsNoReceiveBuffer(t *testing.T) {
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv, err := esdbserver.Start(esdbserver.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Logger: quiet})
-	require.NoError(t, err)
-	defer srv.Close()
-	s, err := Dial(fmt.Sprintf("esdb://%s?tls=false", srv.Addr()), quiet)
-	require.NoError(t, err)
-	defer s.Close()
-	require.NotNil(t, s.pipe)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	s, ctx := leanStore(t, 0)
 
 	const events = 200
 	data := func(i int) []byte {
