@@ -20,6 +20,7 @@ import (
 
 	"github.com/sagaengine/saga/adapters/esdbserver/eslog"
 	"github.com/sagaengine/saga/adapters/esdbwire"
+	"github.com/sagaengine/saga/adapters/internal/diskflush"
 )
 
 // DefaultListen is EventStoreDB's default address, on loopback.
@@ -248,7 +249,14 @@ func Start(cfg Config) (*Server, error) {
 	persistent.RegisterPersistentSubscriptionsServer(s.grpc, s.persist)
 	registerOperations(s.grpc, store, cfg.Logger)
 	go func() { s.done <- s.grpc.Serve(lis) }()
-	cfg.Logger.Info("event store listening", "addr", lis.Addr().String(), "data", cfg.DataDir, "tls", cfg.TLS != nil, "authentication", cfg.TLS != nil)
+	// flush says how appends reach the disk: io_uring, or fdatasync and why
+	// (diskflush).
+	flush := diskflush.Method()
+	if why := diskflush.Why(); why != "" {
+		flush += " (" + why + ")"
+	}
+	cfg.Logger.Info("event store listening", "addr", lis.Addr().String(), "data", cfg.DataDir, "tls", cfg.TLS != nil, "authentication", cfg.TLS != nil,
+		"flush", flush)
 	return s, nil
 }
 

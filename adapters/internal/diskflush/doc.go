@@ -13,8 +13,12 @@
 // On Linux, Fdatasync submits the flush to an io_uring (IORING_OP_FSYNC with
 // IORING_FSYNC_DATASYNC: the kernel's fdatasync, run by one of its own
 // worker threads) and parks the calling goroutine until the ring's eventfd
-// says it is done, so the P runs other goroutines meanwhile. Where io_uring
-// cannot be set up (an older kernel, a seccomp profile that refuses it, as
-// Docker's default does, or kernel.io_uring_disabled), it calls fdatasync
-// directly, as before; elsewhere than Linux it calls File.Sync.
+// says it is done, so the P runs other goroutines meanwhile. The ring is
+// used only where the kernel says, when it is set up, that it never drops a
+// completion and knows the flush (5.6 and later). Elsewhere (an older
+// kernel, a seccomp profile that refuses io_uring, as Docker's default does,
+// kernel.io_uring_disabled, gVisor), or when SAGA_FLUSH=fdatasync is set, it
+// calls fdatasync directly, as before; on other systems it calls File.Sync.
+// Either way it returns only once the flush is done, and an error of the
+// flush is returned, never retried.
 package diskflush
