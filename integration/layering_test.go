@@ -170,15 +170,21 @@ func TestContractSuiteStaysInTests(t *testing.T) {
 
 // TestTheEmbeddedBrokerImportsNothingAboveIt keeps the embedded Kafka
 // broker (adapters/kafka/broker) a server of its own, as adapters/esdbserver
-// is: of saga it depends on domain and domain/protocol only, not on the
-// Kafka client (adapters/kafka), the processes or the engine.
+// is: of saga it depends on domain, domain/protocol and the disk flush it
+// shares with the event store (adapters/internal/diskflush, which depends on
+// nothing of saga), not on the Kafka client (adapters/kafka), the processes
+// or the engine.
 func TestTheEmbeddedBrokerImportsNothingAboveIt(t *testing.T) {
 	brokerPackage := module + "adapters/kafka/broker"
+	flush := module + "adapters/internal/diskflush"
+	for _, dep := range goList(t, "{{.ImportPath}}", "adapters/internal/diskflush", true) {
+		assert.False(t, strings.HasPrefix(dep, module) && dep != flush, "adapters/internal/diskflush depends on %s", dep)
+	}
 	deps := goList(t, "{{.ImportPath}}", "adapters/kafka/broker", true)
 	require.Contains(t, deps, brokerPackage, "go list found no broker package")
 	for _, dep := range deps {
 		if strings.HasPrefix(dep, module) && dep != brokerPackage {
-			assert.True(t, violates(dep, []string{module + "domain"}), "adapters/kafka/broker depends on %s", dep)
+			assert.True(t, violates(dep, []string{module + "domain", flush}), "adapters/kafka/broker depends on %s", dep)
 		}
 	}
 }
