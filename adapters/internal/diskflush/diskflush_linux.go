@@ -111,9 +111,9 @@ const ringEntries = 64
 
 // The kernel's io_uring interface (include/uapi/linux/io_uring.h).
 const (
-	opFsync         = 3 // IORING_OP_FSYNC
-	opRead          = 22
-	fsyncDatasync   = 1 // IORING_FSYNC_DATASYNC
+	opFsync         = 3  // IORING_OP_FSYNC
+	opRead          = 22 // IORING_OP_READ, for tests
+	fsyncDatasync   = 1  // IORING_FSYNC_DATASYNC
 	offSQRing       = 0
 	offCQRing       = 0x8000000
 	offSQEs         = 0x10000000

@@ -10,3 +10,6 @@ func Fdatasync(f *os.File) error { return f.Sync() }
 
 // Method says how Fdatasync flushes: MethodSync here.
 func Method() string { return MethodSync }
+
+// Why says why Fdatasync does not use an io_uring: there is none here.
+func Why() string { return "io_uring is Linux's" }
