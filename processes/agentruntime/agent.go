@@ -302,13 +302,15 @@ func (a *Agent) call(ctx context.Context, cmd protocol.ExecuteStep) (json.RawMes
 	c := a.callStarted()
 	result, err := a.handle(ctx, cmd)
 	refused := errors.Is(err, ErrCircuitOpen)
+	// Counted before the breaker hears of it: a breaker that opens on this
+	// call makes Run announce the health change at once, with the counts.
+	if !refused {
+		a.tries.Add(1)
+	}
 	if a.Breaker != nil {
 		a.Breaker.Record(err)
 	}
 	a.callEnded(c, err, refused, ctx.Err() == nil)
-	if !refused {
-		a.tries.Add(1)
-	}
 	return result, !refused, err
 }
 
