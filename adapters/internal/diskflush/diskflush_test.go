@@ -16,7 +16,8 @@ import (
 
 func TestFdatasyncFlushesFilesFromManyGoroutines(t *testing.T) {
 	dir := t.TempDir()
-	// More flushes at once than the ring has places: the rest wait.
+	// More flushes at once than the ring has places: the rest are made
+	// directly.
 	const files, rounds = 100, 5
 	var wg sync.WaitGroup
 	errs := make(chan error, files*rounds)
