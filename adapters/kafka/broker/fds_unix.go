@@ -13,7 +13,7 @@ import (
 func OpenFiles() (open int, limit uint64) {
 	var rl syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err == nil {
-		limit = rl.Cur
+		limit = uint64(rl.Cur) // int64 on FreeBSD and DragonFly, never negative there
 	}
 	entries, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
