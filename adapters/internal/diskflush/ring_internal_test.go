@@ -202,3 +202,52 @@ func TestDisableEnvTurnsTheRingOff(t *testing.T) {
 	require.NoError(t, err, "%s", out)
 	require.Contains(t, string(out), "method=fdatasync why=SAGA_FLUSH=fdatasync")
 }
+
+// TestRingWithoutItsEventfdStillAnswers: if the reaper can no longer read
+// the ring's eventfd, it waits for completions in io_uring_enter instead.
+// The operation in flight still gets its answer, and new flushes are made
+// directly. (The test's ring and its reaper, blocked in io_uring_enter, stay
+// for the life of the test binary, as a ring does in a process.)
+func TestRingWithoutItsEventfdStillAnswers(t *testing.T) {
+	r, err := newRing(4)
+	if err != nil {
+		t.Skipf("io_uring cannot be set up here: %v", err)
+	}
+	pr, pw, err := os.Pipe()
+	require.NoError(t, err)
+	defer pr.Close()
+	defer pw.Close()
+	read := make(chan int32, 1)
+	go func() {
+		n, _ := readThroughRing(r, pr, make([]byte, 1))
+		read <- n
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(r.slots) == len(r.done) && time.Now().Before(deadline) {
+		runtime.Gosched()
+	}
+	require.Less(t, len(r.slots), len(r.done), "the read never took a place")
+
+	// The reaper's read of the eventfd now fails.
+	require.NoError(t, r.event.Close())
+	for !r.dead.Load() && time.Now().Before(deadline) {
+		runtime.Gosched()
+	}
+	require.True(t, r.dead.Load(), "the reaper did not notice its eventfd was gone")
+
+	f, err := os.Create(t.TempDir() + "/file")
+	require.NoError(t, err)
+	defer f.Close()
+	_, err = f.WriteString("kept")
+	require.NoError(t, err)
+	require.NoError(t, r.fdatasync(int32(f.Fd())))
+
+	_, err = pw.Write([]byte{1})
+	require.NoError(t, err)
+	select {
+	case n := <-read:
+		require.Equal(t, int32(1), n)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the read in flight never got its answer")
+	}
+}
