@@ -202,10 +202,14 @@ func (s *Store) loadIndex() (checkpoint, error) {
 }
 
 func (s *Store) closeIndexFiles() {
+	// Under the lock readers take: a read may still be under way, and a
+	// closed table's fence and filter are unmapped.
+	s.mu.Lock()
 	for _, t := range s.tables {
 		_ = t.close()
 	}
 	s.tables = nil
+	s.mu.Unlock()
 	if s.posFile != nil {
 		_ = s.posFile.Close()
 		s.posFile = nil

@@ -21,11 +21,13 @@ import (
 //	bloom    a Bloom filter of the table's stream hashes, 10 bits per stream
 //	footer   count, bloom bits (uint64s), CRC-32C of entries, fence and bloom, padding, magic
 //
-// Open reads only the footer, the fence and the bloom filter, which stay in
-// memory (16 bytes per 170 entries, 10 bits per stream); a lookup of a
-// stream the table does not hold almost always ends at the filter, and one
-// it holds is a binary search of the fence and one read of a 4 KiB block,
-// which the operating system's page cache keeps if it is hot.
+// Open reads only the footer, and maps the fence and the bloom filter (16
+// bytes per 170 entries, 10 bits per stream; where there is no mmap they are
+// read into memory): they grow with history, so they stay out of Go's heap,
+// in the page cache. A lookup of a stream the table does not hold almost
+// always ends at the filter, and one it holds is a binary search of the
+// fence and one read of a 4 KiB block, which the page cache keeps if it is
+// hot.
 const (
 	entrySize    = 24
 	fenceSize    = 16
@@ -43,8 +45,26 @@ type table struct {
 	file  *os.File
 	count int
 	size  int64
-	fence []fenceKey
-	bloom []uint64
+	// fence and bloom are the table's fence and filter as the file holds
+	// them (little-endian), mapped by mapRegion; unmap releases them.
+	fence, bloom []byte
+	unmap        func() error
+	// closed is set, under the store's write lock, when the table is
+	// closed: a reader (under the read lock) that still holds it gets
+	// errTableClosed instead of touching unmapped memory.
+	closed bool
+}
+
+// errTableClosed is what a closed table answers.
+var errTableClosed = errors.New("index table closed")
+
+// blocks is the number of keys in the fence.
+func (t *table) blocks() int { return len(t.fence) / fenceSize }
+
+// fenceAt is the fence's i-th key: the first key of block i.
+func (t *table) fenceAt(i int) fenceKey {
+	b := t.fence[i*fenceSize:]
+	return fenceKey{binary.LittleEndian.Uint64(b), binary.LittleEndian.Uint64(b[8:])}
 }
 
 // bloomBits returns the bit positions of hash h in a filter of m bits.
@@ -53,11 +73,18 @@ func bloomBit(h uint64, i, m uint64) uint64 {
 	return (h + i*h2) % m
 }
 
+// mayContain reports whether the filter may hold h. A closed table says
+// yes, so that the read that follows reports it closed.
 func (t *table) mayContain(h uint64) bool {
-	m := uint64(len(t.bloom)) * 64
+	if t.closed {
+		return true
+	}
+	// The filter is little-endian uint64s: bit b of the filter is bit b%8
+	// of byte b/8.
+	m := uint64(len(t.bloom)) * 8
 	for i := range uint64(bloomProbes) {
 		b := bloomBit(h, i, m)
-		if t.bloom[b/64]&(1<<(b%64)) == 0 {
+		if t.bloom[b/8]&(1<<(b%8)) == 0 {
 			return false
 		}
 	}
@@ -108,6 +135,7 @@ func fillTable(f *os.File, next func() (ientry, bool, error)) (*table, error) {
 	entriesCRC := crc32.New(castagnoli)
 	var b [entrySize]byte
 	var hashes []uint64
+	var fence []fenceKey
 	for {
 		e, ok, err := next()
 		if err != nil {
@@ -120,7 +148,7 @@ func fillTable(f *os.File, next func() (ientry, bool, error)) (*table, error) {
 			hashes = append(hashes, e.h)
 		}
 		if t.count%blockEntries == 0 {
-			t.fence = append(t.fence, fenceKey{e.h, e.rev})
+			fence = append(fence, fenceKey{e.h, e.rev})
 		}
 		binary.LittleEndian.PutUint64(b[0:], e.h)
 		binary.LittleEndian.PutUint64(b[8:], e.rev)
@@ -132,7 +160,7 @@ func fillTable(f *os.File, next func() (ientry, bool, error)) (*table, error) {
 		t.count++
 	}
 	fenceCRC := crc32.New(castagnoli)
-	for _, k := range t.fence {
+	for _, k := range fence {
 		binary.LittleEndian.PutUint64(b[0:], k.h)
 		binary.LittleEndian.PutUint64(b[8:], k.rev)
 		_, _ = fenceCRC.Write(b[:fenceSize])
@@ -140,9 +168,9 @@ func fillTable(f *os.File, next func() (ientry, bool, error)) (*table, error) {
 			return nil, err
 		}
 	}
-	t.bloom = buildBloom(hashes)
-	bloom := make([]byte, 0, 8*len(t.bloom))
-	for _, w := range t.bloom {
+	words := buildBloom(hashes)
+	bloom := make([]byte, 0, 8*len(words))
+	for _, w := range words {
 		bloom = binary.LittleEndian.AppendUint64(bloom, w)
 	}
 	if _, err := w.Write(bloom); err != nil {
@@ -150,7 +178,7 @@ func fillTable(f *os.File, next func() (ientry, bool, error)) (*table, error) {
 	}
 	var footer [footerSize]byte
 	binary.LittleEndian.PutUint64(footer[0:], uint64(t.count))
-	binary.LittleEndian.PutUint64(footer[8:], uint64(len(t.bloom))*64)
+	binary.LittleEndian.PutUint64(footer[8:], uint64(len(words))*64)
 	binary.LittleEndian.PutUint32(footer[16:], entriesCRC.Sum32())
 	binary.LittleEndian.PutUint32(footer[20:], fenceCRC.Sum32())
 	binary.LittleEndian.PutUint32(footer[24:], crc32.Checksum(bloom, castagnoli))
@@ -164,8 +192,22 @@ func fillTable(f *os.File, next func() (ientry, bool, error)) (*table, error) {
 	if err := fdatasync(f); err != nil {
 		return nil, errors.Wrap(err, "sync")
 	}
-	t.size = int64(t.count)*entrySize + int64(len(t.fence))*fenceSize + int64(len(bloom)) + footerSize
+	t.size = int64(t.count)*entrySize + int64(len(fence))*fenceSize + int64(len(bloom)) + footerSize
+	if err := t.mapMeta(len(fence)*fenceSize, len(bloom)); err != nil {
+		return nil, err
+	}
 	return t, nil
+}
+
+// mapMeta maps the fence (fenceBytes long) and the filter (bloomBytes),
+// which end where the footer begins.
+func (t *table) mapMeta(fenceBytes, bloomBytes int) error {
+	meta, unmap, err := mapRegion(t.file, t.size-footerSize-int64(fenceBytes+bloomBytes), fenceBytes+bloomBytes)
+	if err != nil {
+		return err
+	}
+	t.fence, t.bloom, t.unmap = meta[:fenceBytes:fenceBytes], meta[fenceBytes:], unmap
+	return nil
 }
 
 // openTable opens the table file of seq and checks it against what the
@@ -206,28 +248,37 @@ func loadTable(f *os.File, count int) (*table, error) {
 	if info.Size() != size || bloomBytes%8 != 0 || bloomBytes == 0 {
 		return nil, errors.Newf("is %d bytes, expected %d for %d entries", info.Size(), size, count)
 	}
-	tail := make([]byte, int64(blocks*fenceSize)+bloomBytes)
-	if _, err := f.ReadAt(tail, size-footerSize-int64(len(tail))); err != nil {
-		return nil, errors.Wrap(err, "read fence")
+	t := &table{file: f, count: count, size: size}
+	if err := t.mapMeta(blocks*fenceSize, int(bloomBytes)); err != nil {
+		return nil, err
 	}
-	fence, bloom := tail[:blocks*fenceSize], tail[blocks*fenceSize:]
-	if crc32.Checksum(fence, castagnoli) != binary.LittleEndian.Uint32(footer[20:]) || crc32.Checksum(bloom, castagnoli) != binary.LittleEndian.Uint32(footer[24:]) {
+	if crc32.Checksum(t.fence, castagnoli) != binary.LittleEndian.Uint32(footer[20:]) || crc32.Checksum(t.bloom, castagnoli) != binary.LittleEndian.Uint32(footer[24:]) {
+		_ = t.unmap()
 		return nil, errors.New("fence or filter checksum mismatch")
-	}
-	t := &table{file: f, count: count, size: size, fence: make([]fenceKey, blocks), bloom: make([]uint64, len(bloom)/8)}
-	for i := range t.fence {
-		t.fence[i] = fenceKey{binary.LittleEndian.Uint64(fence[i*fenceSize:]), binary.LittleEndian.Uint64(fence[i*fenceSize+8:])}
-	}
-	for i := range t.bloom {
-		t.bloom[i] = binary.LittleEndian.Uint64(bloom[i*8:])
 	}
 	return t, nil
 }
 
-func (t *table) close() error { return t.file.Close() }
+// close unmaps the fence and filter and closes the file. The caller makes
+// sure no reader can reach the table (it holds the store's write lock, or
+// the table was never published).
+func (t *table) close() error {
+	if t.closed {
+		return nil
+	}
+	t.closed = true
+	var err error
+	if t.unmap != nil {
+		err = t.unmap()
+	}
+	return errors.CombineErrors(err, t.file.Close())
+}
 
 // read returns up to n entries from index i on.
 func (t *table) read(i, n int) ([]ientry, error) {
+	if t.closed {
+		return nil, errors.Wrapf(errTableClosed, "read index table %s", t.path)
+	}
 	n = min(n, t.count-i)
 	if n <= 0 {
 		return nil, nil
@@ -249,7 +300,10 @@ func (t *table) read(i, n int) ([]ientry, error) {
 func (t *table) seek(key ientry) (int, []ientry, error) {
 	// The first block whose first key is not below key; the entry sought is
 	// in the block before it, or is its first.
-	b := sort.Search(len(t.fence), func(i int) bool { return !t.fence[i].less(key) }) - 1
+	if t.closed {
+		return 0, nil, errors.Wrapf(errTableClosed, "read index table %s", t.path)
+	}
+	b := sort.Search(t.blocks(), func(i int) bool { return !t.fenceAt(i).less(key) }) - 1
 	if b < 0 {
 		block, err := t.read(0, blockEntries)
 		return 0, block, err
