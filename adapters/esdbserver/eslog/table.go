@@ -248,13 +248,21 @@ func loadTable(f *os.File, count int) (*table, error) {
 	if info.Size() != size || bloomBytes%8 != 0 || bloomBytes == 0 {
 		return nil, errors.Newf("is %d bytes, expected %d for %d entries", info.Size(), size, count)
 	}
+	// Checked through a read, not the mapping: a disk that fails to read
+	// them then fails the open (and the index is rebuilt from the log)
+	// rather than stopping the process with SIGBUS. The read also leaves
+	// them in the page cache for the mapping.
+	tail := make([]byte, int64(blocks*fenceSize)+bloomBytes)
+	if _, err := f.ReadAt(tail, size-footerSize-int64(len(tail))); err != nil {
+		return nil, errors.Wrap(err, "read fence")
+	}
+	fence, bloom := tail[:blocks*fenceSize], tail[blocks*fenceSize:]
+	if crc32.Checksum(fence, castagnoli) != binary.LittleEndian.Uint32(footer[20:]) || crc32.Checksum(bloom, castagnoli) != binary.LittleEndian.Uint32(footer[24:]) {
+		return nil, errors.New("fence or filter checksum mismatch")
+	}
 	t := &table{file: f, count: count, size: size}
 	if err := t.mapMeta(blocks*fenceSize, int(bloomBytes)); err != nil {
 		return nil, err
-	}
-	if crc32.Checksum(t.fence, castagnoli) != binary.LittleEndian.Uint32(footer[20:]) || crc32.Checksum(t.bloom, castagnoli) != binary.LittleEndian.Uint32(footer[24:]) {
-		_ = t.unmap()
-		return nil, errors.New("fence or filter checksum mismatch")
 	}
 	return t, nil
 }
