@@ -21,10 +21,10 @@ import (
 //	bloom    a Bloom filter of the table's stream hashes, 10 bits per stream
 //	footer   count, bloom bits (uint64s), CRC-32C of entries, fence and bloom, padding, magic
 //
-// Open reads only the footer, and maps the fence and the bloom filter (16
-// bytes per 170 entries, 10 bits per stream; where there is no mmap they are
-// read into memory): they grow with history, so they stay out of Go's heap,
-// in the page cache. A lookup of a stream the table does not hold almost
+// Open reads the footer, checks the fence and the bloom filter (16 bytes per
+// 170 entries, 10 bits per stream) and maps them (where there is no mmap
+// they are read into memory): they grow with history, so they stay out of
+// Go's heap, in the page cache. A lookup of a stream the table does not hold almost
 // always ends at the filter, and one it holds is a binary search of the
 // fence and one read of a 4 KiB block, which the page cache keeps if it is
 // hot.
@@ -49,9 +49,10 @@ type table struct {
 	// them (little-endian), mapped by mapRegion; unmap releases them.
 	fence, bloom []byte
 	unmap        func() error
-	// closed is set, under the store's write lock, when the table is
-	// closed: a reader (under the read lock) that still holds it gets
-	// errTableClosed instead of touching unmapped memory.
+	// closed is set when the table is closed, under the store's write
+	// lock or once no reader can reach it: a reader (under the read lock)
+	// that still holds it gets errTableClosed instead of touching unmapped
+	// memory.
 	closed bool
 }
 
