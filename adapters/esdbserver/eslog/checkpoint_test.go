@@ -368,6 +368,15 @@ func TestDamagedIndexFallsBackToARescan(t *testing.T) {
 			require.NotEmpty(t, tables)
 			require.NoError(t, os.Truncate(tables[0], 100))
 		}},
+		"table's filter damaged": {rescan: true, damage: func(t *testing.T, idx string) {
+			tables, err := filepath.Glob(filepath.Join(idx, "table-*.idx"))
+			require.NoError(t, err)
+			require.NotEmpty(t, tables)
+			b, err := os.ReadFile(tables[0])
+			require.NoError(t, err)
+			b[len(b)-41] ^= 0x01 // the filter's last byte, just before the 40-byte footer
+			require.NoError(t, os.WriteFile(tables[0], b, 0o644))
+		}},
 		"table missing": {rescan: true, damage: func(t *testing.T, idx string) {
 			tables, err := filepath.Glob(filepath.Join(idx, "table-*.idx"))
 			require.NoError(t, err)

@@ -249,16 +249,22 @@ func loadTable(f *os.File, count int) (*table, error) {
 	if info.Size() != size || bloomBytes%8 != 0 || bloomBytes == 0 {
 		return nil, errors.Newf("is %d bytes, expected %d for %d entries", info.Size(), size, count)
 	}
-	// Checked through a read, not the mapping: a disk that fails to read
+	// Checked through reads, not the mapping: a disk that fails to read
 	// them then fails the open (and the index is rebuilt from the log)
-	// rather than stopping the process with SIGBUS. The read also leaves
-	// them in the page cache for the mapping.
-	tail := make([]byte, int64(blocks*fenceSize)+bloomBytes)
-	if _, err := f.ReadAt(tail, size-footerSize-int64(len(tail))); err != nil {
+	// rather than stopping the process with SIGBUS. The reads go through
+	// one small buffer, so that a large table costs no heap at open, and
+	// leave the bytes in the page cache for the mapping.
+	fenceAt := int64(count) * entrySize
+	buf := make([]byte, 1<<20)
+	fenceSum, err := checksumAt(f, fenceAt, int64(blocks*fenceSize), buf)
+	if err != nil {
 		return nil, errors.Wrap(err, "read fence")
 	}
-	fence, bloom := tail[:blocks*fenceSize], tail[blocks*fenceSize:]
-	if crc32.Checksum(fence, castagnoli) != binary.LittleEndian.Uint32(footer[20:]) || crc32.Checksum(bloom, castagnoli) != binary.LittleEndian.Uint32(footer[24:]) {
+	bloomSum, err := checksumAt(f, fenceAt+int64(blocks*fenceSize), bloomBytes, buf)
+	if err != nil {
+		return nil, errors.Wrap(err, "read filter")
+	}
+	if fenceSum != binary.LittleEndian.Uint32(footer[20:]) || bloomSum != binary.LittleEndian.Uint32(footer[24:]) {
 		return nil, errors.New("fence or filter checksum mismatch")
 	}
 	t := &table{file: f, count: count, size: size}
@@ -266,6 +272,15 @@ func loadTable(f *os.File, count int) (*table, error) {
 		return nil, err
 	}
 	return t, nil
+}
+
+// checksumAt is the CRC-32C of n bytes of f from off, read through buf.
+func checksumAt(f *os.File, off, n int64, buf []byte) (uint32, error) {
+	sum := crc32.New(castagnoli)
+	if _, err := io.CopyBuffer(sum, io.NewSectionReader(f, off, n), buf); err != nil {
+		return 0, err
+	}
+	return sum.Sum32(), nil
 }
 
 // close unmaps the fence and filter and closes the file. The caller makes
